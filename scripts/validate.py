@@ -11,11 +11,13 @@ Three layers, each error naming the values file, the key and the fix:
 
 import copy
 import difflib
+import logging
 import re
 import shlex
 
 from scripts import catalog
 from scripts.errors import KitError
+from scripts.local_provider import MAX_WORKERS as MAX_LOCAL_WORKERS
 from scripts.values import REPO, values_path
 
 # --- 2. the kit's rules on the values ---------------------------------------------------
@@ -52,10 +54,10 @@ def local_problems(values: dict) -> list[str]:
     if values["mix"] == "heterogeneous" and values["head"]["trainer_slots"] < 1:
         problems.append("head.trainer_slots: a heterogeneous mix trains on the head; "
                         "set trainer_slots: 1 (the stand-in for its GPU)")
-    nodes = 1 + sum(w["max_workers"] for w in values["workers"].values())
-    if nodes > 250:
-        problems.append(f"workers: {nodes} nodes need more than the 250 loopback "
-                        "addresses 127.0.0.2-251; lower max_workers")
+    workers = sum(w["max_workers"] for w in values["workers"].values())
+    if workers > MAX_LOCAL_WORKERS:
+        problems.append(f"workers: {workers} workers need more than the {MAX_LOCAL_WORKERS} "
+                        "loopback addresses the simulated cluster has; lower max_workers")
     return problems
 
 
@@ -145,10 +147,15 @@ def ray_schema_problems(config: dict) -> list[str]:
     """Ray's own checks, exactly as `ray up` runs them (defaults filled in first)."""
     from ray.autoscaler._private.util import prepare_config, validate_config
 
+    ray_logger = logging.getLogger("ray.autoscaler")
+    level = ray_logger.level
+    ray_logger.setLevel(logging.ERROR)  # its notes on filled-in defaults are noise here
     try:
         validate_config(prepare_config(copy.deepcopy(config)))
     except Exception as e:  # jsonschema.ValidationError, ValueError: Ray's own messages
         return [f"Ray rejects the config: {str(e).splitlines()[0]}"]
+    finally:
+        ray_logger.setLevel(level)
     return []
 
 

@@ -33,7 +33,7 @@ def load_values(cluster: str) -> dict:
         raise KitError(
             f"no values file {path.relative_to(REPO)} for CLUSTER={cluster}"
             + (f"; did you mean CLUSTER={hint[0]}?" if hint else "")
-            + f" Available: {', '.join(available_clusters())}."
+            + f" (available: {', '.join(available_clusters())})"
         )
     try:
         values = yaml.safe_load(path.read_text())

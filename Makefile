@@ -1,0 +1,62 @@
+# The kit's front door. `make` or `make help` lists every target and variable.
+# Every target that needs Python depends on .venv (built from requirements.txt by `make setup`).
+
+CLUSTER ?= local#        a values file in cluster_templates/ (local, hetero, single, p4d_hetero)
+JOB     ?= vit_synthetic#   a directory in jobs/ (vit_synthetic, adaptdl_mnist, smoke)
+ARGS    ?=#              flags for the job, e.g. ARGS="--steps 20 --batch-size 16"
+TIMEOUT ?=#              stop a submitted job after this many seconds
+PYTHON  ?= python3#      the interpreter that creates .venv (3.11)
+
+VENV  := .venv
+PY    := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+KIT   := $(PY) -m scripts.kit --cluster "$(CLUSTER)" --job "$(JOB)" --args "$(ARGS)" \
+         $(if $(TIMEOUT),--timeout $(TIMEOUT))
+
+.DEFAULT_GOAL := help
+.PHONY: help setup render validate up status submit down run demo test clean
+
+help: ## list targets and variables
+	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s]"
+	@echo
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@echo
+	@grep -E '^[A-Z]+ +\?=' $(MAKEFILE_LIST) | sed -E 's/^([A-Z]+) +\?= *([^#]*)# *(.*)/  \1=\2  \3/'
+
+setup: $(STAMP) ## create .venv with the pinned requirements (run by every target)
+
+$(STAMP): requirements.txt jobs/adaptdl_mnist/requirements-nodeps.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -r jobs/adaptdl_mnist/requirements-nodeps.txt
+	touch $@
+
+render: $(STAMP) ## render build/clusters/CLUSTER.yaml from its values file
+	@$(KIT) render
+
+validate: $(STAMP) ## render and check the cluster config; launches nothing
+	@$(KIT) validate
+
+up: $(STAMP) ## validate, then start CLUSTER (local: simulated nodes; AWS: ray up)
+	@$(KIT) up
+
+status: $(STAMP) ## show nodes and resources of CLUSTER (ray status)
+	@$(KIT) status
+
+submit: $(STAMP) ## run JOB on CLUSTER with ray job submit; exits with the job's code
+	@$(KIT) submit
+
+down: $(STAMP) ## stop CLUSTER (local: its processes; AWS: ray down, instances terminated)
+	@$(KIT) down
+
+run: $(STAMP) ## up + submit + down, with teardown even on failure or Ctrl-C
+	@$(KIT) run
+
+demo: $(STAMP) ## the ViT job end to end on the local simulated cluster
+	@$(MAKE) --no-print-directory run CLUSTER=local JOB=vit_synthetic
+
+test: $(STAMP) ## run every test (offline: moto for AWS, the local cluster for Ray)
+	$(PY) -m pytest tests
+
+clean: ## remove build/ (rendered configs, local cluster state)
+	rm -rf build

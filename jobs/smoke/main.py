@@ -1,0 +1,52 @@
+"""Cluster smoke test: which nodes run what. `make submit JOB=smoke`
+
+Runs tasks that need the `preprocess` resource (CPU workers) and one that needs the
+`trainer` resource (the GPU head, or its local stand-in), then prints one line
+`RESULT {...}` with the node IP each ran on. `--fail-with N` exits with code N after the
+report, to check that failures reach `make submit`'s exit code.
+"""
+
+import argparse
+import json
+import socket
+import sys
+import time
+
+import ray
+
+
+@ray.remote(num_cpus=1, resources={"preprocess": 1})
+def preprocess_task(i: int) -> str:
+    time.sleep(0.5)  # long enough that the tasks spread over the workers
+    return ray.util.get_node_ip_address()
+
+
+@ray.remote(num_cpus=1, resources={"trainer": 1})
+def trainer_task() -> str:
+    return ray.util.get_node_ip_address()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=8, help="preprocess tasks to run")
+    parser.add_argument("--fail-with", type=int, default=0, help="exit with this code")
+    args = parser.parse_args()
+    if args.tasks < 1:
+        parser.error("--tasks must be at least 1")
+
+    ray.init()
+    head_ip = ray.util.get_node_ip_address()
+    preprocess_ips = ray.get([preprocess_task.remote(i) for i in range(args.tasks)])
+    result = {
+        "driver_node": head_ip,
+        "driver_host": socket.gethostname(),
+        "trainer_task_node": ray.get(trainer_task.remote()),
+        "preprocess_task_nodes": sorted(set(preprocess_ips)),
+        "alive_nodes": sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]),
+    }
+    print("RESULT " + json.dumps(result), flush=True)
+    return args.fail_with
+
+
+if __name__ == "__main__":
+    sys.exit(main())

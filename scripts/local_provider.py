@@ -1,0 +1,87 @@
+"""Ray autoscaler node provider for the simulated cluster: one raylet per node, each on
+its own loopback address.
+
+Ray's FakeMultiNodeProvider starts every simulated node on the host's one IP. Jobs that
+tell nodes apart by IP (AdaptDL's controller places replicas per IP and never on its own
+node) then see one node. This subclass starts worker k on 127.0.0.(k+2); 127.0.0.0/8 is
+all loopback on Linux, so nothing leaves the machine.
+
+Ray loads it from the rendered config (`provider: {type: external, module: ...}`) inside
+the head's autoscaler process, which inherits the environment that
+scripts/local_cluster.py sets: RAYKIT_GCS_ADDRESS and RAYKIT_TEMP_DIR.
+"""
+
+import copy
+import json
+import os
+
+import ray
+from ray._private import ray_constants
+from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
+from ray.autoscaler.tags import (
+    NODE_KIND_WORKER,
+    STATUS_UP_TO_DATE,
+    TAG_RAY_NODE_KIND,
+    TAG_RAY_NODE_NAME,
+    TAG_RAY_NODE_STATUS,
+    TAG_RAY_USER_NODE_TYPE,
+)
+
+MAX_WORKERS = 250  # 127.0.0.3 .. 127.0.0.252
+
+
+def worker_ip(index: int) -> str:
+    """Loopback address of the index-th worker started (1-based). The head is 127.0.0.2
+    (Ray rewrites 127.0.0.1 to the host's network address)."""
+    return f"127.0.0.{(index - 1) % MAX_WORKERS + 3}"
+
+
+class LoopbackNodeProvider(FakeMultiNodeProvider):
+    def __init__(self, provider_config, cluster_name):
+        provider_config = dict(provider_config, gcs_address=os.environ["RAYKIT_GCS_ADDRESS"])
+        super().__init__(provider_config, cluster_name)
+        self._temp_dir = os.environ["RAYKIT_TEMP_DIR"]
+
+    def _create_node_with_resources_and_labels(self, node_config, tags, count, resources, labels):
+        resources = copy.deepcopy(resources)  # the pops below must not leak to the caller
+        with self.lock:
+            node_type = tags[TAG_RAY_USER_NODE_TYPE]
+            node_id = self._next_hex_node_id()
+            params = ray._private.parameter.RayParams(
+                node_ip_address=worker_ip(self._next_node_id),
+                gcs_address=self._gcs_address,
+                temp_dir=self._temp_dir,
+                min_worker_port=0,
+                max_worker_port=0,
+                dashboard_port=None,
+                dashboard_agent_listen_port=0,
+                metrics_export_port=0,
+                runtime_env_agent_port=0,
+                num_cpus=resources.pop("CPU", 0),
+                num_gpus=resources.pop("GPU", 0),
+                object_store_memory=resources.pop("object_store_memory", None),
+                memory=resources.pop("memory", None),
+                resources=resources,
+                labels=labels,
+                env_vars={
+                    # The autoscaler matches nodes to its launches by these ids.
+                    "RAY_OVERRIDE_NODE_ID_FOR_TESTING": node_id,
+                    "RAY_CLOUD_INSTANCE_ID": node_id,
+                    "RAY_NODE_TYPE_NAME": node_type,
+                    ray_constants.RESOURCES_ENVIRONMENT_VARIABLE: json.dumps(resources),
+                    ray_constants.LABELS_ENVIRONMENT_VARIABLE: json.dumps(labels),
+                },
+            )
+            node = ray._private.node.Node(
+                params, head=False, shutdown_at_exit=False, spawn_reaper=False
+            )
+            self._nodes[node_id] = {
+                "tags": {
+                    TAG_RAY_NODE_KIND: NODE_KIND_WORKER,
+                    TAG_RAY_USER_NODE_TYPE: node_type,
+                    TAG_RAY_NODE_NAME: node_id,
+                    TAG_RAY_NODE_STATUS: STATUS_UP_TO_DATE,
+                    **tags,
+                },
+                "node": node,
+            }
