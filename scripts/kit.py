@@ -20,28 +20,30 @@ from pathlib import Path
 from scripts import catalog, local_cluster, submit
 from scripts.errors import KitError
 from scripts.render import render_cluster
-from scripts.validate import check_rendered
-from scripts.values import REPO, load_values
+from scripts.validate import validate
+from scripts.values import REPO, read_values
 
 # What `up` launched, kept apart from build/clusters/ so that `down` always stops what is
 # running even after the values file was edited (or broken) in between.
 LAUNCHED = REPO / "build" / "launched"
 
 
-def validated(cluster: str) -> tuple[Path, dict, dict]:
-    path, config = render_cluster(cluster)
-    check_rendered(cluster, config)
-    return path, config, load_values(cluster)
+def validated(cluster: str) -> tuple[Path, dict]:
+    """Validate the values file, then write its rendered YAML; return (path, values)."""
+    values = read_values(cluster)
+    validate(cluster, values)
+    path, _ = render_cluster(cluster)
+    return path, values
 
 
 def cmd_render(a) -> int:
-    path, _ = render_cluster(a.cluster)
+    path, _ = validated(a.cluster)  # the template needs values that passed every check
     print(path.relative_to(REPO))
     return 0
 
 
 def cmd_validate(a) -> int:
-    path, _, _ = validated(a.cluster)
+    path, _ = validated(a.cluster)
     print(f"{path.relative_to(REPO)}: valid")
     return 0
 
@@ -57,7 +59,7 @@ def hourly_cost(values: dict) -> str:
 
 
 def cmd_up(a) -> int:
-    path, _, values = validated(a.cluster)
+    path, values = validated(a.cluster)
     LAUNCHED.mkdir(parents=True, exist_ok=True)
     if values["provider"] == "local":
         state = local_cluster.up(a.cluster, path, values)

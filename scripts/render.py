@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import jinja2
-import yaml
 
 from scripts import catalog
 from scripts.errors import KitError
@@ -25,17 +24,20 @@ JOB_PACKAGES = ("torch", "torchvision", "timm", "autograd", "pandas", "portpicke
 NODEPS_REQUIREMENTS = REPO / "jobs" / "adaptdl_mnist" / "requirements-nodeps.txt"
 
 
-def render_cluster(cluster: str) -> tuple[Path, dict]:
-    """Load, check and render cluster_templates/<cluster>.yaml; return (path, config)."""
-    from scripts.validate import check_values  # validate imports render's helpers
-
+def render_cluster(cluster: str) -> tuple[Path, str]:
+    """Render cluster_templates/<cluster>.yaml to build/clusters/; return (path, text).
+    The values' shape is checked first: the template needs well-formed values."""
     values = load_values(cluster)
-    check_values(cluster, values)
-    text = render_template(values["provider"], build_context(cluster, values))
+    text = render_values(cluster, values)
     BUILD.mkdir(parents=True, exist_ok=True)
     out = BUILD / f"{cluster}.yaml"
     out.write_text(text)
-    return out, yaml.safe_load(text)
+    return out, text
+
+
+def render_values(cluster: str, values: dict) -> str:
+    """The cluster YAML for already-checked values: deterministic, no file written."""
+    return render_template(values["provider"], build_context(cluster, values))
 
 
 def render_template(provider: str, context: dict) -> str:

@@ -18,7 +18,20 @@ import shlex
 from scripts import catalog
 from scripts.errors import KitError
 from scripts.local_provider import MAX_WORKERS as MAX_LOCAL_WORKERS
-from scripts.values import REPO, values_path
+from scripts.values import REPO, check_schema, values_path
+
+def validate(cluster: str, values: dict) -> dict:
+    """Every check, in order; return the rendered config as a dict. Raises KitError."""
+    import yaml
+
+    from scripts.render import render_values
+
+    check_schema(cluster, values)
+    check_values(cluster, values)
+    config = yaml.safe_load(render_values(cluster, values))
+    check_rendered(cluster, config)
+    return config
+
 
 # --- 2. the kit's rules on the values ---------------------------------------------------
 
@@ -183,7 +196,7 @@ def run_instances_problems(node_config: dict) -> list[str]:
     report = ParamValidator().validate(params, shape)
     problems = []
     if report.has_errors():
-        for line in report.generate_report().splitlines()[1:]:
+        for line in report.generate_report().splitlines():
             problems.append(": " + line.strip())
     problems += [f"{path}: {value!r} is not one of {', '.join(allowed)}"
                  for path, value, allowed in enum_violations(params, shape, "")]

@@ -27,6 +27,13 @@ def available_clusters() -> list[str]:
 
 def load_values(cluster: str) -> dict:
     """Parse cluster_templates/<cluster>.yaml and check its shape; raise KitError."""
+    values = read_values(cluster)
+    check_schema(cluster, values)
+    return values
+
+
+def read_values(cluster: str) -> dict:
+    """Parse cluster_templates/<cluster>.yaml, unchecked."""
     path = values_path(cluster)
     if not path.is_file():
         hint = difflib.get_close_matches(cluster, available_clusters(), n=1)
@@ -41,6 +48,12 @@ def load_values(cluster: str) -> dict:
         raise KitError(f"{path.relative_to(REPO)} is not valid YAML: {e}") from None
     if not isinstance(values, dict):
         raise KitError(f"{path.relative_to(REPO)}: expected a mapping of keys at the top")
+    return values
+
+
+def check_schema(cluster: str, values: dict) -> None:
+    """Raise KitError listing every key of the values that breaks its provider's schema."""
+    path = values_path(cluster)
     provider = values.get("provider")
     if provider not in PROVIDERS:
         raise KitError(
@@ -49,10 +62,7 @@ def load_values(cluster: str) -> dict:
         )
     problems = schema_problems(values, provider)
     if problems:
-        raise KitError(
-            "\n".join(f"{path.relative_to(REPO)}: {p}" for p in problems)
-        )
-    return values
+        raise KitError("\n".join(f"{path.relative_to(REPO)}: {p}" for p in problems))
 
 
 def schema_problems(values: dict, provider: str) -> list[str]:

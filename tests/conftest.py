@@ -1,0 +1,62 @@
+"""Shared fixtures. No test reaches AWS: the AWS tests use moto (in-process or a server on
+127.0.0.1) with dummy credentials, and in-process sockets may connect to loopback only."""
+
+import copy
+import ipaddress
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+# Dummy credentials for every test: a real ~/.aws profile must never be picked up.
+for key, value in {
+    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}.items():
+    os.environ[key] = value
+
+_connect = socket.socket.connect
+
+
+def _loopback_only_connect(sock, address):
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        host = address[0]
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            ip = ipaddress.ip_address(socket.gethostbyname(host))
+        if not ip.is_loopback:
+            raise ConnectionRefusedError(f"test tried to reach non-loopback {address}")
+    return _connect(sock, address)
+
+
+socket.socket.connect = _loopback_only_connect
+
+
+def load_example(cluster: str) -> dict:
+    return yaml.safe_load((REPO / "cluster_templates" / f"{cluster}.yaml").read_text())
+
+
+@pytest.fixture
+def hetero_values() -> dict:
+    return copy.deepcopy(load_example("hetero"))
+
+
+@pytest.fixture
+def local_values() -> dict:
+    return copy.deepcopy(load_example("local"))
+
+
+def make(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run `make ARGS` in the repo, as a user would; output captured as text."""
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
