@@ -119,7 +119,6 @@ def aws_context(values: dict) -> dict:
         "image_id": image_id,
         "key_pair": aws.get("key_pair"),
         "ssh_user": aws.get("ssh_user", "ubuntu"),
-        "ssh_cidr": aws.get("ssh_cidr", "0.0.0.0/0"),
         "tags": {"ray-kit-cluster": values["cluster_name"]} | aws.get("tags", {}),
         "common_run_options": volume_run_options(docker) + ["--ulimit nofile=65536:65536"]
         + docker.get("extra_run_options", []),

@@ -21,6 +21,7 @@ for key, value in {
     "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
     "RAY_USAGE_STATS_ENABLED": "0",
+    "MOTO_IAM_LOAD_MANAGED_POLICIES": "true",  # Ray attaches AmazonEC2FullAccess
 }.items():
     os.environ[key] = value
 

@@ -54,8 +54,7 @@ def test_secure_defaults():
     config = render("hetero", load_example("hetero"))
     provider = config["provider"]
     assert provider["cache_stopped_nodes"] is False
-    rules = provider["security_group"]["IpPermissions"]
-    assert [(r["FromPort"], r["ToPort"]) for r in rules] == [(22, 22)]
+    assert "IpPermissions" not in provider["security_group"]  # only Ray's SSH default
     for node_type in config["available_node_types"].values():
         node_config = node_type["node_config"]
         assert node_config["MetadataOptions"]["HttpTokens"] == "required"
@@ -111,7 +110,7 @@ def test_local_resources_put_trainer_on_head_and_preprocess_on_workers():
 
 
 def test_missing_template_value_is_an_error_not_an_empty_string():
-    with pytest.raises(KitError, match="'ssh_cidr' is undefined"):
+    with pytest.raises(KitError, match="'ssh_user' is undefined"):
         context = {"values_file": "x.yaml", "cluster_key": "x", "cluster_name": "x",
                    "max_workers": 1, "idle_timeout_minutes": 5, "region": "us-east-1",
                    "availability_zone": None}

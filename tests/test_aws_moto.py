@@ -1,0 +1,81 @@
+"""The rendered AWS configs launch what they say, against moto (in-process, offline)."""
+
+import copy
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from conftest import load_example
+from scripts.validate import validate
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    # Ray's bootstrap writes the SSH key it creates to ~/.ssh: keep it out of the real home.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    return tmp_path
+
+
+def launch_every_node_type(cluster: str):
+    """bootstrap_aws then AWSNodeProvider.create_node for each node type, as `ray up` and
+    the autoscaler do; return {node type: instance description}."""
+    from ray.autoscaler._private.aws.config import bootstrap_aws
+    from ray.autoscaler._private.aws.node_provider import AWSNodeProvider
+    from ray.autoscaler._private.util import prepare_config
+    from ray.autoscaler.tags import NODE_KIND_HEAD, NODE_KIND_WORKER, TAG_RAY_NODE_KIND, \
+        TAG_RAY_NODE_NAME, TAG_RAY_USER_NODE_TYPE
+
+    config = bootstrap_aws(prepare_config(validate(cluster, load_example(cluster))))
+    provider = AWSNodeProvider(config["provider"], config["cluster_name"])
+    ec2 = boto3.client("ec2", region_name=config["provider"]["region"])
+    launched = {}
+    for name, node_type in config["available_node_types"].items():
+        kind = NODE_KIND_HEAD if name == config["head_node_type"] else NODE_KIND_WORKER
+        tags = {TAG_RAY_NODE_KIND: kind, TAG_RAY_USER_NODE_TYPE: name,
+                TAG_RAY_NODE_NAME: f"ray-{config['cluster_name']}-{kind}"}
+        before = set(provider.non_terminated_nodes({}))
+        provider.create_node(copy.deepcopy(node_type["node_config"]), tags, 1)
+        (instance_id,) = set(provider.non_terminated_nodes({})) - before
+        launched[name] = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    return config, provider, ec2, launched
+
+
+@pytest.mark.parametrize("cluster,head_type,worker_type", [
+    ("hetero", "g5.xlarge", "c5.4xlarge"),
+    ("p4d_hetero", "p4d.24xlarge", "c5.18xlarge"),
+])
+def test_launch_head_and_workers_on_moto(home, cluster, head_type, worker_type):
+    with mock_aws():
+        config, provider, ec2, launched = launch_every_node_type(cluster)
+        values = load_example(cluster)
+        assert launched["ray.head.default"]["InstanceType"] == head_type
+        assert launched["cpu_worker"]["InstanceType"] == worker_type
+        for name, instance in launched.items():
+            tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
+            assert tags["ray-cluster-name"] == values["cluster_name"]
+            assert tags["ray-user-node-type"] == name
+            assert tags["ray-kit-cluster"] == values["cluster_name"]
+            assert tags["project"] == "ray-hetero-kit"
+            assert instance["MetadataOptions"]["HttpTokens"] == "required"
+            assert instance["ImageId"] == config["available_node_types"][name]["node_config"]["ImageId"]
+
+            node_values = values["head"] if name == "ray.head.default" else values["workers"][name]
+            volume_ids = [m["Ebs"]["VolumeId"] for m in instance["BlockDeviceMappings"]]
+            volumes = ec2.describe_volumes(VolumeIds=volume_ids)["Volumes"]
+            expected_sizes = {node_values["disk"]["root_gb"]} | (
+                {node_values["disk"]["data_gb"]} if node_values["disk"].get("data_gb") else set())
+            assert {v["Size"] for v in volumes} == expected_sizes
+            assert all(v["VolumeType"] == "gp3" and v["Encrypted"] for v in volumes)
+
+        # the security group that bootstrap made opens SSH and nothing else to the world
+        group_id = launched["ray.head.default"]["SecurityGroups"][0]["GroupId"]
+        group = ec2.describe_security_groups(GroupIds=[group_id])["SecurityGroups"][0]
+        public = [p for p in group["IpPermissions"] if p.get("IpRanges")]
+        assert [(p["FromPort"], p["ToPort"]) for p in public] == [(22, 22)]
+
+        provider.terminate_nodes(list(provider.non_terminated_nodes({})))
+        states = {i["State"]["Name"]
+                  for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
+        assert states <= {"shutting-down", "terminated"}
+        assert provider.non_terminated_nodes({}) == []
