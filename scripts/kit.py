@@ -21,11 +21,11 @@ from scripts import catalog, local_cluster, submit
 from scripts.errors import KitError
 from scripts.render import render_cluster
 from scripts.validate import validate
-from scripts.values import REPO, read_values
+from scripts.values import BUILD, read_values, values_path
 
 # What `up` launched, kept apart from build/clusters/ so that `down` always stops what is
 # running even after the values file was edited (or broken) in between.
-LAUNCHED = REPO / "build" / "launched"
+LAUNCHED = BUILD / "launched"
 
 
 def validated(cluster: str) -> tuple[Path, dict]:
@@ -38,13 +38,13 @@ def validated(cluster: str) -> tuple[Path, dict]:
 
 def cmd_render(a) -> int:
     path, _ = validated(a.cluster)  # the template needs values that passed every check
-    print(path.relative_to(REPO))
+    print(path)
     return 0
 
 
 def cmd_validate(a) -> int:
     path, _ = validated(a.cluster)
-    print(f"{path.relative_to(REPO)}: valid")
+    print(f"{path}: valid")
     return 0
 
 
@@ -95,7 +95,7 @@ def provider_of(cluster: str) -> str:
     file that was broken after up)."""
     import yaml
 
-    path = REPO / "cluster_templates" / f"{cluster}.yaml"
+    path = values_path(cluster)
     try:
         return yaml.safe_load(path.read_text()).get("provider", "")
     except Exception:

@@ -20,9 +20,9 @@ from pathlib import Path
 import psutil
 
 from scripts.errors import KitError
-from scripts.values import REPO
+from scripts.values import BUILD, REPO
 
-STATE_DIR = REPO / "build" / "local"
+STATE_DIR = BUILD / "local"
 JOIN_TIMEOUT_S = float(os.environ.get("RAYKIT_JOIN_TIMEOUT_S", "180"))
 MIB = 1024 * 1024
 # Ray rewrites 127.0.0.1 to the host's network address; any other 127.x address stays on
@@ -31,8 +31,8 @@ HEAD_IP = "127.0.0.2"
 
 
 def temp_dir(cluster: str) -> str:
-    """Short (Unix socket paths are capped at 107 bytes) and unique per checkout."""
-    digest = hashlib.sha1(f"{REPO}:{cluster}".encode()).hexdigest()[:8]
+    """Short (Unix socket paths are capped at 107 bytes) and unique per build dir."""
+    digest = hashlib.sha1(f"{STATE_DIR}:{cluster}".encode()).hexdigest()[:8]
     return f"/tmp/raykit-{cluster}-{digest}"
 
 

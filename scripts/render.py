@@ -12,9 +12,9 @@ import jinja2
 
 from scripts import catalog
 from scripts.errors import KitError
-from scripts.values import REPO, TEMPLATES, load_values
+from scripts.values import BUILD, REPO, TEMPLATES, load_values
 
-BUILD = REPO / "build" / "clusters"
+CLUSTERS = BUILD / "clusters"
 HEAD = "ray.head.default"  # the head node type's name (fake providers require this one)
 MIB = 1024 * 1024
 
@@ -29,8 +29,8 @@ def render_cluster(cluster: str) -> tuple[Path, str]:
     The values' shape is checked first: the template needs well-formed values."""
     values = load_values(cluster)
     text = render_values(cluster, values)
-    BUILD.mkdir(parents=True, exist_ok=True)
-    out = BUILD / f"{cluster}.yaml"
+    CLUSTERS.mkdir(parents=True, exist_ok=True)
+    out = CLUSTERS / f"{cluster}.yaml"
     out.write_text(text)
     return out, text
 

@@ -5,6 +5,7 @@ cluster_templates/schema/<provider>.schema.yaml and the template <provider>.yaml
 """
 
 import difflib
+import os
 from pathlib import Path
 
 import jsonschema
@@ -14,6 +15,9 @@ from scripts.errors import KitError
 
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO / "cluster_templates"
+# Rendered configs and cluster state; tests point it elsewhere so that they never touch
+# the state of a cluster a user has up.
+BUILD = Path(os.environ.get("RAYKIT_BUILD_DIR", REPO / "build"))
 PROVIDERS = ("aws", "local")
 
 

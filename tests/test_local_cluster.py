@@ -1,0 +1,70 @@
+"""The simulated cluster for real: make up, submit, down; nothing of it survives down."""
+
+import json
+import os
+import re
+
+import pytest
+
+from conftest import make
+from scripts import local_cluster
+
+
+def result_of(output: str) -> dict:
+    lines = [l for l in output.splitlines() if l.startswith("RESULT ")]
+    assert lines, output[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.fixture(scope="module")
+def cluster_env(tmp_path_factory):
+    """A local cluster of its own (own build dir, so own temp dir and ports)."""
+    build = tmp_path_factory.mktemp("build")
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(build))
+    up = make("up", "CLUSTER=local", env=env, timeout=300)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    state = json.loads((build / "local" / "local.json").read_text())
+    yield env, state
+    down = make("down", "CLUSTER=local", env=env, timeout=120)
+    assert down.returncode == 0
+    assert local_cluster.cluster_processes(state["temp_dir"]) == []
+
+
+def test_up_reports_every_node(cluster_env):
+    env, state = cluster_env
+    status = make("status", "CLUSTER=local", env=env)
+    assert " 1 ray.head.default" in status.stdout and " 2 cpu_worker" in status.stdout
+
+
+def test_tasks_spread_over_workers_and_trainer_lands_on_head(cluster_env):
+    env, state = cluster_env
+    run = make("submit", "CLUSTER=local", "JOB=smoke", env=env, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:]
+    result = result_of(run.stdout)
+    assert result["alive_nodes"] == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    assert result["trainer_task_node"] == "127.0.0.2" == result["driver_node"]
+    assert result["preprocess_task_nodes"] == ["127.0.0.3", "127.0.0.4"]
+
+
+def test_a_failing_job_fails_make_submit(cluster_env):
+    env, _ = cluster_env
+    run = make("submit", "CLUSTER=local", "JOB=smoke", "ARGS=--fail-with 3", env=env, timeout=300)
+    assert run.returncode != 0
+    assert "FAILED" in run.stdout
+
+
+def test_a_second_up_is_refused(cluster_env):
+    env, state = cluster_env
+    again = make("up", "CLUSTER=local", env=env, timeout=120)
+    assert again.returncode != 0
+    assert "already up" in again.stderr
+
+
+def test_run_tears_down_after_a_failing_job(tmp_path):
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path))
+    run = make("run", "CLUSTER=local", "JOB=smoke", "ARGS=--fail-with 3", env=env, timeout=400)
+    assert run.returncode != 0
+    assert "RESULT " in run.stdout and "tearing down 'local'" in run.stdout
+    temp_dir = re.search(r"logs (/tmp/raykit-\S+)/session_latest", run.stdout).group(1)
+    assert not (tmp_path / "local" / "local.json").exists()
+    assert local_cluster.cluster_processes(temp_dir) == []

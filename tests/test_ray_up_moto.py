@@ -1,0 +1,62 @@
+"""`make up CLUSTER=hetero` runs the real `ray up` against a moto server on 127.0.0.1.
+
+A stand-in `ssh`/`rsync` (tests/standins) is first on PATH: it records what Ray would run
+on the head and never connects anywhere. Every AWS call goes to AWS_ENDPOINT_URL.
+"""
+
+import os
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from conftest import REPO, make
+from scripts.local_cluster import free_port
+
+
+@pytest.fixture
+def moto_server():
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+def test_make_up_launches_the_head_and_make_down_leaves_nothing(moto_server, tmp_path):
+    log = tmp_path / "remote-commands.log"
+    env = dict(os.environ,
+               AWS_ENDPOINT_URL=moto_server,
+               HOME=str(tmp_path),  # the SSH key ray up creates lands here
+               RAYKIT_BUILD_DIR=str(tmp_path / "build"),
+               STANDIN_LOG=str(log),
+               PATH=f"{REPO / 'tests' / 'standins'}:{os.environ['PATH']}")
+    up = make("up", "CLUSTER=hetero", env=env, timeout=300)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    assert "launching 'hetero' on AWS: ~$2.37/h with min_workers" in up.stdout
+
+    ec2 = boto3.client("ec2", endpoint_url=moto_server, region_name="us-east-1")
+    instances = [i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]]
+    running = [i for i in instances if i["State"]["Name"] in ("pending", "running")]
+    # ray up launches the head; the head's autoscaler launches the workers later
+    assert [i["InstanceType"] for i in running] == ["g5.xlarge"]
+    head = running[0]
+    tags = {t["Key"]: t["Value"] for t in head["Tags"]}
+    assert tags["ray-node-type"] == "head" and tags["ray-cluster-name"] == "hetero"
+    assert head["MetadataOptions"]["HttpTokens"] == "required"
+    volume = ec2.describe_volumes(
+        VolumeIds=[head["BlockDeviceMappings"][0]["Ebs"]["VolumeId"]])["Volumes"][0]
+    assert (volume["Size"], volume["VolumeType"], volume["Encrypted"]) == (150, "gp3", True)
+
+    remote = log.read_text()
+    assert "sudo mkdir -p /mnt/data" in remote  # initialization command, on the host
+    assert "docker run" in remote and "rayproject/ray:2.60.0-py311-gpu" in remote
+    assert "-v /mnt/data:/data" in remote and "--shm-size=6g" in remote
+    assert "pip install -q --no-cache-dir torch==2.14.1" in remote
+    assert "--dashboard-host=127.0.0.1" in remote
+
+    down = make("down", "CLUSTER=hetero", env=env, timeout=300)
+    assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
+    states = {i["State"]["Name"]
+              for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
+    assert states <= {"shutting-down", "terminated"}
