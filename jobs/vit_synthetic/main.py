@@ -1,0 +1,240 @@
+"""ViT on synthetic images: Ray Train trains on the GPU node(s) while Ray Data preprocesses
+on the CPU workers. `make submit JOB=vit_synthetic ARGS="--steps 50"`
+
+The seed technique (a heterogeneous cluster feeding a GPU) on Ray 2.60's APIs: Dataset.
+map_batches for preprocessing, ray.train.get_dataset_shard in the training loop, ray.train.
+report for the results. Preprocessing tasks ask for the `preprocess` resource that only the
+CPU workers (in a heterogeneous mix) declare, so they never take the trainer's CPUs.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from diagnosis import diagnose
+
+MODEL_PRESETS = {
+    # the seed's default: timm's VisionTransformer defaults, ViT-B/16 (86M parameters)
+    "base": {"patch_size": 16, "embed_dim": 768, "depth": 12, "num_heads": 12},
+    # small enough to train at a few steps/s on a CPU: the local stand-in
+    "tiny": {"patch_size": 16, "embed_dim": 192, "depth": 4, "num_heads": 3},
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=12, help="training steps per worker")
+    p.add_argument("--batch-size", type=int, default=16, help="images per step per worker")
+    p.add_argument("--image-size", type=int, default=224, help="square images, multiple of 16")
+    p.add_argument("--blur-count", type=int, default=10, help="GaussianBlur passes per image (0-50)")
+    p.add_argument("--blur-kernel", type=int, default=11, help="GaussianBlur kernel size, odd")
+    p.add_argument("--model", choices=[*MODEL_PRESETS, "auto"], default="auto",
+                   help="ViT preset; auto: base on a GPU, tiny on CPU")
+    p.add_argument("--workers", type=int, default=0,
+                   help="training workers; 0: one per `trainer` slot of the cluster (one per GPU)")
+    p.add_argument("--log-every", type=int, default=5, help="print the mean step time every N steps")
+    p.add_argument("--prefetch-batches", type=int, default=4, help="batches buffered ahead of the trainer")
+    p.add_argument("--preprocess-resource", default="preprocess",
+                   help="custom resource preprocessing tasks need ('' lets them run anywhere)")
+    p.add_argument("--results", default="~/raykit-results/vit_synthetic.json",
+                   help="where the summary JSON is written")
+    args = p.parse_args(argv)
+    problems = []
+    for name in ("steps", "batch_size", "image_size", "blur_kernel", "log_every", "prefetch_batches"):
+        if getattr(args, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
+    if args.image_size % 16:
+        problems.append(f"--image-size must be a multiple of the ViT patch size 16 (got {args.image_size})")
+    if args.blur_kernel % 2 == 0:
+        problems.append(f"--blur-kernel must be odd (got {args.blur_kernel})")
+    if not 0 <= args.blur_count <= 50:
+        problems.append(f"--blur-count must be between 0 and 50 (got {args.blur_count})")
+    if args.workers < 0:
+        problems.append(f"--workers must be 0 (auto) or more (got {args.workers})")
+    if problems:
+        p.error("; ".join(problems))  # exits 2 before Ray starts any work
+    return args
+
+
+def build_model(preset: str):
+    from timm.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(num_classes=1000, **MODEL_PRESETS[preset])
+
+
+def train_loop(config: dict) -> None:
+    """One Ray Train worker: pull preprocessed batches from its shard, train, report."""
+    import numpy as np
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    model = ray.train.torch.prepare_model(build_model(config["model"]))
+    device = ray.train.torch.get_device()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    rank = ray.train.get_context().get_world_rank()
+    shard = ray.train.get_dataset_shard("train")
+
+    waits, steps_s, nodes, preprocess_s = [], [], {}, 0.0
+    batches = shard.iter_batches(batch_size=config["batch_size"], batch_format="numpy",
+                                 prefetch_batches=config["prefetch_batches"], drop_last=True)
+    start = last = time.perf_counter()
+    for batch in batches:
+        got_data = time.perf_counter()
+        images = torch.from_numpy(batch["image"].copy()).to(device, non_blocking=True)
+        labels = torch.from_numpy(batch["label"]).to(device, non_blocking=True)
+        optimizer.zero_grad()
+        loss = loss_fn(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        done = time.perf_counter()
+        waits.append(got_data - last)
+        steps_s.append(done - last)
+        last = done
+        for node, count in zip(*np.unique(batch["node"], return_counts=True)):
+            nodes[str(node)] = nodes.get(str(node), 0) + int(count)
+        preprocess_s += float(batch["preprocess_s"].sum())
+        step = len(steps_s)
+        if rank == 0 and step % config["log_every"] == 0:
+            recent = steps_s[-config["log_every"]:]
+            print(f"step {step}/{config['steps']}: mean step {np.mean(recent):.3f} s "
+                  f"(data wait {np.mean(waits[-config['log_every']:]):.3f} s), "
+                  f"loss {loss.item():.3f}", flush=True)
+    # The first step includes the pipeline's start-up: keep it out of the means.
+    steady = slice(1, None) if len(steps_s) > 1 else slice(None)
+    metrics = {
+        "steps": len(steps_s),
+        "train_s": last - start,
+        "warmup_s": steps_s[0] if steps_s else 0.0,
+        "mean_step_s": float(np.mean(steps_s[steady])),
+        "mean_data_wait_s": float(np.mean(waits[steady])),
+        "max_data_wait_s": float(np.max(waits[steady])),
+        "images_seen": int(sum(nodes.values())),
+        "preprocess_s_per_image": preprocess_s / max(1, sum(nodes.values())),
+        "preprocess_nodes": nodes,
+        "trainer_node": ray.util.get_node_ip_address(),
+        "device": str(device),
+        "final_loss": float(loss.item()),
+    }
+    # Train V2 keeps the metrics of reports that carry a checkpoint: rank 0 attaches one
+    # holding just the summary (no model weights), the other ranks report none.
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = None
+        if rank == 0:
+            Path(tmp, "metrics.json").write_text(json.dumps(metrics))
+            checkpoint = ray.train.Checkpoint.from_directory(tmp)
+        ray.train.report(metrics, checkpoint=checkpoint)
+
+
+def cluster_shape(resource: str) -> dict:
+    """What the cluster offers: trainer slots, GPUs, preprocessing CPUs and worker nodes."""
+    import ray
+
+    total = ray.cluster_resources()
+    workers = [n for n in ray.nodes() if n["Alive"] and resource and n["Resources"].get(resource)]
+    labels = workers[0].get("Labels", {}) if workers else {}
+    return {
+        "trainer_slots": int(total.get("trainer", 0)),
+        "gpus": int(total.get("GPU", 0)),
+        "preprocess_cpus": total.get(resource, 0) if resource else total.get("CPU", 0),
+        "cpus_per_worker": max((n["Resources"].get("CPU", 0) for n in workers), default=0),
+        "worker_type": labels.get("ray.io/node-type-name") or labels.get("ray.io/node-group")
+        or "CPU worker",
+    }
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import ray
+    from ray.train import DataConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from pipeline import build_dataset
+
+    ray.init()
+    shape = cluster_shape(args.preprocess_resource)
+    if shape["trainer_slots"] < 1:
+        sys.exit("error: no node offers the `trainer` resource the training workers need; "
+                 "start the cluster with the kit (`make up`), whose head declares it")
+    if args.preprocess_resource and not shape["preprocess_cpus"]:
+        sys.exit(f"error: no node offers the `{args.preprocess_resource}` resource for "
+                 "preprocessing; add CPU workers, set `preprocess: true` on the head, or "
+                 "pass --preprocess-resource ''")
+    workers = args.workers or shape["trainer_slots"]
+    if workers > shape["trainer_slots"]:
+        sys.exit(f"error: --workers {workers} exceeds the cluster's {shape['trainer_slots']} "
+                 "trainer slots (one per GPU); lower --workers or use a larger head")
+    use_gpu = shape["gpus"] > 0
+    model = args.model if args.model != "auto" else ("base" if use_gpu else "tiny")
+    num_records = args.batch_size * args.steps * workers  # exactly what the steps need
+    dataset = build_dataset(
+        num_records, args.batch_size, args.image_size, args.blur_count, args.blur_kernel,
+        resources={args.preprocess_resource: 1} if args.preprocess_resource else None)
+    print(f"training ViT-{model} on {workers} worker(s) ({'GPU' if use_gpu else 'CPU'}), "
+          f"{num_records} images of {args.image_size}px, {args.blur_count} blurs each, "
+          f"preprocessed on {shape['preprocess_cpus']:g} CPUs", flush=True)
+
+    resources = {"CPU": 1, "trainer": 1} | ({"GPU": 1} if use_gpu else {})
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={"model": model, "batch_size": args.batch_size, "steps": args.steps,
+                           "log_every": args.log_every, "prefetch_batches": args.prefetch_batches},
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu,
+                                     resources_per_worker=resources),
+        datasets={"train": dataset},
+        dataset_config=DataConfig(datasets_to_split=["train"]),
+        run_config=RunConfig(name="vit_synthetic", storage_path="/tmp/raykit-train"),
+    )
+    started = time.perf_counter()
+    metrics = trainer.fit().metrics
+    images_per_step = args.batch_size * workers
+    summary = {
+        "model": model, "workers": workers, "batch_size": args.batch_size,
+        "image_size": args.image_size, "blur_count": args.blur_count,
+        **{k: metrics[k] for k in ("steps", "device", "trainer_node", "warmup_s", "mean_step_s",
+                                   "mean_data_wait_s", "max_data_wait_s", "preprocess_nodes",
+                                   "final_loss")},
+        "images_per_s": images_per_step / metrics["mean_step_s"],
+        "mean_compute_s": metrics["mean_step_s"] - metrics["mean_data_wait_s"],
+        "data_wait_fraction": metrics["mean_data_wait_s"] / metrics["mean_step_s"],
+        "wall_s": time.perf_counter() - started,
+        "diagnosis": diagnose(
+            mean_step_s=metrics["mean_step_s"], mean_wait_s=metrics["mean_data_wait_s"],
+            images_per_step=images_per_step,
+            preprocess_s_per_image=metrics["preprocess_s_per_image"],
+            preprocess_cpus=shape["preprocess_cpus"], worker_type=shape["worker_type"],
+            cpus_per_worker=shape["cpus_per_worker"] or 1),
+    }
+    print_summary(summary)
+    path = Path(os.path.expanduser(args.results))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2))
+    print(f"summary written to {path}")
+    print("RESULT " + json.dumps(summary), flush=True)
+    return 0
+
+
+def print_summary(s: dict) -> None:
+    print("\n=== vit_synthetic summary ===")
+    print(f"steps            {s['steps']} x {s['workers']} worker(s) x {s['batch_size']} images "
+          f"(ViT-{s['model']} on {s['device']}, node {s['trainer_node']})")
+    print(f"throughput       {s['images_per_s']:.1f} images/s")
+    print(f"mean step        {s['mean_step_s']:.3f} s = {s['mean_data_wait_s']:.3f} s waiting "
+          f"for data + {s['mean_compute_s']:.3f} s computing (first step {s['warmup_s']:.1f} s "
+          "excluded)")
+    print(f"trainer idle     {s['data_wait_fraction']:.0%} of each step "
+          f"(longest wait {s['max_data_wait_s']:.2f} s)")
+    nodes = ", ".join(f"{ip}: {n} images" for ip, n in sorted(s["preprocess_nodes"].items()))
+    print(f"preprocessed on  {nodes}")
+    print(f"diagnosis        {s['diagnosis']['text']}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""The job's data: synthetic images and the heavy CPU preprocessing (Ray Data stages).
+
+Kept free of Ray Train so that the benchmark (scripts/bench_data.py) and the unit tests
+run exactly the code the job runs.
+"""
+
+import time
+
+import numpy as np
+import torch
+from torchvision import transforms
+
+NUM_CLASSES = 1000
+
+
+def make_images(batch: dict, image_size: int, num_classes: int = NUM_CLASSES) -> dict:
+    """Random HWC uint8 images and labels, seeded by the record ids (reproducible)."""
+    ids = batch["id"]
+    rng = np.random.default_rng(int(ids[0]))
+    return {
+        "image": rng.integers(0, 256, (len(ids), image_size, image_size, 3), dtype=np.uint8),
+        "label": rng.integers(0, num_classes, len(ids), dtype=np.int64),
+    }
+
+
+def build_transform(blur_count: int, blur_kernel: int) -> transforms.Compose:
+    """ToTensor + GaussianBlur x blur_count: the seed's stand-in for heavy augmentation."""
+    return transforms.Compose(
+        [transforms.ToTensor()]
+        + [transforms.GaussianBlur(blur_kernel) for _ in range(blur_count)]
+    )
+
+
+class Preprocess:
+    """A Ray Data map_batches stage: HWC uint8 images -> normalized CHW float32.
+
+    Each batch also records the node that ran it and the seconds it took, so the job can
+    prove where preprocessing ran and measure its throughput per CPU."""
+
+    def __init__(self, blur_count: int, blur_kernel: int):
+        self.transform = build_transform(blur_count, blur_kernel)
+        torch.set_num_threads(1)  # one Ray CPU per task: no oversubscription
+
+    def __call__(self, batch: dict) -> dict:
+        import ray
+
+        start = time.perf_counter()
+        images = torch.stack([self.transform(image) for image in batch["image"]]).numpy()
+        seconds = time.perf_counter() - start
+        n = len(images)
+        return {
+            "image": images,
+            "label": batch["label"],
+            "node": np.array([ray.util.get_node_ip_address()] * n),
+            "preprocess_s": np.full(n, seconds / n, dtype=np.float64),
+        }
+
+
+def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count: int,
+                  blur_kernel: int, resources: dict | None = None):
+    """ray.data.range -> random images -> preprocessing, one block per training batch so
+    batches stream to the trainer one by one (no whole-block stalls)."""
+    import ray
+
+    stage_resources = {"num_cpus": 1}
+    if resources:
+        stage_resources["resources"] = resources
+    preprocess = Preprocess(blur_count, blur_kernel)
+    return (
+        ray.data.range(num_records, override_num_blocks=max(1, num_records // batch_size))
+        .map_batches(make_images, fn_kwargs={"image_size": image_size},
+                     batch_size=batch_size, **stage_resources)
+        .map_batches(preprocess, batch_size=batch_size, **stage_resources)
+    )
