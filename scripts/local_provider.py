@@ -51,6 +51,10 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
                 node_ip_address=worker_ip(self._next_node_id),
                 gcs_address=self._gcs_address,
                 temp_dir=self._temp_dir,
+                # Every simulated node writes to the head's session dir on this one host;
+                # the head's log monitor already streams it all: one more per node would
+                # print each log line again.
+                include_log_monitor=False,
                 min_worker_port=0,
                 max_worker_port=0,
                 dashboard_port=None,

@@ -38,7 +38,8 @@ def submit(dashboard_url: str, job: str, args: list[str], python: str,
     """Run jobs/<job>/main.py on the cluster; block, streaming logs; return its exit code."""
     workdir = job_dir(job)
     submission_id = f"{job}-{uuid.uuid4().hex[:8]}"
-    runtime_env = {"excludes": EXCLUDES, "env_vars": env_vars or {}}
+    # Every log line, in full: Ray's dedup would fold a job's periodic progress lines.
+    runtime_env = {"excludes": EXCLUDES, "env_vars": {"RAY_DEDUP_LOGS": "0"} | (env_vars or {})}
     command = [
         ray_cli(), "job", "submit",
         f"--address={dashboard_url}",

@@ -60,10 +60,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def build_model(preset: str):
+def build_model(preset: str, image_size: int):
     from timm.models.vision_transformer import VisionTransformer
 
-    return VisionTransformer(num_classes=1000, **MODEL_PRESETS[preset])
+    return VisionTransformer(img_size=image_size, num_classes=1000, **MODEL_PRESETS[preset])
 
 
 def train_loop(config: dict) -> None:
@@ -73,7 +73,7 @@ def train_loop(config: dict) -> None:
     import ray.train.torch
     import torch
 
-    model = ray.train.torch.prepare_model(build_model(config["model"]))
+    model = ray.train.torch.prepare_model(build_model(config["model"], config["image_size"]))
     device = ray.train.torch.get_device()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -159,6 +159,8 @@ def main(argv=None) -> int:
     from pipeline import build_dataset
 
     ray.init()
+    # Per-operator progress bars would swamp the job log that `make submit` streams.
+    ray.data.DataContext.get_current().enable_progress_bars = False
     shape = cluster_shape(args.preprocess_resource)
     if shape["trainer_slots"] < 1:
         sys.exit("error: no node offers the `trainer` resource the training workers need; "
@@ -184,7 +186,8 @@ def main(argv=None) -> int:
     resources = {"CPU": 1, "trainer": 1} | ({"GPU": 1} if use_gpu else {})
     trainer = TorchTrainer(
         train_loop,
-        train_loop_config={"model": model, "batch_size": args.batch_size, "steps": args.steps,
+        train_loop_config={"model": model, "image_size": args.image_size,
+                           "batch_size": args.batch_size, "steps": args.steps,
                            "log_every": args.log_every, "prefetch_batches": args.prefetch_batches},
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu,
                                      resources_per_worker=resources),

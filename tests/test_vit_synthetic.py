@@ -1,0 +1,112 @@
+"""jobs/vit_synthetic: units (data, transform, diagnosis, flags) and a real run."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO, make
+
+sys.path.insert(0, str(REPO / "jobs" / "vit_synthetic"))
+from diagnosis import diagnose  # noqa: E402
+from main import parse_args  # noqa: E402
+from pipeline import Preprocess, build_transform, make_images  # noqa: E402
+
+
+def test_synthetic_images_shape_dtype_and_reproducibility():
+    batch = make_images({"id": np.arange(8, 12)}, image_size=64)
+    assert batch["image"].shape == (4, 64, 64, 3) and batch["image"].dtype == np.uint8
+    assert batch["label"].shape == (4,) and batch["label"].dtype == np.int64
+    assert 0 <= batch["label"].min() and batch["label"].max() < 1000
+    again = make_images({"id": np.arange(8, 12)}, image_size=64)
+    assert np.array_equal(batch["image"], again["image"])
+
+
+def test_transform_gives_chw_float_and_blurs():
+    image = make_images({"id": np.arange(1)}, image_size=32)["image"][0]
+    plain = build_transform(0, 11)(image)
+    blurred = build_transform(3, 11)(image)
+    assert plain.shape == blurred.shape == (3, 32, 32)
+    assert str(blurred.dtype) == "torch.float32" and 0 <= float(blurred.min()) <= float(blurred.max()) <= 1
+    assert float(blurred.std()) < float(plain.std())  # blurring smooths random noise
+
+
+def test_preprocess_stage_records_node_and_time():
+    out = Preprocess(blur_count=1, blur_kernel=3)(make_images({"id": np.arange(3)}, image_size=32))
+    assert out["image"].shape == (3, 3, 32, 32) and out["image"].dtype == np.float32
+    assert len(out["node"]) == 3 and (out["preprocess_s"] > 0).all()
+
+
+def test_diagnosis_data_bound_asks_for_more_cpu_workers():
+    # trainer: 64 images in 0.1 s of compute -> 640 images/s; one CPU makes 20 images/s,
+    # so 32 CPUs are needed; with 16, 16 more = 1 more c5.4xlarge-sized worker.
+    d = diagnose(mean_step_s=0.2, mean_wait_s=0.1, images_per_step=64,
+                 preprocess_s_per_image=0.05, preprocess_cpus=16,
+                 worker_type="cpu_worker", cpus_per_worker=16)
+    assert d["verdict"] == "data-bound"
+    assert d["data_wait_fraction"] == pytest.approx(0.5)
+    assert d["trainer_images_per_s"] == pytest.approx(640)
+    assert (d["preprocess_cpus_needed"], d["add_cpus"], d["add_worker_nodes"]) == (32, 16, 1)
+    assert "DATA-BOUND" in d["text"] and "1 more 'cpu_worker'" in d["text"]
+
+
+def test_diagnosis_compute_bound():
+    d = diagnose(mean_step_s=1.0, mean_wait_s=0.01, images_per_step=16,
+                 preprocess_s_per_image=0.05, preprocess_cpus=4,
+                 worker_type="cpu_worker", cpus_per_worker=16)
+    assert d["verdict"] == "compute-bound" and d["add_cpus"] == 0
+    assert "COMPUTE-BOUND" in d["text"]
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--steps", "0"], "--steps must be at least 1"),
+    (["--image-size", "100"], "--image-size must be a multiple of the ViT patch size 16"),
+    (["--blur-kernel", "4"], "--blur-kernel must be odd"),
+    (["--blur-count", "99"], "--blur-count must be between 0 and 50"),
+    (["--workers", "-1"], "--workers must be 0 (auto) or more"),
+    (["--model", "huge"], "invalid choice: 'huge'"),
+])
+def test_bad_flags_are_refused_before_ray_starts(flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(flags)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    build = tmp_path_factory.mktemp("build")
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(build))
+    up = make("up", "CLUSTER=local", env=env, timeout=300)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    yield env
+    assert make("down", "CLUSTER=local", env=env).returncode == 0
+
+
+def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
+    results = tmp_path / "summary.json"
+    run = make("submit", "CLUSTER=local", "JOB=vit_synthetic",
+               f"ARGS=--steps 6 --batch-size 8 --image-size 64 --log-every 2 --results {results}",
+               env=cluster, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:]
+    summary = json.loads(results.read_text())
+    printed = json.loads([l for l in run.stdout.splitlines() if l.startswith("RESULT ")][-1][7:])
+    assert printed == summary
+    assert summary["steps"] == 6 and summary["workers"] == 1
+    assert summary["trainer_node"] == "127.0.0.2"  # the head, holder of the trainer slot
+    assert set(summary["preprocess_nodes"]) == {"127.0.0.3", "127.0.0.4"}  # the CPU workers
+    assert sum(summary["preprocess_nodes"].values()) == 6 * 8
+    assert 0 < summary["mean_data_wait_s"] <= summary["mean_step_s"]
+    assert summary["images_per_s"] == pytest.approx(8 / summary["mean_step_s"])
+    assert 0 <= summary["data_wait_fraction"] < 1
+    assert summary["diagnosis"]["verdict"] in ("data-bound", "compute-bound")
+    assert "=== vit_synthetic summary ===" in run.stdout and "step 4/6" in run.stdout
+
+
+def test_bad_flag_fails_the_job_and_make_submit(cluster):
+    run = make("submit", "CLUSTER=local", "JOB=vit_synthetic", "ARGS=--blur-kernel 4",
+               env=cluster, timeout=300)
+    assert run.returncode != 0
+    assert "--blur-kernel must be odd" in run.stdout
