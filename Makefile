@@ -14,7 +14,7 @@ KIT   := $(PY) -m scripts.kit --cluster "$(CLUSTER)" --job "$(JOB)" --args "$(AR
          $(if $(TIMEOUT),--timeout $(TIMEOUT))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup render validate up status submit down run demo test clean
+.PHONY: help setup render validate up status submit down run demo test bench-data clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s]"
@@ -57,6 +57,9 @@ demo: $(STAMP) ## the ViT job end to end on the local simulated cluster
 
 test: $(STAMP) ## run every test (offline: moto for AWS, the local cluster for Ray)
 	$(PY) -m pytest tests
+
+bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataLoader (ratios)
+	$(PY) -m scripts.bench_data
 
 clean: ## remove build/ (rendered configs, local cluster state)
 	rm -rf build
