@@ -3,10 +3,12 @@
 
 import copy
 import ipaddress
+import json
 import os
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,19 @@ def make(*args: str, env: dict | None = None, timeout: float = 600) -> subproces
     """Run `make ARGS` in the repo, as a user would; output captured as text."""
     return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+@contextmanager
+def local_cluster_up(build_dir: Path):
+    """`make up CLUSTER=local` in a build dir of its own (so its own temp dir and ports);
+    yield (env for make, cluster state); on exit `make down` and check nothing is left."""
+    from scripts.local_cluster import cluster_processes
+
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir))
+    up = make("up", "CLUSTER=local", env=env, timeout=300)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    state = json.loads((build_dir / "local" / "local.json").read_text())
+    yield env, state
+    down = make("down", "CLUSTER=local", env=env, timeout=120)
+    assert down.returncode == 0
+    assert cluster_processes(state["temp_dir"]) == []

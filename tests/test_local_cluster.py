@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from conftest import make
+from conftest import local_cluster_up, make
 from scripts import local_cluster
 
 
@@ -18,16 +18,8 @@ def result_of(output: str) -> dict:
 
 @pytest.fixture(scope="module")
 def cluster_env(tmp_path_factory):
-    """A local cluster of its own (own build dir, so own temp dir and ports)."""
-    build = tmp_path_factory.mktemp("build")
-    env = dict(os.environ, RAYKIT_BUILD_DIR=str(build))
-    up = make("up", "CLUSTER=local", env=env, timeout=300)
-    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-    state = json.loads((build / "local" / "local.json").read_text())
-    yield env, state
-    down = make("down", "CLUSTER=local", env=env, timeout=120)
-    assert down.returncode == 0
-    assert local_cluster.cluster_processes(state["temp_dir"]) == []
+    with local_cluster_up(tmp_path_factory.mktemp("build")) as (env, state):
+        yield env, state
 
 
 def test_up_reports_every_node(cluster_env):

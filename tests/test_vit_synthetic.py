@@ -1,13 +1,12 @@
 """jobs/vit_synthetic: units (data, transform, diagnosis, flags) and a real run."""
 
 import json
-import os
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO, make
+from conftest import REPO, local_cluster_up, make
 
 sys.path.insert(0, str(REPO / "jobs" / "vit_synthetic"))
 from diagnosis import diagnose  # noqa: E402
@@ -77,12 +76,8 @@ def test_bad_flags_are_refused_before_ray_starts(flags, message, capsys):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    build = tmp_path_factory.mktemp("build")
-    env = dict(os.environ, RAYKIT_BUILD_DIR=str(build))
-    up = make("up", "CLUSTER=local", env=env, timeout=300)
-    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-    yield env
-    assert make("down", "CLUSTER=local", env=env).returncode == 0
+    with local_cluster_up(tmp_path_factory.mktemp("build")) as (env, _):
+        yield env
 
 
 def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
