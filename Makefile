@@ -14,7 +14,7 @@ KIT   := $(PY) -m scripts.kit --cluster "$(CLUSTER)" --job "$(JOB)" --args "$(AR
          $(if $(TIMEOUT),--timeout $(TIMEOUT))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup render validate up status submit down run demo test bench-data clean
+.PHONY: help setup render validate up status submit down run demo test test-adaptdl bench-data clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s]"
@@ -55,8 +55,22 @@ run: $(STAMP) ## up + submit + down, with teardown even on failure or Ctrl-C
 demo: $(STAMP) ## the ViT job end to end on the local simulated cluster
 	@$(MAKE) --no-print-directory run CLUSTER=local JOB=vit_synthetic
 
-test: $(STAMP) ## run every test (offline: moto for AWS, the local cluster for Ray)
+test: $(STAMP) ## run every test (offline: moto for AWS, the local cluster for Ray), then test-adaptdl
 	$(PY) -m pytest tests
+	@$(MAKE) --no-print-directory test-adaptdl
+
+# Each of adaptdl-ray's test modules replaces functions in adaptdl-ray's modules before it
+# imports the others, so each runs in a process of its own.
+ADAPTDL_SUITES := adaptdl adaptdl_ray.aws.test_controller adaptdl_ray.aws.test_controller_mocked_ray \
+                  adaptdl_ray.aws.test_worker
+
+test-adaptdl: $(STAMP) ## adaptdl 0.2.11's own unit tests, run under the kit's compatibility fixes
+	@for suite in $(ADAPTDL_SUITES); do \
+	  echo "== $$suite"; \
+	  $(PY) -m pytest -q -p tests.adaptdl_shipped_plugin -p no:cacheprovider -o asyncio_mode=auto \
+	    -o asyncio_default_fixture_loop_scope=function \
+	    --timeout 300 --pyargs $$suite || exit 1; \
+	done
 
 bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataLoader (ratios)
 	$(PY) -m scripts.bench_data

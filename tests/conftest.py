@@ -2,10 +2,8 @@
 127.0.0.1) with dummy credentials, and in-process sockets may connect to loopback only."""
 
 import copy
-import ipaddress
 import json
 import os
-import socket
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -17,6 +15,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tests import network_guard  # noqa: E402
+
 # Dummy credentials for every test: a real ~/.aws profile must never be picked up.
 for key, value in {
     "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -27,22 +27,7 @@ for key, value in {
 }.items():
     os.environ[key] = value
 
-_connect = socket.socket.connect
-
-
-def _loopback_only_connect(sock, address):
-    if sock.family in (socket.AF_INET, socket.AF_INET6):
-        host = address[0]
-        try:
-            ip = ipaddress.ip_address(host)
-        except ValueError:
-            ip = ipaddress.ip_address(socket.gethostbyname(host))
-        if not ip.is_loopback:
-            raise ConnectionRefusedError(f"test tried to reach non-loopback {address}")
-    return _connect(sock, address)
-
-
-socket.socket.connect = _loopback_only_connect
+network_guard.install()
 
 
 def load_example(cluster: str) -> dict:

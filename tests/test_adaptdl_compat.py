@@ -1,0 +1,248 @@
+"""jobs/adaptdl_mnist/adaptdl_compat.py: each fix, against the installed adaptdl 0.2.11,
+Ray, torch, numpy, semver and pymoo. Where it helps, the test also shows upstream's code
+failing on the same input, so a fix that stops being needed is noticed."""
+
+import http.server
+import importlib.util
+import io
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+import time
+
+import numpy
+import pytest
+
+from conftest import REPO
+
+COMPAT_DIR = REPO / "jobs" / "adaptdl_mnist"
+sys.path.insert(0, str(COMPAT_DIR))
+import adaptdl_compat  # noqa: E402
+
+adaptdl_compat.apply()
+SITE = os.path.dirname(importlib.util.find_spec("adaptdl_ray").origin)
+
+
+def upstream(module_path: str, name: str):
+    """A fresh, unfixed copy of one of adaptdl-ray's modules (under another name)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(SITE, module_path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_apply_is_idempotent_and_installs_one_hook():
+    adaptdl_compat.apply()
+    hooks = [f for f in sys.meta_path if isinstance(f, adaptdl_compat._FixAfterImport)]
+    assert len(hooks) == 1
+
+
+def test_semver_3_and_pkg_resources_serve_the_version_check():
+    import pkg_resources
+
+    import adaptdl.torch
+    assert pkg_resources.get_distribution("adaptdl").version == "0.2.11"
+    assert adaptdl.torch.version_check("0.2.11")
+    assert not adaptdl.torch.version_check("0.0.0")
+    assert not adaptdl.torch.version_check("not-a-version")
+
+
+def test_pkg_resources_stand_in_when_setuptools_no_longer_ships_it():
+    code = ("import sys; sys.modules['pkg_resources'] = None; "  # makes `import` fail
+            f"sys.path.insert(0, {str(COMPAT_DIR)!r}); import adaptdl_compat; "
+            "sys.modules.pop('pkg_resources'); adaptdl_compat.apply(); "
+            "import pkg_resources; print(pkg_resources.get_distribution('adaptdl').version)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "0.2.11", out.stderr[-2000:]
+
+
+def test_launcher_imports_with_pymoo_0_6():
+    import adaptdl_ray.aws.launch_job  # noqa: F401 (imports pollux via adaptdl_ray.adaptdl)
+    from pymoo.operators.crossover.util import crossover_mask
+    a, b = numpy.zeros((2, 3)), numpy.ones((2, 3))
+    mixed = crossover_mask(numpy.stack([a, b]), numpy.array([[True, False, True]] * 2))
+    assert mixed.shape == (2, 2, 3)
+
+
+def test_from_ray_only_for_tune_trials(monkeypatch):
+    import adaptdl.checkpoint
+    import adaptdl.env
+    assert adaptdl.checkpoint.from_ray is adaptdl.env.from_ray
+    monkeypatch.delenv("ADAPTDL_TUNE_TRIAL_SCHED", raising=False)
+    assert adaptdl.env.from_ray() is False
+    # inside a Ray worker (ray initialised) too: see test_in_a_real_ray_worker below
+
+
+def test_goodput_optimize_without_accumulation_uses_np_int_alias_only_locally():
+    from adaptdl.goodput import GoodputFunction, GradParams, PerfParams
+    fn = GoodputFunction(PerfParams(0.1, 0.01, 0.1, 0.01, 0.05, 0.005, 1.0),
+                         GradParams(sqr=1.0, var=1.0), init_batch_size=64)
+    goodput, bsz, steps = fn.optimize(num_nodes=numpy.array([1, 2]), num_replicas=numpy.array([1, 2]),
+                                      max_batch_size=1024, atomic_bsz_range=(32, 128),
+                                      accumulation=False)  # the branch with dtype=np.int
+    assert numpy.all(goodput > 0) and numpy.all(steps == 0)
+    assert not hasattr(numpy, "int")  # numpy itself untouched
+
+
+def test_checkpoint_of_optimizer_and_scheduler_loads_on_torch_2_6_plus():
+    import torch
+
+    from adaptdl.torch.parallel import _AdaptiveDataParallelState
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
+    model(torch.ones(3, 4)).sum().backward()
+    optimizer.step()
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+    state = _AdaptiveDataParallelState(model, optimizer, scheduler, None, name="test-saved")
+    state.gain = numpy.float64(1.5)  # adaptdl's gain is a numpy scalar once training ran
+    saved = io.BytesIO()
+    state.save(saved)
+
+    with pytest.raises(pickle.UnpicklingError):  # what upstream's torch.load(fileobj) hits
+        torch.load(io.BytesIO(saved.getvalue()))
+    fresh = torch.nn.Linear(4, 2)
+    fresh_optimizer = torch.optim.Adadelta(fresh.parameters(), lr=1.0)
+    restored = _AdaptiveDataParallelState(
+        fresh, fresh_optimizer, torch.optim.lr_scheduler.StepLR(fresh_optimizer, step_size=1), None,
+        name="test-restored")
+    restored.load(io.BytesIO(saved.getvalue()))
+    assert torch.equal(restored.model.weight, model.weight)
+    assert restored.lr_scheduler.gamma == 0.7 and restored.gain == 1.5
+
+
+class _Job:
+    """The two things optimize() reads of a job, with a linear speedup model."""
+    hints = {"anything": True}
+    _worker_tasks = {0: "one running replica"}
+
+    class job_info:
+        @staticmethod
+        def speedup_fn(nodes, replicas):
+            return numpy.asarray(replicas, dtype=float)
+
+
+class _Cluster:
+    worker_resources = {"CPU": 1}
+
+    @staticmethod
+    def get_nodes():
+        return [{"NodeManagerAddress": "10.0.0.5", "Resources": {"CPU": 2}},
+                {"NodeManagerAddress": "10.0.0.6", "Resources": {"CPU": 2}}]
+
+
+def test_optimizer_repeats_a_node_that_fits_several_replicas():
+    import adaptdl_ray.aws.controller as controller
+    import adaptdl_ray.aws.optimizer as optimizer
+    assert controller.optimize is optimizer.optimize  # the controller uses the fixed one
+    assert optimizer.optimize(_Job, _Cluster, 2) == ["10.0.0.5", "10.0.0.5", "10.0.0.6", "10.0.0.6"]
+    assert optimizer.optimize(_Job, _Cluster, 3)[-1] == "adaptdl_virtual_node_0"
+    unfixed = upstream("aws/optimizer.py", "upstream_optimizer")
+    with pytest.raises(IndexError):  # ["10.0.0.510.0.0.5", ...]: fewer entries than replicas
+        unfixed.optimize(_Job, _Cluster, 2)
+
+
+def test_zero_resources_are_dropped_from_replica_requirements():
+    from adaptdl_ray.aws.controller import RayAdaptDLJob
+    job = RayAdaptDLJob({"CPU": 1, "GPU": 0}, 0, 10)
+    assert job.worker_resources == {"CPU": 1}
+
+
+class _Imds(http.server.BaseHTTPRequestHandler):
+    """IMDSv2 on loopback: a token from PUT /latest/api/token, required on every GET."""
+    action = None
+
+    def do_PUT(self):
+        self._reply(200, "token-123" if self.path == "/latest/api/token" else "")
+
+    def do_GET(self):
+        if self.headers.get("X-aws-ec2-metadata-token") != "token-123":
+            return self._reply(401, "")
+        if self.path == "/latest/meta-data/spot/instance-action" and _Imds.action:
+            return self._reply(200, json.dumps({"action": _Imds.action, "time": "now"}))
+        self._reply(404, "")
+
+    def _reply(self, code, body):
+        self.send_response(code)
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def imds():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Imds)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_spot_notice_speaks_imdsv2(imds):
+    _Imds.action = None
+    assert adaptdl_compat._spot_notice(imds, use_token=True) is False  # 404: no notice
+    assert adaptdl_compat._spot_notice(imds, use_token=False) is False  # 401 without token
+    _Imds.action = "terminate"
+    assert adaptdl_compat._spot_notice(imds, use_token=True) is True
+    assert adaptdl_compat._spot_notice("http://127.0.0.1:9", use_token=True) is False  # nobody
+
+
+@pytest.fixture(scope="module")
+def ray_one_cpu():
+    import ray
+    os.environ.update(RAY_AUTH_MODE="disabled", MOCK="true")
+    ray.init(num_cpus=1, include_dashboard=False, runtime_env={
+        "worker_process_setup_hook": "adaptdl_compat.apply",
+        "env_vars": {"PYTHONPATH": str(COMPAT_DIR)}})
+    yield ray
+    ray.shutdown()
+
+
+def test_in_a_real_ray_worker(ray_one_cpu):
+    ray = ray_one_cpu
+
+    @ray.remote(num_cpus=0)
+    def inside():
+        import adaptdl.env
+        import adaptdl_ray.adaptdl.config as config
+        nodes = config._avail_nodes()
+        return adaptdl.env.from_ray(), [n["Resources"]["CPU"] for n in nodes.values()]
+
+    from_ray, cpus = ray.get(inside.remote(), timeout=120)
+    assert from_ray is False  # upstream: True in every Ray worker
+    assert cpus == [1.0]
+
+
+def test_controller_cluster_check_on_a_cpu_only_node():
+    from adaptdl_ray.aws.controller import Cluster, RayAdaptDLJob
+
+    def one_cpu_node():
+        return [{"NodeManagerAddress": "10.0.0.5", "Resources": {"CPU": 4.0}}]
+
+    job = RayAdaptDLJob({"CPU": 1, "GPU": 0}, 0, 10)  # what `--gpus 0` gives
+    fixed = Cluster(job.worker_resources, 5)
+    fixed.get_nodes = one_cpu_node
+    assert fixed._cluster_ready(["10.0.0.5"]) == (True, 1)
+    unfixed = Cluster({"CPU": 1, "GPU": 0}, 5)
+    unfixed.get_nodes = one_cpu_node
+    with pytest.raises(KeyError):  # upstream: kills rescheduling, the job hangs
+        unfixed._cluster_ready(["10.0.0.5"])
+
+
+def test_spot_listener_takes_no_cpu_from_a_full_node(ray_one_cpu):
+    ray = ray_one_cpu
+    import adaptdl_ray.aws.controller as controller
+
+    @ray.remote(num_cpus=1)
+    def replica():  # holds the node's only CPU, like a replica on a 1-CPU worker
+        time.sleep(20)
+
+    busy = replica.remote()
+    time.sleep(2)
+    # As the controller starts it (num_cpus=0.1); MOCK=true and no mock endpoint: no notice.
+    listener = controller.listen_for_spot_termination.options(num_cpus=0.1).remote(timeout=3)
+    assert ray.get(listener, timeout=15) is None  # ran beside the replica, did not queue
+    ray.cancel(busy, force=True)
