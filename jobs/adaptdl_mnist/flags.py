@@ -1,0 +1,76 @@
+"""The job's flags, shared by the launcher (main.py, on the head) and every replica
+(train.py): the launcher checks them all before Ray starts any work, then hands the same
+argv to the replicas."""
+
+import argparse
+
+DESCRIPTION = "PyTorch's MNIST example made elastic with AdaptDL, on the kit's Ray cluster"
+
+
+def parse(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="adaptdl_mnist", description=DESCRIPTION)
+    launch = p.add_argument_group("launcher (AdaptDL controller on the head)")
+    launch.add_argument("-m", "--max-replicas", type=int, default=2,
+                        help="most replicas AdaptDL may scale to (it starts with 1)")
+    launch.add_argument("--cpus", type=float, default=1, help="CPUs per replica")
+    launch.add_argument("--gpus", type=int, default=-1,
+                        help="GPUs per replica; -1: 1 if the cluster has GPUs, else 0")
+    launch.add_argument("--timeout", type=float, default=1800,
+                        help="stop the job with an error after this many seconds")
+    launch.add_argument("--checkpoint-timeout", type=int, default=120,
+                        help="seconds to wait for replica 0's checkpoint at a rescale")
+    launch.add_argument("--rescale-timeout", type=int, default=60,
+                        help="seconds to wait for the autoscaler before using the nodes there are")
+    launch.add_argument("--port-offset", type=int, default=-1,
+                        help="AdaptDL's reducer binds 47000+offset+restarts; -1: random per job, "
+                             "so back-to-back jobs never hit a port still in TIME_WAIT")
+    launch.add_argument("--spot-listener", choices=["auto", "imds", "mock", "off"], default="auto",
+                        help="spot-termination notices: imds (AWS IMDSv2), mock (MOCK=true), "
+                             "off; auto: mock on the local cluster, imds elsewhere")
+    launch.add_argument("--results", default="~/raykit-results/adaptdl_mnist.json",
+                        help="where the launcher writes the summary JSON")
+
+    train = p.add_argument_group("training (each replica)")
+    train.add_argument("--epochs", type=int, default=2, help="epochs to train")
+    train.add_argument("--data", choices=["synthetic", "mnist"], default="synthetic",
+                       help="synthetic: MNIST-shaped, generated, no download; "
+                            "mnist: torchvision's MNIST (needs internet on the workers)")
+    train.add_argument("--train-samples", type=int, default=6000,
+                       help="synthetic training images (MNIST has 60000)")
+    train.add_argument("--data-dir", default="",
+                       help="where MNIST is downloaded; '' : AdaptDL's per-replica share path")
+    train.add_argument("--batch-size", type=int, default=64, help="initial global batch size")
+    train.add_argument("--max-batch-size", type=int, default=1024,
+                       help="largest global batch size AdaptDL may choose")
+    train.add_argument("--local-bsz-min", type=int, default=32, help="smallest batch per replica")
+    train.add_argument("--local-bsz-max", type=int, default=128, help="largest batch per replica")
+    train.add_argument("--lr", type=float, default=1.0, help="Adadelta learning rate")
+    train.add_argument("--gamma", type=float, default=0.7, help="learning-rate decay per epoch")
+    args = p.parse_args(argv)
+
+    problems = []
+    for name in ("max_replicas", "epochs", "train_samples", "batch_size", "local_bsz_min"):
+        if getattr(args, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
+    if args.cpus <= 0:
+        problems.append(f"--cpus must be positive (got {args.cpus})")
+    if args.gpus < -1:
+        problems.append(f"--gpus must be -1 (auto), 0 or more (got {args.gpus})")
+    if args.timeout <= 0:
+        problems.append(f"--timeout must be positive seconds (got {args.timeout})")
+    if args.local_bsz_min > args.local_bsz_max:
+        problems.append(f"--local-bsz-min {args.local_bsz_min} exceeds --local-bsz-max {args.local_bsz_max}")
+    if not args.local_bsz_min <= args.batch_size <= args.local_bsz_max:
+        problems.append(f"--batch-size {args.batch_size} must lie within the per-replica bounds "
+                        f"[{args.local_bsz_min}, {args.local_bsz_max}]: it starts on one replica")
+    if args.max_batch_size < args.batch_size:
+        problems.append(f"--max-batch-size {args.max_batch_size} is below --batch-size {args.batch_size}")
+    if args.data == "synthetic" and args.train_samples < args.batch_size:
+        problems.append(f"--train-samples {args.train_samples} is below one batch ({args.batch_size})")
+    if not 0 < args.gamma <= 1:
+        problems.append(f"--gamma must be in (0, 1] (got {args.gamma})")
+    if args.lr <= 0:
+        problems.append(f"--lr must be positive (got {args.lr})")
+    if problems:
+        p.error("; ".join(problems))  # exits 2 before Ray starts any work
+    return args

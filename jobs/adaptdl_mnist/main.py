@@ -1,0 +1,159 @@
+"""AdaptDL MNIST on the kit's cluster: `make submit JOB=adaptdl_mnist ARGS="-m 2"`
+
+This is the Ray job's entrypoint; it runs on the head. It plays the part of adaptdl-ray's
+`adaptdl_on_ray_aws` launcher (run_adaptdl_on_ray_cluster), without Ray Client: it starts
+AdaptDL's Controller actor, which places the replicas (train.py) on the other nodes, starts
+with one and rescales as AdaptDL's goodput model decides, up to --max-replicas.
+
+What the kit adds around adaptdl-ray 0.2.11: the compatibility fixes in every process
+(adaptdl_compat, as the worker_process_setup_hook); every flag checked before Ray starts
+work; a controller placed where it does not take a replica's node (AdaptDL never places
+replicas on its controller's node); a hard time limit (a replica that dies before it
+registers would otherwise hang the controller forever); the summary as JSON.
+"""
+
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import ray
+
+import flags
+
+TRAIN_SCRIPT = "train.py"
+SETUP_HOOK = "adaptdl_compat.apply"
+
+
+def main(argv) -> int:
+    args = flags.parse(argv)  # exits 2 with the problem before any Ray work
+
+    import adaptdl_compat
+    adaptdl_compat.apply()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from adaptdl_ray.aws.controller import Controller
+    from adaptdl_ray.aws.utils import Status
+    from train import SUMMARY_ACTOR
+
+    # The hook reaches every worker process of this job (job level only: Ray ignores it on
+    # a single actor or task); the fixes are then in place before adaptdl is imported there.
+    ray.init(address="auto", runtime_env={"worker_process_setup_hook": SETUP_HOOK})
+    nodes = [n for n in ray.nodes() if n["alive"]]
+    gpus = args.gpus if args.gpus >= 0 else int(any(n["Resources"].get("GPU") for n in nodes))
+    replica = {"CPU": args.cpus, "GPU": gpus}
+    controller_node = pick_controller_node(nodes, needs_gpu=gpus > 0)
+    listener = choose_spot_listener(args.spot_listener, nodes)
+    port_offset = args.port_offset if args.port_offset >= 0 else 100 * random.randrange(100)
+    print(f"[launcher] replicas need {replica}; up to {args.max_replicas}; controller on "
+          f"{controller_node['NodeManagerAddress']}; spot listener: {listener}; "
+          f"ports from {47000 + port_offset}", flush=True)
+    warn_if_no_room(nodes, controller_node, replica)
+
+    env_vars = {"MOCK": "true"} if listener == "mock" else {}
+    if listener == "off":
+        env_vars["ADAPTDL_SPOT_LISTENER"] = "off"
+    summary_box = SummaryBox.options(name=SUMMARY_ACTOR).remote()
+    controller = Controller.options(
+        name="AdaptDLController",  # the name adaptdl-ray's replicas look up
+        scheduling_strategy=NodeAffinitySchedulingStrategy(controller_node["NodeID"], soft=False),
+        runtime_env={"env_vars": env_vars},  # inherited by the replicas and listeners it starts
+    ).remote(args.max_replicas, args.rescale_timeout)
+    controller.run_controller.remote()
+
+    start = time.monotonic()
+    status_ref = controller.create_job.remote(
+        replica, port_offset, args.checkpoint_timeout, path=TRAIN_SCRIPT, argv=argv)
+    try:
+        done, _ = ray.wait([status_ref], timeout=args.timeout)
+        if not done:
+            print(f"[launcher] ERROR: the job did not finish within --timeout {args.timeout:.0f} s; "
+                  "stopping it. A replica that cannot be placed or dies before it registers "
+                  "stalls AdaptDL: check the replicas' logs above and `make status`.",
+                  file=sys.stderr, flush=True)
+            return 1
+        if Status(ray.get(status_ref)) != Status.SUCCEEDED:
+            print("[launcher] ERROR: AdaptDL reports the job FAILED; see the replica's "
+                  "traceback above", file=sys.stderr, flush=True)
+            return 1
+        summary = ray.get(summary_box.get.remote())
+        if summary is None:
+            print("[launcher] ERROR: AdaptDL reports success but replica 0 sent no summary",
+                  file=sys.stderr, flush=True)
+            return 1
+    finally:
+        # Killing the controller ends the replicas it owns; nothing of the job outlives it.
+        ray.kill(controller)
+    summary["wall_s"] = round(time.monotonic() - start, 1)
+    write_results(args.results, summary)
+    return 0
+
+
+def pick_controller_node(nodes: list, needs_gpu: bool) -> dict:
+    """AdaptDL never puts a replica on its controller's node. Keep the controller off the
+    nodes replicas need: on the head (this driver's node) for CPU replicas; for GPU replicas
+    on a node without GPUs when there is one, so a GPU head (the `hetero` mix) can train."""
+    head = next(n for n in nodes if n["NodeManagerAddress"] == node_ip())
+    if needs_gpu and head["Resources"].get("GPU"):
+        cpu_only = [n for n in nodes if not n["Resources"].get("GPU")
+                    and n["Resources"].get("CPU", 0) >= 1]
+        if cpu_only:
+            return cpu_only[0]
+    return head
+
+
+def node_ip() -> str:
+    return ray.util.get_node_ip_address()
+
+
+def choose_spot_listener(choice: str, nodes: list) -> str:
+    """auto: nodes on loopback addresses are the local simulated cluster: no metadata
+    service there, so the mock endpoint (MOCK=true); anywhere else AWS IMDSv2."""
+    if choice != "auto":
+        return choice
+    local = all(n["NodeManagerAddress"].startswith("127.") for n in nodes)
+    return "mock" if local else "imds"
+
+
+def warn_if_no_room(nodes: list, controller_node: dict, replica: dict) -> None:
+    others = [n for n in nodes if n["NodeID"] != controller_node["NodeID"]]
+    room = sum(int(min(n["Resources"].get(k, 0) / v for k, v in replica.items() if v))
+               for n in others)
+    if room == 0:
+        print(f"[launcher] WARNING: no node besides the controller's has room for a replica "
+              f"({replica}); the job waits for the autoscaler to add one (up to --timeout). "
+              "Use a cluster with worker nodes, or --cpus/--gpus that fit them.",
+              file=sys.stderr, flush=True)
+
+
+def write_results(path: str, summary: dict) -> None:
+    target = Path(os.path.expanduser(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(summary, indent=2) + "\n")
+    first, last = summary["history"][0], summary["history"][-1]
+    print(f"[launcher] done: {summary['epochs']} epochs in {summary['wall_s']} s; "
+          f"replicas per epoch {summary['replicas_per_epoch']}, global batch sizes "
+          f"{summary['global_batch_size_per_epoch']}; test accuracy "
+          f"{first['test_accuracy']:.3f} -> {last['test_accuracy']:.3f}; results in {target}",
+          flush=True)
+    print("RESULT " + json.dumps({k: v for k, v in summary.items() if k != "history"}), flush=True)
+
+
+@ray.remote(num_cpus=0)
+class SummaryBox:
+    """Replica 0 puts the job's summary here; the launcher gets it at the end."""
+
+    def __init__(self):
+        self.summary = None
+
+    def put(self, summary: dict) -> None:
+        self.summary = summary
+
+    def get(self) -> dict | None:
+        return self.summary
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

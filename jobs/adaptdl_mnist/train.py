@@ -1,0 +1,184 @@
+"""One AdaptDL replica of the MNIST job (PyTorch's official MNIST example, made elastic).
+
+The launcher (main.py) has AdaptDL's controller run this file in each replica, with the
+same flags. When AdaptDL rescales, every replica checkpoints and exits, and the next
+generation resumes from that checkpoint: the model, optimizer and scheduler (through
+AdaptiveDataParallel), the data position (AdaptiveDataLoader), the epoch
+(remaining_epochs_until), the running sums (Accumulator) and the job's history (History).
+"""
+
+import json
+import logging
+import sys
+import time
+
+import adaptdl_compat
+
+adaptdl_compat.apply()  # also the worker_process_setup_hook; here too so the file runs alone
+
+import adaptdl.checkpoint  # noqa: E402
+import adaptdl.env  # noqa: E402
+import adaptdl.torch as adl  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.optim.lr_scheduler import StepLR  # noqa: E402
+
+import data  # noqa: E402
+import flags  # noqa: E402
+
+SUMMARY_ACTOR = "adaptdl_mnist_summary"  # the launcher's mailbox for replica 0's summary
+LOG = logging.getLogger("adaptdl_mnist")
+
+
+class Net(nn.Module):
+    """The network of PyTorch's MNIST example, unchanged."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        self.dropout1 = nn.Dropout(0.25)
+        self.dropout2 = nn.Dropout(0.5)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = torch.flatten(self.dropout1(x), 1)
+        x = self.dropout2(F.relu(self.fc1(x)))
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+class History(adaptdl.checkpoint.State):
+    """One record per finished epoch; checkpointed, so it survives every rescale."""
+
+    def __init__(self):
+        super().__init__("adaptdl-mnist-history")
+        self.epochs = []
+
+    def save(self, fileobj):
+        fileobj.write(json.dumps(self.epochs).encode())
+
+    def load(self, fileobj):
+        self.epochs = json.loads(fileobj.read())
+
+
+def say(message: str) -> None:
+    """Replica 0 speaks for the job; the others stay quiet."""
+    if adaptdl.env.replica_rank() == 0:
+        print(f"[adaptdl_mnist] {message}", flush=True)
+
+
+def train_epoch(model, loader, optimizer, device) -> dict:
+    model.train()
+    stats = adl.Accumulator()
+    seen, start, global_batch_size = 0, time.perf_counter(), None
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
+        optimizer.zero_grad()
+        output = model(images)
+        loss = F.nll_loss(output, labels)
+        loss.backward()
+        optimizer.step()
+        stats["loss_sum"] += loss.item() * labels.size(0)
+        stats["correct"] += (output.argmax(1) == labels).sum().item()
+        stats["count"] += labels.size(0)
+        seen += labels.size(0)
+        global_batch_size = loader.current_batch_size  # AdaptDL's choice, valid in the loop
+    elapsed = time.perf_counter() - start
+    with stats.synchronized():
+        return {"train_loss": stats["loss_sum"] / max(stats["count"], 1),
+                "train_accuracy": stats["correct"] / max(stats["count"], 1),
+                # this generation's replicas, this generation's time (a restart resets both)
+                "images_per_s": seen * adaptdl.env.num_replicas() / max(elapsed, 1e-9),
+                "global_batch_size": global_batch_size}
+
+
+def evaluate(model, loader, device) -> dict:
+    model.eval()
+    stats = adl.Accumulator()
+    with torch.no_grad():
+        for images, labels in loader:
+            images, labels = images.to(device), labels.to(device)
+            output = model(images)
+            stats["loss_sum"] += F.nll_loss(output, labels, reduction="sum").item()
+            stats["correct"] += (output.argmax(1) == labels).sum().item()
+            stats["count"] += labels.size(0)
+    with stats.synchronized():
+        return {"test_loss": stats["loss_sum"] / max(stats["count"], 1),
+                "test_accuracy": stats["correct"] / max(stats["count"], 1)}
+
+
+def main(argv) -> None:
+    args = flags.parse(argv)
+    logging.getLogger("adaptdl.checkpoint").setLevel(logging.WARNING)  # a line per state
+    use_cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if use_cuda else "cpu")
+    adl.init_process_group("nccl" if use_cuda else "gloo")
+
+    history = History()
+    adaptdl.checkpoint.load_state(history)
+    say(f"generation {adaptdl.env.num_restarts()}: {adaptdl.env.num_replicas()} replica(s), "
+        f"{len(history.epochs)} epoch(s) done before")
+
+    train_set, test_set = data.load(args.data, args.train_samples,
+                                    args.data_dir or adaptdl.env.share_path() or "data")
+    model = Net().to(device)
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=args.lr)
+    scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
+    model = adl.AdaptiveDataParallel(model, optimizer, scheduler)
+
+    train_loader = adl.AdaptiveDataLoader(train_set, batch_size=args.batch_size,
+                                          shuffle=True, drop_last=True)
+    train_loader.autoscale_batch_size(args.max_batch_size,
+                                      local_bsz_bounds=(args.local_bsz_min, args.local_bsz_max),
+                                      gradient_accumulation=True)
+    test_loader = adl.AdaptiveDataLoader(test_set, batch_size=data.TEST_SAMPLES)
+
+    for epoch in adl.remaining_epochs_until(args.epochs):
+        record = {"epoch": epoch, "replicas": adaptdl.env.num_replicas(),
+                  "restarts": adaptdl.env.num_restarts()}
+        record |= train_epoch(model, train_loader, optimizer, device)
+        record |= evaluate(model, test_loader, device)
+        scheduler.step()
+        history.epochs.append(record)
+        say(f"epoch {epoch}: replicas={record['replicas']} "
+            f"global_batch_size={record['global_batch_size']} "
+            f"loss={record['train_loss']:.4f} accuracy={record['train_accuracy']:.3f} "
+            f"test_accuracy={record['test_accuracy']:.3f} "
+            f"images/s={record['images_per_s']:.1f}")
+
+    if adaptdl.env.replica_rank() == 0:
+        report(summarize(args, history.epochs))
+
+
+def summarize(args, epochs: list) -> dict:
+    last = epochs[-1]
+    return {
+        "job": "adaptdl_mnist", "data": args.data, "epochs": len(epochs),
+        "final_test_accuracy": last["test_accuracy"], "final_train_loss": last["train_loss"],
+        "replicas_per_epoch": [e["replicas"] for e in epochs],
+        "global_batch_size_per_epoch": [e["global_batch_size"] for e in epochs],
+        "max_replicas_used": max(e["replicas"] for e in epochs),
+        "restarts": adaptdl.env.num_restarts(),
+        "history": epochs,
+    }
+
+
+def report(summary: dict) -> None:
+    """Hand the summary to the launcher on the head; alone (no launcher), print it."""
+    import ray
+    try:
+        box = ray.get_actor(SUMMARY_ACTOR) if ray.is_initialized() else None
+    except ValueError:  # no such actor
+        box = None
+    if box is None:  # run outside the kit's launcher
+        print("RESULT " + json.dumps(summary), flush=True)
+    else:
+        ray.get(box.put.remote(summary))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,148 @@
+"""jobs/adaptdl_mnist: flags and data (units), then real runs on the local cluster: elastic
+training to the end, a bad flag, a stalled job stopped by its own time limit, and a job
+stopped mid-way by `make submit`'s TIMEOUT, each leaving no process of the job behind."""
+
+import importlib.util
+import json
+import time
+
+import pytest
+import torch
+
+from conftest import REPO, local_cluster_up, make
+
+JOB_DIR = REPO / "jobs" / "adaptdl_mnist"
+
+
+def job_module(name: str):
+    """jobs/adaptdl_mnist/<name>.py under its own name (vit_synthetic has a main.py too)."""
+    spec = importlib.util.spec_from_file_location(f"adaptdl_mnist_{name}", JOB_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+flags = job_module("flags")
+data = job_module("data")
+
+
+def test_synthetic_mnist_shapes_reproducible_and_balanced():
+    train = data.synthetic_mnist(500, seed=1)
+    images, labels = train.tensors
+    assert images.shape == (500, 1, 28, 28) and images.dtype == torch.float32
+    assert labels.dtype == torch.int64 and set(labels.tolist()) == set(range(10))
+    assert torch.equal(images, data.synthetic_mnist(500, seed=1).tensors[0])
+    assert not torch.equal(images, data.synthetic_mnist(500, seed=2).tensors[0])
+
+
+def test_synthetic_mnist_is_learnable_by_its_class_patterns():
+    # the nearest class mean (from the training set) classifies the test set far above chance
+    train_x, train_y = data.synthetic_mnist(2000, seed=1).tensors
+    test_x, test_y = data.synthetic_mnist(500, seed=2).tensors
+    means = torch.stack([train_x[train_y == c].mean(0) for c in range(10)]).flatten(1)
+    predicted = torch.cdist(test_x.flatten(1), means).argmin(1)
+    assert (predicted == test_y).float().mean() > 0.5
+
+
+def test_defaults_are_valid():
+    args = flags.parse([])
+    assert (args.max_replicas, args.epochs, args.data) == (2, 2, "synthetic")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--epochs", "0"], "--epochs must be at least 1"),
+    (["-m", "0"], "--max-replicas must be at least 1"),
+    (["--batch-size", "500"], "--batch-size 500 must lie within the per-replica bounds [32, 128]"),
+    (["--local-bsz-min", "64", "--local-bsz-max", "32"], "--local-bsz-min 64 exceeds --local-bsz-max 32"),
+    (["--max-batch-size", "16", "--batch-size", "32"], "--max-batch-size 16 is below --batch-size 32"),
+    (["--timeout", "0"], "--timeout must be positive"),
+    (["--data", "cifar"], "invalid choice: 'cifar'"),
+])
+def test_bad_flags_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        flags.parse(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with local_cluster_up(tmp_path_factory.mktemp("build")) as (env, state):
+        yield env, state
+
+
+def job_processes(state: dict) -> list[str]:
+    """Processes of the cluster that belong to an AdaptDL job (Ray names its workers
+    `ray::<task or actor>`; the driver runs main.py)."""
+    from scripts.local_cluster import cluster_processes
+    names = ("run_adaptdl", "Controller", "SummaryBox", "listen_for_spot_termination")
+    found = []
+    for proc in cluster_processes(state["temp_dir"]):
+        try:
+            args = proc.cmdline()
+        except Exception:  # exited meanwhile
+            continue
+        cmdline = " ".join(args)
+        if any(f"ray::{name}" in cmdline for name in names) or args[1:2] == ["main.py"]:
+            found.append(cmdline[:120])
+    return found
+
+
+def no_job_processes_within(state: dict, seconds: float) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while (left := job_processes(state)) and time.monotonic() < deadline:
+        time.sleep(1)
+    return left
+
+
+def test_elastic_run_scales_to_two_replicas_and_learns(cluster, tmp_path):
+    env, state = cluster
+    results = tmp_path / "summary.json"
+    # ~40 s an epoch on one 1-CPU replica: AdaptDL gets its first measurements at 30 s and
+    # rescales during the run, restoring the second generation from its checkpoint.
+    run = make("submit", "CLUSTER=local", "JOB=adaptdl_mnist",
+               f"ARGS=-m 2 --epochs 2 --train-samples 30000 --results {results}",
+               env=env, timeout=900)
+    assert run.returncode == 0, run.stdout[-6000:]
+    summary = json.loads(results.read_text())
+    printed = json.loads([line for line in run.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
+    assert printed == {k: v for k, v in summary.items() if k != "history"}
+    assert summary["epochs"] == 2 and len(summary["history"]) == 2
+    assert summary["final_test_accuracy"] > 0.5  # chance is 0.1
+    assert summary["history"][0]["replicas"] == 1  # AdaptDL starts with one replica
+    assert "generation 0: 1 replica(s)" in run.stdout
+    assert "generation 1: 2 replica(s)" in run.stdout  # rescaled, from the checkpoint
+    assert summary["max_replicas_used"] == 2 and summary["restarts"] >= 1
+    assert all(e["global_batch_size"] for e in summary["history"])
+    assert "epoch 1: replicas=2" in run.stdout
+    assert no_job_processes_within(state, 30) == []
+
+
+def test_bad_flag_fails_fast_with_its_message(cluster):
+    env, _ = cluster
+    started = time.monotonic()
+    run = make("submit", "CLUSTER=local", "JOB=adaptdl_mnist", "ARGS=--epochs 0", env=env, timeout=300)
+    assert run.returncode != 0
+    assert "--epochs must be at least 1 (got 0)" in run.stdout
+    assert time.monotonic() - started < 120
+
+
+def test_a_job_that_cannot_place_a_replica_stops_at_its_time_limit(cluster):
+    env, state = cluster
+    # 4 CPUs a replica fits no worker: upstream's controller would wait forever.
+    run = make("submit", "CLUSTER=local", "JOB=adaptdl_mnist", "ARGS=--cpus 4 --timeout 15",
+               env=env, timeout=300)
+    assert run.returncode != 0
+    assert "no node besides the controller's has room for a replica" in run.stdout
+    assert "did not finish within --timeout 15 s" in run.stdout
+    assert no_job_processes_within(state, 30) == []
+
+
+def test_a_job_stopped_mid_way_leaves_nothing_behind(cluster):
+    env, state = cluster
+    run = make("submit", "CLUSTER=local", "JOB=adaptdl_mnist", "TIMEOUT=45",
+               "ARGS=--train-samples 60000", env=env, timeout=300)
+    assert run.returncode != 0
+    assert "ran past its 45 s limit" in run.stdout + run.stderr
+    assert "generation 0: 1 replica(s)" in run.stdout  # it was training when stopped
+    assert no_job_processes_within(state, 30) == []
