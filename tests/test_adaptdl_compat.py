@@ -192,13 +192,17 @@ def test_spot_notice_speaks_imdsv2(imds):
 
 @pytest.fixture(scope="module")
 def ray_one_cpu():
+    """A one-CPU Ray of this test process, its workers with the compat hook and MOCK=true."""
     import ray
-    os.environ.update(RAY_AUTH_MODE="disabled", MOCK="true")
+    saved = dict(os.environ)
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     ray.init(num_cpus=1, include_dashboard=False, runtime_env={
         "worker_process_setup_hook": "adaptdl_compat.apply",
-        "env_vars": {"PYTHONPATH": str(COMPAT_DIR)}})
+        "env_vars": {"PYTHONPATH": str(COMPAT_DIR), "MOCK": "true"}})
     yield ray
     ray.shutdown()
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def test_in_a_real_ray_worker(ray_one_cpu):
