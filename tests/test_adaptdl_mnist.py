@@ -98,10 +98,11 @@ def no_job_processes_within(state: dict, seconds: float) -> list[str]:
 def test_elastic_run_scales_to_two_replicas_and_learns(cluster, tmp_path):
     env, state = cluster
     results = tmp_path / "summary.json"
-    # ~40 s an epoch on one 1-CPU replica: AdaptDL gets its first measurements at 30 s and
-    # rescales during the run, restoring the second generation from its checkpoint.
+    # ~80 s an epoch on one 1-CPU replica. AdaptDL reports its first measurements after 30 s
+    # of training and rescales some 60-100 s in (a run of 30000 samples ended first once),
+    # restoring the second generation from its checkpoint.
     run = make("submit", "CLUSTER=local", "JOB=adaptdl_mnist",
-               f"ARGS=-m 2 --epochs 2 --train-samples 30000 --results {results}",
+               f"ARGS=-m 2 --epochs 2 --train-samples 60000 --results {results}",
                env=env, timeout=900)
     assert run.returncode == 0, run.stdout[-6000:]
     summary = json.loads(results.read_text())
