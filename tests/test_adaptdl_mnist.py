@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, local_cluster_up, make
+from conftest import REPO, local_cluster_up, make, result_line
 
 JOB_DIR = REPO / "jobs" / "adaptdl_mnist"
 
@@ -106,7 +106,7 @@ def test_elastic_run_scales_to_two_replicas_and_learns(cluster, tmp_path):
                env=env, timeout=900)
     assert run.returncode == 0, run.stdout[-6000:]
     summary = json.loads(results.read_text())
-    printed = json.loads([line for line in run.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
+    printed = result_line(run.stdout)
     assert printed == {k: v for k, v in summary.items() if k != "history"}
     assert summary["epochs"] == 2 and len(summary["history"]) == 2
     assert summary["final_test_accuracy"] > 0.5  # chance is 0.1

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, local_cluster_up, make
+from conftest import REPO, local_cluster_up, make, result_line
 
 sys.path.insert(0, str(REPO / "jobs" / "vit_synthetic"))
 from diagnosis import diagnose  # noqa: E402
@@ -87,7 +87,7 @@ def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
                env=cluster, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:]
     summary = json.loads(results.read_text())
-    printed = json.loads([l for l in run.stdout.splitlines() if l.startswith("RESULT ")][-1][7:])
+    printed = result_line(run.stdout)
     assert printed == summary
     assert summary["steps"] == 6 and summary["workers"] == 1
     assert summary["trainer_node"] == "127.0.0.2"  # the head, holder of the trainer slot

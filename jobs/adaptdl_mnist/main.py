@@ -95,17 +95,13 @@ def pick_controller_node(nodes: list, needs_gpu: bool) -> dict:
     """AdaptDL never puts a replica on its controller's node. Keep the controller off the
     nodes replicas need: on the head (this driver's node) for CPU replicas; for GPU replicas
     on a node without GPUs when there is one, so a GPU head (the `hetero` mix) can train."""
-    head = next(n for n in nodes if n["NodeManagerAddress"] == node_ip())
+    head = next(n for n in nodes if n["NodeManagerAddress"] == ray.util.get_node_ip_address())
     if needs_gpu and head["Resources"].get("GPU"):
         cpu_only = [n for n in nodes if not n["Resources"].get("GPU")
                     and n["Resources"].get("CPU", 0) >= 1]
         if cpu_only:
             return cpu_only[0]
     return head
-
-
-def node_ip() -> str:
-    return ray.util.get_node_ip_address()
 
 
 def choose_spot_listener(choice: str, nodes: list) -> str:
