@@ -14,7 +14,7 @@ KIT   := $(PY) -m scripts.kit --cluster "$(CLUSTER)" --job "$(JOB)" --args "$(AR
          $(if $(TIMEOUT),--timeout $(TIMEOUT))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup render validate up status submit down run demo test test-adaptdl bench-data clean
+.PHONY: help setup render validate up status submit down run demo test test-adaptdl bench-data bench-wait clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s]"
@@ -74,6 +74,9 @@ test-adaptdl: $(STAMP) ## adaptdl 0.2.11's own unit tests, run under the kit's c
 
 bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataLoader (ratios)
 	$(PY) -m scripts.bench_data
+
+bench-wait: $(STAMP) ## the trainer's data wait with light preprocessing on CLUSTER (< 5%, no stalls)
+	$(PY) -m scripts.bench_wait --cluster "$(CLUSTER)"
 
 clean: ## remove build/ (rendered configs, local cluster state)
 	rm -rf build

@@ -1,16 +1,20 @@
 """make bench-data: the job's preprocessing pipeline against its limit and its peer.
 
-In one run, on the same images and transform (jobs/vit_synthetic/pipeline.py):
+On the same images and transform (jobs/vit_synthetic/pipeline.py):
   (a) limit : the transform alone, one process per core (multiprocessing.Pool)
   (b) ray   : the job's Ray Data pipeline alone (generate + preprocess), iterated as the
               trainer iterates it
   (c) peer  : torch.utils.data.DataLoader(num_workers=cores) with the same transform
-Prints images/s and the ratios b/a (target >= 0.95) and b/c (target >= 1). Ratios from
-one run on one machine; absolute numbers vary with the host.
+The three run in turn, round after round (a b c a b c ...), so that a slow spell of a
+shared machine hits all three alike; each figure is the median of its rounds. Prints
+images/s and the ratios b/a (target >= 0.95) and b/c (target >= 1). Absolute numbers vary
+with the host; compare ratios from one run.
 """
 
 import argparse
+import logging
 import os
+import statistics
 import sys
 import time
 from multiprocessing import Pool
@@ -22,7 +26,15 @@ JOB_DIR = Path(__file__).resolve().parent.parent / "jobs" / "vit_synthetic"
 sys.path.insert(0, str(JOB_DIR))
 from pipeline import Preprocess, build_dataset, make_images  # noqa: E402
 
-ARGS = None
+ARGS = None  # the parsed flags, in each process of the limit's pool
+
+# glibc gives a freed buffer above its adaptive thresholds back to the OS, and a process
+# that allocates one 600 KB image at a time (the DataLoader's workers) then faults every
+# page in again: half its CPU went to page faults here, or none, depending on what the
+# parent had allocated before it forked. Fixed thresholds, in the environment before any
+# process of the benchmark starts (the pool's, Ray's and the DataLoader's inherit them),
+# keep all three out of that trap: the ratios compare pipelines, not malloc's history.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
 def transform_chunk(start: int) -> int:
@@ -40,33 +52,54 @@ def init_worker(args):
     ARGS = args
 
 
-def bench_limit(args, cores: int) -> float:
-    starts = list(range(0, args.images, args.batch_size))
-    with Pool(cores, initializer=init_worker, initargs=(args,)) as pool:
-        pool.map(transform_chunk, starts[:cores])  # warm up: imports, first allocations
-        t = time.perf_counter()
-        done = sum(pool.map(transform_chunk, starts, chunksize=1))
-        return done / (time.perf_counter() - t)
+def timed(images_done) -> float:
+    """images/s of a callable that processes the images and returns how many it did."""
+    start = time.perf_counter()
+    done = images_done()
+    return done / (time.perf_counter() - start)
 
 
-def bench_ray(args, cores: int) -> float:
-    import ray
+class Limit:
+    """(a) one process per core, each generating and transforming whole batches."""
 
-    ray.init(num_cpus=cores, include_dashboard=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"PYTHONPATH": str(JOB_DIR)}})
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    try:
-        warm = build_dataset(cores * args.batch_size, args.batch_size, args.image_size,
-                             args.blur_count, args.blur_kernel)
-        for _ in warm.iter_batches(batch_size=args.batch_size):
-            pass
-        dataset = build_dataset(args.images, args.batch_size, args.image_size,
-                                args.blur_count, args.blur_kernel)
-        t = time.perf_counter()
-        done = sum(len(b["label"]) for b in dataset.iter_batches(
-            batch_size=args.batch_size, batch_format="numpy", prefetch_batches=4))
-        return done / (time.perf_counter() - t)
-    finally:
+    def __init__(self, args, cores: int):
+        self.args = args
+        self.pool = Pool(cores, initializer=init_worker, initargs=(args,))
+        self.pool.map(transform_chunk, range(0, cores * args.batch_size, args.batch_size))
+
+    def round(self) -> float:
+        starts = range(0, self.args.images, self.args.batch_size)
+        return timed(lambda: sum(self.pool.map(transform_chunk, starts, chunksize=1)))
+
+    def close(self):
+        self.pool.terminate()
+
+
+class RayData:
+    """(b) the job's dataset (build_dataset), consumed batch by batch like the trainer."""
+
+    def __init__(self, args, cores: int):
+        import ray
+
+        self.args = args
+        ray.init(num_cpus=cores, include_dashboard=False, logging_level="ERROR",
+                 runtime_env={"env_vars": {"PYTHONPATH": str(JOB_DIR)}})
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        logging.getLogger("ray.data").setLevel(logging.WARNING)  # a line per dataset run
+        self.consume(cores * args.batch_size)  # warm up: worker processes, imports
+
+    def consume(self, images: int) -> int:
+        a = self.args
+        dataset = build_dataset(images, a.batch_size, a.image_size, a.blur_count, a.blur_kernel)
+        return sum(len(batch["label"]) for batch in dataset.iter_batches(
+            batch_size=a.batch_size, batch_format="numpy", prefetch_batches=4))
+
+    def round(self) -> float:
+        return timed(lambda: self.consume(self.args.images))
+
+    def close(self):
+        import ray
+
         ray.shutdown()
 
 
@@ -87,39 +120,66 @@ class SyntheticImages:
         return self.stage.transform(batch["image"][0]), batch["label"][0]
 
 
-def bench_dataloader(args, cores: int) -> float:
-    import torch
+class Loader:
+    """(c) torch's DataLoader with one worker process per core, kept across rounds."""
 
-    torch.set_num_threads(1)
-    loader = torch.utils.data.DataLoader(SyntheticImages(args), batch_size=args.batch_size,
-                                         num_workers=cores, persistent_workers=True,
-                                         prefetch_factor=4)
-    iterator = iter(loader)
-    for _ in range(cores):  # warm up the worker processes
-        next(iterator)
-    t = time.perf_counter()
-    done = sum(len(labels) for _, labels in iterator)
-    return done / (time.perf_counter() - t)
+    def __init__(self, args, cores: int):
+        import torch
+
+        torch.set_num_threads(1)
+        self.loader = torch.utils.data.DataLoader(
+            SyntheticImages(args), batch_size=args.batch_size, num_workers=cores,
+            persistent_workers=True, prefetch_factor=4)
+        self.round()  # warm up: worker processes, imports
+
+    def round(self) -> float:
+        return timed(lambda: sum(len(labels) for _, labels in self.loader))
+
+    def close(self):
+        del self.loader
+
+
+ENGINES = {"a": Limit, "b": RayData, "c": Loader}
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--images", type=int, default=384)
+    p.add_argument("--images", type=int, default=768, help="images per round")
+    p.add_argument("--rounds", type=int, default=5, help="rounds of a, b, c in turn")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--blur-count", type=int, default=10)
     p.add_argument("--blur-kernel", type=int, default=11)
     args = p.parse_args()
+    if args.images % args.batch_size or args.images < args.batch_size or args.rounds < 1:
+        p.error("--images must be a positive multiple of --batch-size, --rounds at least 1")
+    if any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
+        # malloc reads these once, at process start: run again with them set
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]],
+                  os.environ | MALLOC_ENV)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     cores = os.cpu_count()
-    print(f"{args.images} images of {args.image_size}px, {args.blur_count} x GaussianBlur"
-          f"({args.blur_kernel}), batch {args.batch_size}, {cores} cores", flush=True)
-    a = bench_limit(args, cores)
-    print(f"(a) limit, {cores} processes      {a:8.1f} images/s", flush=True)
-    b = bench_ray(args, cores)
-    print(f"(b) Ray Data pipeline           {b:8.1f} images/s", flush=True)
-    c = bench_dataloader(args, cores)
-    print(f"(c) DataLoader(num_workers={cores})  {c:8.1f} images/s", flush=True)
+    print(f"{args.images} images of {args.image_size}px per round, {args.blur_count} x "
+          f"GaussianBlur({args.blur_kernel}), batch {args.batch_size}, {cores} cores, "
+          f"{args.rounds} rounds", flush=True)
+    engines = {}
+    try:
+        for key, engine in ENGINES.items():
+            engines[key] = engine(args, cores)
+        rates = {key: [] for key in ENGINES}
+        for r in range(args.rounds):
+            for key, engine in engines.items():
+                rates[key].append(engine.round())
+            print(f"round {r + 1}: " + "  ".join(f"{k} {v[-1]:.1f}" for k, v in rates.items()),
+                  flush=True)
+    finally:
+        for engine in engines.values():
+            engine.close()
+    a, b, c = (statistics.median(rates[key]) for key in "abc")
+    labels = {"a": f"limit, {cores} processes", "b": "Ray Data pipeline",
+              "c": f"DataLoader(num_workers={cores})"}
+    for key, rate in zip("abc", (a, b, c)):
+        print(f"({key}) {labels[key]:30} {rate:8.1f} images/s (median)")
     print(f"b/a = {b / a:.2f} (target >= 0.95)   b/c = {b / c:.2f} (target >= 1.00)")
     return 0
 

@@ -1,6 +1,7 @@
 """jobs/vit_synthetic: units (data, transform, diagnosis, flags) and a real run."""
 
 import json
+import subprocess
 import sys
 
 import numpy as np
@@ -105,3 +106,28 @@ def test_bad_flag_fails_the_job_and_make_submit(cluster):
                env=cluster, timeout=300)
     assert run.returncode != 0
     assert "--blur-kernel must be odd" in run.stdout
+
+
+def test_bench_wait_uses_the_running_cluster_and_reports_both_cases(cluster):
+    run = subprocess.run([sys.executable, "-m", "scripts.bench_wait", "--cluster", "local",
+                          "--steps", "4"], cwd=REPO, env=cluster, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert "tearing down" not in run.stdout and "processes stopped" not in run.stdout
+    lines = [line.split() for line in run.stdout.splitlines() if line.startswith("  ")]
+    cases = {words[0]: words for words in lines if words[0] in ("224px", "64px")}
+    assert set(cases) == {"224px", "64px"}
+    for words in cases.values():
+        assert words[-1] == "met" or words[-2:] == ["NOT", "met"]
+    assert make("status", "CLUSTER=local", env=cluster, timeout=120).returncode == 0  # still up
+
+
+def test_bench_data_prints_all_three_rates_and_both_ratios():
+    run = subprocess.run([sys.executable, "-m", "scripts.bench_data", "--images", "32",
+                          "--rounds", "2", "--image-size", "32", "--blur-count", "1"],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    rates = [float(line.split()[-3]) for line in run.stdout.splitlines() if line.startswith("(")]
+    assert len(rates) == 3 and all(rate > 0 for rate in rates)
+    assert len([line for line in run.stdout.splitlines() if line.startswith("round ")]) == 2
+    assert "b/a = " in run.stdout and "b/c = " in run.stdout

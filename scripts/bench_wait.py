@@ -1,0 +1,80 @@
+"""make bench-wait: does the trainer wait for data when the CPUs suffice?
+
+Runs the ViT job (jobs/vit_synthetic) with light preprocessing, one blur, on CLUSTER:
+  224px : the demo's images and step
+  64px  : a step some 10x shorter, the pace a GPU sets, with 12x cheaper images
+and reads each run's summary: the share of each step the trainer spent waiting for data
+(target < 5%) and its longest single wait (target < 1 s: no stalls). The first step, which
+holds the pipeline's start-up, is left out by the job itself. The cluster is brought up
+and down around the runs, unless it was up already.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+
+from scripts import local_cluster
+from scripts.kit import LAUNCHED
+
+CASES = {"224px": "--blur-count 1", "64px": "--blur-count 1 --image-size 64"}
+TARGET_WAIT_FRACTION = 0.05
+TARGET_MAX_WAIT_S = 1.0
+
+
+def kit(*argv: str) -> str:
+    """Run the kit's CLI, echoing its output as it comes; return the output."""
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.kit", *argv], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines = []
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+        lines.append(line)
+    if proc.wait():
+        raise SystemExit(f"bench-wait: `kit {' '.join(argv[:3])}` failed (exit {proc.returncode})")
+    return "".join(lines)
+
+
+def is_up(cluster: str) -> bool:
+    return bool(local_cluster.read_state(cluster)) or (LAUNCHED / f"{cluster}.yaml").exists()
+
+
+def result(output: str) -> dict:
+    """The job's `RESULT {...}` line (its summary)."""
+    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
+    if not lines:
+        raise SystemExit("bench-wait: the job printed no RESULT line")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cluster", default="local")
+    p.add_argument("--steps", type=int, default=80, help="training steps per case")
+    args = p.parse_args()
+    started_here = not is_up(args.cluster)
+    summaries = {}
+    try:
+        if started_here:
+            kit("up", "--cluster", args.cluster)
+        for name, case_args in CASES.items():
+            job_args = f"{case_args} --steps {args.steps}"
+            print(f"\n== {name}: make submit JOB=vit_synthetic ARGS=\"{job_args}\"", flush=True)
+            summaries[name] = result(kit("submit", "--cluster", args.cluster,
+                                         "--job", "vit_synthetic", "--args", job_args))
+    finally:
+        if started_here:
+            kit("down", "--cluster", args.cluster)
+    print(f"\ntrainer's data wait with one blur on '{args.cluster}' "
+          f"(targets: < {TARGET_WAIT_FRACTION:.0%} of each step, longest < {TARGET_MAX_WAIT_S:g} s)")
+    for name, s in summaries.items():
+        ok = (s["data_wait_fraction"] < TARGET_WAIT_FRACTION
+              and s["max_data_wait_s"] < TARGET_MAX_WAIT_S)
+        print(f"  {name:6} step {s['mean_step_s']:.3f} s, waiting {s['mean_data_wait_s']:.4f} s "
+              f"= {s['data_wait_fraction']:.1%}, longest wait {s['max_data_wait_s']:.3f} s, "
+              f"{s['images_per_s']:.1f} images/s  {'met' if ok else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
