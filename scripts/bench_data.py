@@ -27,6 +27,7 @@ sys.path.insert(0, str(JOB_DIR))
 from pipeline import Preprocess, build_dataset, make_images  # noqa: E402
 
 ARGS = None  # the parsed flags, in each process of the limit's pool
+STAGE = None  # the job's preprocessing stage, built once per process of the pool
 
 # glibc gives a freed buffer above its adaptive thresholds back to the OS, and a process
 # that allocates one 600 KB image at a time (the DataLoader's workers) then faults every
@@ -39,17 +40,14 @@ MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_":
 
 def transform_chunk(start: int) -> int:
     """(a): generate and preprocess one batch in this process; return images done."""
-    import torch
-
-    torch.set_num_threads(1)
-    stage = Preprocess(ARGS.blur_count, ARGS.blur_kernel)
     batch = make_images({"id": np.arange(start, start + ARGS.batch_size)}, ARGS.image_size)
-    return len(stage(batch)["image"])
+    return len(STAGE(batch)["image"])
 
 
 def init_worker(args):
-    global ARGS
+    global ARGS, STAGE
     ARGS = args
+    STAGE = Preprocess(args.blur_count, args.blur_kernel)  # also sets torch to one thread
 
 
 def timed(images_done) -> float:
@@ -126,7 +124,7 @@ class Loader:
     def __init__(self, args, cores: int):
         import torch
 
-        torch.set_num_threads(1)
+        # each worker builds its own Preprocess, which sets torch to one thread there
         self.loader = torch.utils.data.DataLoader(
             SyntheticImages(args), batch_size=args.batch_size, num_workers=cores,
             persistent_workers=True, prefetch_factor=4)

@@ -10,12 +10,13 @@ and down around the runs, unless it was up already.
 """
 
 import argparse
-import json
 import subprocess
 import sys
 
 from scripts import local_cluster
+from scripts.errors import KitError
 from scripts.kit import LAUNCHED
+from scripts.submit import result_line
 
 CASES = {"224px": "--blur-count 1", "64px": "--blur-count 1 --image-size 64"}
 TARGET_WAIT_FRACTION = 0.05
@@ -39,14 +40,6 @@ def is_up(cluster: str) -> bool:
     return bool(local_cluster.read_state(cluster)) or (LAUNCHED / f"{cluster}.yaml").exists()
 
 
-def result(output: str) -> dict:
-    """The job's `RESULT {...}` line (its summary)."""
-    lines = [line for line in output.splitlines() if line.startswith("RESULT ")]
-    if not lines:
-        raise SystemExit("bench-wait: the job printed no RESULT line")
-    return json.loads(lines[-1][len("RESULT "):])
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cluster", default="local")
@@ -60,8 +53,10 @@ def main() -> int:
         for name, case_args in CASES.items():
             job_args = f"{case_args} --steps {args.steps}"
             print(f"\n== {name}: make submit JOB=vit_synthetic ARGS=\"{job_args}\"", flush=True)
-            summaries[name] = result(kit("submit", "--cluster", args.cluster,
-                                         "--job", "vit_synthetic", "--args", job_args))
+            summaries[name] = result_line(kit("submit", "--cluster", args.cluster,
+                                              "--job", "vit_synthetic", "--args", job_args))
+    except KitError as e:
+        raise SystemExit(f"bench-wait: {e}")
     finally:
         if started_here:
             kit("down", "--cluster", args.cluster)

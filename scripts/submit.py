@@ -20,6 +20,7 @@ from scripts.values import REPO
 
 JOBS = REPO / "jobs"
 ENTRYPOINT = "main.py"
+RESULT_PREFIX = "RESULT "  # every job ends by printing its summary as `RESULT {json}`
 # The working dir is uploaded to the cluster (capped at 100 MiB): never caches or data.
 EXCLUDES = [".git", "__pycache__", "*.pyc", ".pytest_cache", "data", "results", "*.ckpt"]
 
@@ -107,3 +108,11 @@ def port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def result_line(output: str) -> dict:
+    """The last `RESULT {...}` line in a job's output, parsed."""
+    lines = [line for line in output.splitlines() if line.startswith(RESULT_PREFIX)]
+    if not lines:
+        raise KitError("the job printed no RESULT line")
+    return json.loads(lines[-1][len(RESULT_PREFIX):])

@@ -50,11 +50,6 @@ def make(*args: str, env: dict | None = None, timeout: float = 600) -> subproces
                           capture_output=True, text=True, timeout=timeout)
 
 
-def result_line(stdout: str) -> dict:
-    """The last `RESULT {...}` line a job printed, parsed."""
-    return json.loads([line for line in stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
-
-
 @contextmanager
 def local_cluster_up(build_dir: Path):
     """`make up CLUSTER=local` in a build dir of its own (so its own temp dir and ports);

@@ -9,7 +9,8 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, local_cluster_up, make, result_line
+from conftest import REPO, local_cluster_up, make
+from scripts.submit import result_line
 
 JOB_DIR = REPO / "jobs" / "adaptdl_mnist"
 

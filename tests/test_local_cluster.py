@@ -1,6 +1,5 @@
 """The simulated cluster for real: make up, submit, down; nothing of it survives down."""
 
-import json
 import os
 import re
 
@@ -8,12 +7,7 @@ import pytest
 
 from conftest import local_cluster_up, make
 from scripts import local_cluster
-
-
-def result_of(output: str) -> dict:
-    lines = [l for l in output.splitlines() if l.startswith("RESULT ")]
-    assert lines, output[-3000:]
-    return json.loads(lines[-1][len("RESULT "):])
+from scripts.submit import result_line
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +26,7 @@ def test_tasks_spread_over_workers_and_trainer_lands_on_head(cluster_env):
     env, state = cluster_env
     run = make("submit", "CLUSTER=local", "JOB=smoke", env=env, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:]
-    result = result_of(run.stdout)
+    result = result_line(run.stdout)
     assert result["alive_nodes"] == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
     assert result["trainer_task_node"] == "127.0.0.2" == result["driver_node"]
     assert result["preprocess_task_nodes"] == ["127.0.0.3", "127.0.0.4"]

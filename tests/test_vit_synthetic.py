@@ -7,7 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, local_cluster_up, make, result_line
+from conftest import REPO, local_cluster_up, make
+from scripts.submit import result_line
 
 sys.path.insert(0, str(REPO / "jobs" / "vit_synthetic"))
 from diagnosis import diagnose  # noqa: E402
