@@ -3,18 +3,28 @@
 
 CLUSTER ?= local#        a values file in cluster_templates/ (local, hetero, single, p4d_hetero)
 JOB     ?= vit_synthetic#   a directory in jobs/ (vit_synthetic, adaptdl_mnist, smoke)
-ARGS    ?=#              flags for the job, e.g. ARGS="--steps 20 --batch-size 16"
-TIMEOUT ?=#              stop a submitted job after this many seconds
+ARGS    ?=#              flags for the job, split as a shell would: ARGS="--steps 20 --batch-size 16"
+TIMEOUT ?=#              stop a submitted job after this many seconds (empty: no limit)
 PYTHON  ?= python3#      the interpreter that creates .venv (3.11)
+
+# The variables reach the kit through its environment, never through a shell line: their
+# raw text ($(value ...): make expands nothing in it) is exported as KIT_*, so quotes, `$`,
+# backticks and `;` are data. The originals are not exported: make would expand them on
+# the way (running a `$(shell ...)` in them). scripts/inputs.py checks each one.
+unexport CLUSTER JOB ARGS TIMEOUT PYTHON
+export KIT_CLUSTER := $(value CLUSTER)
+export KIT_JOB     := $(value JOB)
+export KIT_ARGS    := $(value ARGS)
+export KIT_TIMEOUT := $(value TIMEOUT)
+export KIT_PYTHON  := $(value PYTHON)
 
 VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-KIT   := $(PY) -m scripts.kit --cluster "$(CLUSTER)" --job "$(JOB)" --args "$(ARGS)" \
-         $(if $(TIMEOUT),--timeout $(TIMEOUT))
+KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup render validate up status submit down run demo test test-adaptdl bench-data bench-wait clean
+.PHONY: help setup validate render up status submit down run demo test test-adaptdl bench-data bench-wait clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s]"
@@ -26,34 +36,34 @@ help: ## list targets and variables
 setup: $(STAMP) ## create .venv with the pinned requirements (run by every target)
 
 $(STAMP): requirements.txt jobs/adaptdl_mnist/requirements-nodeps.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	test -x $(PY) || "$$KIT_PYTHON" -m venv $(VENV)
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -r jobs/adaptdl_mnist/requirements-nodeps.txt
 	touch $@
 
-render: $(STAMP) ## render build/clusters/CLUSTER.yaml from its values file
-	@$(KIT) render
-
-validate: $(STAMP) ## render and check the cluster config; launches nothing
+validate: $(STAMP) ## check CLUSTER's values file and rendered config; writes nothing, launches nothing
 	@$(KIT) validate
 
-up: $(STAMP) ## validate, then start CLUSTER (local: simulated nodes; AWS: ray up)
+render: $(STAMP) ## the same checks, then write build/clusters/CLUSTER.yaml (nothing running reads it)
+	@$(KIT) render
+
+up: $(STAMP) ## check, then start CLUSTER and wait until ready (local: simulated nodes; AWS: ray up)
 	@$(KIT) up
 
-status: $(STAMP) ## show nodes and resources of CLUSTER (ray status)
+status: $(STAMP) ## show nodes and resources of CLUSTER
 	@$(KIT) status
 
-submit: $(STAMP) ## run JOB on CLUSTER with ray job submit; exits with the job's code
+submit: $(STAMP) ## run JOB on CLUSTER with ARGS; exits with the job's code
 	@$(KIT) submit
 
-down: $(STAMP) ## stop CLUSTER (local: its processes; AWS: ray down, instances terminated)
+down: $(STAMP) ## stop what `make up` started (local: its processes; AWS: ray down)
 	@$(KIT) down
 
-run: $(STAMP) ## up + submit + down, with teardown even on failure or Ctrl-C
+run: $(STAMP) ## up + submit + down; tears down only what it launched, through Ctrl-C too
 	@$(KIT) run
 
 demo: $(STAMP) ## the ViT job end to end on the local simulated cluster
-	@$(MAKE) --no-print-directory run CLUSTER=local JOB=vit_synthetic
+	@$(MAKE) --no-print-directory run CLUSTER=local JOB=vit_synthetic ARGS= TIMEOUT=
 
 test: $(STAMP) ## run every test (offline: moto for AWS, the local cluster for Ray), then test-adaptdl
 	$(PY) -m pytest tests
@@ -76,7 +86,7 @@ bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataL
 	$(PY) -m scripts.bench_data
 
 bench-wait: $(STAMP) ## the trainer's data wait with light preprocessing on CLUSTER (< 5%, no stalls)
-	$(PY) -m scripts.bench_wait --cluster "$(CLUSTER)"
+	@$(PY) -m scripts.bench_wait
 
-clean: ## remove build/ (rendered configs, local cluster state)
-	rm -rf build
+clean: $(STAMP) ## remove build/, keeping the records of clusters that may still be running
+	@$(KIT) clean

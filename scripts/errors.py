@@ -1,5 +1,21 @@
-"""The one exception the kit raises for bad input: its message says what and how to fix."""
+"""The one exception the kit raises for a user's mistake, and how its message is kept short."""
 
 
 class KitError(Exception):
-    """A user-facing error; the CLI prints its message and exits 2, launching nothing."""
+    """A user-facing error: the CLI prints `error: <message>` on one line and exits 2,
+    launching nothing. The message says what is wrong and how to fix it."""
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message))
+
+
+def one_line(text: str, limit: int = 600) -> str:
+    """Newlines folded, length capped: a hostile input never makes a long error."""
+    text = " | ".join(part.strip() for part in str(text).splitlines() if part.strip())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def short(value, limit: int = 60) -> str:
+    """A value as an error message may quote it: repr, capped."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"

@@ -1,176 +1,228 @@
 """The kit's command line; the Makefile calls it (`python -m scripts.kit COMMAND`).
 
-  render   values file -> build/clusters/<cluster>.yaml
-  validate render, then every check (scripts/validate.py); launches nothing
-  up       validate, then start the cluster (local: simulated; aws: `ray up`)
-  status   `ray status` of a running cluster
-  submit   run jobs/<job>/main.py on the cluster, exit with the job's exit code
-  down     stop the cluster (local: its processes; aws: `ray down`, instances terminated)
-  run      up + submit + down; down runs even when the job fails or on Ctrl-C
+  validate  every check on CLUSTER's values file and its rendered config; writes nothing
+  render    the same checks, then write the config to build/clusters/<cluster>.yaml
+  up        the same checks, then start CLUSTER and wait until it is ready
+  status    nodes and resources of a running CLUSTER
+  submit    run jobs/<JOB>/main.py on CLUSTER; exit with the job's exit code
+  down      stop what `up` started (local: its processes; aws: `ray down`)
+  run       up + submit + down; down runs, through Ctrl-C and SIGTERM, if this run launched
+  clean     remove build/, keeping the records of clusters that may be running
+
+Inputs come from the environment the Makefile exports (KIT_CLUSTER, KIT_JOB, KIT_ARGS,
+KIT_TIMEOUT), or from --cluster/--job/--args/--timeout; scripts/inputs.py checks them.
 """
 
 import argparse
-import shlex
+import os
 import shutil
 import signal
-import subprocess
 import sys
-from pathlib import Path
+import tempfile
+import time
+import traceback
+from contextlib import contextmanager
 
-from scripts import catalog, local_cluster, submit
+from scripts import state, submit
+from scripts.build import build
 from scripts.errors import KitError
-from scripts.render import render_cluster
-from scripts.validate import validate
-from scripts.values import BUILD, read_values, values_path
-
-# What `up` launched, kept apart from build/clusters/ so that `down` always stops what is
-# running even after the values file was edited (or broken) in between.
-LAUNCHED = BUILD / "launched"
+from scripts.inputs import check_name, job_dir, parse_timeout, split_args, values_file
+from scripts.paths import BUILD, LAUNCHED, LOGS, RENDERED
+from scripts.providers import PROVIDERS, local
+from scripts.values import parse_yaml
 
 
-def validated(cluster: str) -> tuple[Path, dict]:
-    """Validate the values file, then write its rendered YAML; return (path, values)."""
-    values = read_values(cluster)
-    validate(cluster, values)
-    path, _ = render_cluster(cluster)
-    return path, values
+def cmd_validate(a) -> int:
+    built = build(a.cluster)
+    print(f"cluster_templates/{a.cluster}.yaml: valid ({built.provider.NAME}; "
+          "every check passed, nothing written or launched)")
+    return 0
 
 
 def cmd_render(a) -> int:
-    path, _ = validated(a.cluster)  # the template needs values that passed every check
+    built = build(a.cluster)  # the template needs values that passed every check
+    path = RENDERED / f"{a.cluster}.yaml"
+    state.write_atomic(path, built.text, mode=0o644)
     print(path)
     return 0
 
 
-def cmd_validate(a) -> int:
-    path, _ = validated(a.cluster)
-    print(f"{path}: valid")
+def cmd_up(a) -> int:
+    built = build(a.cluster)
+    with state.lock(a.cluster):
+        refuse_if_up(a.cluster)
+        launch(built)
     return 0
 
 
-def hourly_cost(values: dict) -> str:
-    head = catalog.INSTANCE_TYPES[values["head"]["instance_type"]].usd_per_hour
-    lo = hi = head
-    for w in values["workers"].values():
-        price = catalog.INSTANCE_TYPES[w["instance_type"]].usd_per_hour
-        lo += w["min_workers"] * price
-        hi += w["max_workers"] * price
-    return f"~${lo:.2f}/h with min_workers, up to ~${hi:.2f}/h at max_workers (on-demand list prices)"
+def refuse_if_up(cluster: str) -> None:
+    record = state.load(cluster)
+    if record is None:
+        return
+    if PROVIDERS[record["provider"]].is_running(record):
+        raise KitError(f"cluster '{cluster}' is already up; `make down CLUSTER={cluster}` "
+                       "first, or use it as it is")
+    print(f"cluster '{cluster}': its record is stale (nothing of it runs); starting afresh")
+    state.forget(cluster)
 
 
-def cmd_up(a) -> int:
-    path, values = validated(a.cluster)
-    LAUNCHED.mkdir(parents=True, exist_ok=True)
-    if values["provider"] == "local":
-        state = local_cluster.up(a.cluster, path, values)
-        print(local_cluster.status(a.cluster))
-        print(f"local cluster '{a.cluster}' is up: dashboard {state['dashboard_url']}, "
-              f"logs {state['temp_dir']}/session_latest/logs")
-        return 0
-    print(f"launching '{a.cluster}' on AWS: {hourly_cost(values)}", flush=True)
-    launched = LAUNCHED / path.name
-    shutil.copyfile(path, launched)
-    return subprocess.run([local_cluster.ray_cli(), "up", "-y", "--no-config-cache",
-                           "--disable-usage-stats", str(launched)],
-                          env=local_cluster.ray_env()).returncode
+def launch(built) -> dict:
+    low, high = built.provider.hourly_cost(built.values)
+    if high:
+        print(f"launching '{built.cluster}' on {built.provider.NAME.upper()}: ~${low:.2f}/h with "
+              f"min_workers, up to ~${high:.2f}/h at max_workers (on-demand list prices)",
+              flush=True)
+    record = built.provider.up(built.cluster, built.text, built.values)
+    print(f"cluster '{built.cluster}' is up", flush=True)
+    return record
 
 
 def cmd_down(a) -> int:
-    launched = LAUNCHED / f"{a.cluster}.yaml"
-    if local_cluster.read_state(a.cluster) or provider_of(a.cluster) == "local":
-        stopped = local_cluster.down(a.cluster)
-        print(f"local cluster '{a.cluster}': {stopped} processes stopped")
-        return 0
-    if not launched.exists():
-        launched, _ = render_cluster(a.cluster)
-    code = subprocess.run([local_cluster.ray_cli(), "down", "-y", str(launched)],
-                          env=local_cluster.ray_env()).returncode
-    if code == 0:
-        launched.unlink(missing_ok=True)
-    return code
+    check_name("CLUSTER", a.cluster)
+    with state.lock(a.cluster):
+        print(teardown(a.cluster), flush=True)
+    return 0
 
 
-def provider_of(cluster: str) -> str:
-    """The provider of a cluster, read without validating (down must work on a values
-    file that was broken after up)."""
-    import yaml
-
-    path = values_path(cluster)
+def teardown(cluster: str) -> str:
     try:
-        return yaml.safe_load(path.read_text()).get("provider", "")
-    except Exception:
-        return ""
+        record = state.load(cluster)
+    except KitError:
+        if provider_named_in_values(cluster) != local.NAME:
+            raise
+        # A local cluster's processes are found by their marker, not by the record.
+        print(f"ignoring the corrupt record {state.record_path(cluster)}", flush=True)
+        record = None
+    if record is not None:
+        return PROVIDERS[record["provider"]].down(cluster, record)
+    if provider_named_in_values(cluster) == local.NAME:
+        # No record, but a crashed run may have left processes: they carry the marker.
+        return local.down(cluster, None)
+    return f"cluster '{cluster}' was not launched from this checkout; nothing to stop"
+
+
+def provider_named_in_values(cluster: str) -> str | None:
+    """The values file's `provider:`, read without validating (a values file broken after
+    `up` must not stop `down`); None if it cannot be read."""
+    try:
+        values = parse_yaml(values_file(cluster).read_bytes(), cluster)
+    except KitError:
+        return None
+    return values.get("provider") if isinstance(values, dict) else None
+
+
+def require_record(cluster: str) -> dict:
+    check_name("CLUSTER", cluster)
+    record = state.load(cluster)
+    if record is None:
+        raise KitError(f"cluster '{cluster}' is not up; run `make up CLUSTER={cluster}`")
+    return record
 
 
 def cmd_status(a) -> int:
-    if local_cluster.read_state(a.cluster):
-        print(local_cluster.status(a.cluster))
-        return 0
-    launched = LAUNCHED / f"{a.cluster}.yaml"
-    if not launched.exists():
-        raise KitError(f"cluster '{a.cluster}' is not up; run `make up CLUSTER={a.cluster}`")
-    return subprocess.run([local_cluster.ray_cli(), "exec", str(launched), "ray status"],
-                          env=local_cluster.ray_env()).returncode
+    record = require_record(a.cluster)
+    return PROVIDERS[record["provider"]].status(record)
 
 
 def cmd_submit(a) -> int:
-    job_args = shlex.split(a.args)
-    submit.job_dir(a.job)  # a typo in JOB fails before any tunnel opens
-    state = local_cluster.read_state(a.cluster)
-    if state:
-        local_cluster.require_state(a.cluster)
-        return submit.submit(state["dashboard_url"], a.job, job_args, state["python"],
-                             timeout_s=a.timeout)
-    launched = LAUNCHED / f"{a.cluster}.yaml"
-    if not launched.exists():
-        raise KitError(f"cluster '{a.cluster}' is not up; run `make up CLUSTER={a.cluster}`")
-    with submit.dashboard_tunnel(launched) as url:
-        return submit.submit(url, a.job, job_args, "python", timeout_s=a.timeout)
+    job_dir(a.job)  # a typo in JOB fails before any tunnel opens
+    args, timeout = split_args(a.args), parse_timeout(a.timeout)
+    return submit_to(require_record(a.cluster), a.job, args, timeout)
+
+
+def submit_to(record: dict, job: str, args: list[str], timeout: float | None) -> int:
+    with PROVIDERS[record["provider"]].job_address(record) as (address, python, token):
+        return submit.submit(address, job, args, python, token, timeout_s=timeout)
 
 
 def cmd_run(a) -> int:
-    submit.job_dir(a.job)
+    job_dir(a.job)
+    args, timeout = split_args(a.args), parse_timeout(a.timeout)
+    built = build(a.cluster)  # a refused config launches nothing and tears nothing down
+    with state.lock(a.cluster):
+        refuse_if_up(a.cluster)  # a cluster this run did not start is never torn down
+        try:
+            record = launch(built)
+            return submit_to(record, a.job, args, timeout)
+        finally:
+            if state.record_path(a.cluster).exists():  # only what this run launched
+                print(f"tearing down '{a.cluster}'", flush=True)
+                with signals_deferred():
+                    print(teardown(a.cluster), flush=True)
+
+
+@contextmanager
+def signals_deferred():
+    """Teardown runs to the end through any number of Ctrl-C, SIGTERM and SIGHUP."""
+    caught = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in caught}
     try:
-        code = cmd_up(a)
-        if code == 0:
-            code = cmd_submit(a)
-        return code
+        yield
     finally:
-        print(f"tearing down '{a.cluster}'", flush=True)
-        with ignoring_interrupts():
-            cmd_down(a)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
-class ignoring_interrupts:
-    """Let teardown finish even if Ctrl-C is pressed again while it runs."""
+def cmd_clean(a) -> int:
+    kept = state.launched_clusters()
+    if BUILD.is_dir():
+        for child in BUILD.iterdir():
+            if child == LAUNCHED and kept:
+                continue
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    if kept:
+        print(f"kept {LAUNCHED}: the records of {', '.join(kept)}, which may still be running; "
+              "`make down CLUSTER=<name>` each, then `make clean` again")
+    return 0
 
-    def __enter__(self):
-        self.previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    def __exit__(self, *exc):
-        signal.signal(signal.SIGINT, self.previous)
+COMMANDS = {"validate": cmd_validate, "render": cmd_render, "up": cmd_up, "status": cmd_status,
+            "submit": cmd_submit, "down": cmd_down, "run": cmd_run, "clean": cmd_clean}
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise KitError(f"{message}; see `python -m scripts.kit --help`")
+
+
+def parse(argv) -> argparse.Namespace:
+    env = os.environ
+    p = Parser(prog="kit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=COMMANDS)
+    p.add_argument("--cluster", default=env.get("KIT_CLUSTER") or "local",
+                   help="a values file in cluster_templates/ (CLUSTER)")
+    p.add_argument("--job", default=env.get("KIT_JOB") or "vit_synthetic",
+                   help="a directory in jobs/ (JOB)")
+    p.add_argument("--args", default=env.get("KIT_ARGS", ""), help="the job's flags, one string (ARGS)")
+    p.add_argument("--timeout", default=env.get("KIT_TIMEOUT", ""),
+                   help="stop the job after this many seconds (TIMEOUT)")
+    return p.parse_args(argv)
 
 
 def raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-COMMANDS = {"render": cmd_render, "validate": cmd_validate, "up": cmd_up, "down": cmd_down,
-            "status": cmd_status, "submit": cmd_submit, "run": cmd_run}
+def internal_error(exc: BaseException) -> str:
+    """Write the traceback to build/logs/ (a private temp file if that fails); return where."""
+    text = "".join(traceback.format_exception(exc))
+    try:
+        LOGS.mkdir(parents=True, exist_ok=True)
+        path = LOGS / f"kit-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        path.write_text(text)
+        return str(path)
+    except OSError:
+        fd, path = tempfile.mkstemp(prefix="kit-error-", suffix=".log")
+        os.write(fd, text.encode())
+        os.close(fd)
+        return path
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="kit", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=COMMANDS)
-    parser.add_argument("--cluster", default="local", help="a values file in cluster_templates/")
-    parser.add_argument("--job", default="vit_synthetic", help="a directory in jobs/")
-    parser.add_argument("--args", default="", help="flags passed to the job, one string")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="stop the job after this many seconds")
-    a = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # `kill` tears down like Ctrl-C
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # `kill` ends like Ctrl-C
+    signal.signal(signal.SIGHUP, raise_keyboard_interrupt)   # so does closing the terminal
     try:
+        a = parse(argv)
         return COMMANDS[a.command](a)
     except KitError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -178,6 +230,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug in the kit, not the user's input
+        where = internal_error(e)
+        print(f"error: internal error in the kit ({type(e).__name__}), not in your input; "
+              f"details in {where}", file=sys.stderr)
+        return 70
 
 
 if __name__ == "__main__":

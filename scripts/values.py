@@ -1,90 +1,193 @@
-"""Load a cluster's values file and check it against its provider's JSON schema.
+"""Read a values file strictly, check it against its provider's schema, fill in defaults.
 
-Values files live in cluster_templates/<cluster>.yaml; `provider:` picks the schema in
-cluster_templates/schema/<provider>.schema.yaml and the template <provider>.yaml.j2.
+Strict means: UTF-8, at most MAX_BYTES, no duplicate keys, string keys, a cap on YAML
+aliases (a "billion laughs" file cannot blow up), no control or invisible characters in
+any string (a name cannot hide a newline or a zero-width space), and integers that are
+integers (5.0 and true are not). Defaults live in the schema (`default:`), nowhere else.
 """
 
+import copy
 import difflib
-import os
+import unicodedata
 from pathlib import Path
 
 import jsonschema
 import yaml
 
-from scripts.errors import KitError
+from scripts.errors import KitError, short
 
-REPO = Path(__file__).resolve().parent.parent
-TEMPLATES = REPO / "cluster_templates"
-# Rendered configs and cluster state; tests point it elsewhere so that they never touch
-# the state of a cluster a user has up.
-BUILD = Path(os.environ.get("RAYKIT_BUILD_DIR", REPO / "build"))
-PROVIDERS = ("aws", "local")
+MAX_BYTES = 64 * 1024
+MAX_ALIASES = 50
+MAX_PROBLEMS = 3  # more are counted, not listed: an error stays one short line
 
 
-def values_path(cluster: str) -> Path:
-    return TEMPLATES / f"{cluster}.yaml"
+class StrictLoader(yaml.SafeLoader):
+    aliases_seen = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self.aliases_seen += 1
+            if self.aliases_seen > MAX_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_ALIASES} YAML aliases (*name)")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        keys = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if not isinstance(key, str):
+                raise yaml.YAMLError(f"line {line}: key {short(key)} is not a string; quote it")
+            if key in keys:
+                raise yaml.YAMLError(f"line {line}: duplicate key '{short(key)[1:-1]}'; "
+                                     "keep one of them")
+            keys.add(key)
+        return super().construct_mapping(node, deep=True)
 
 
-def available_clusters() -> list[str]:
-    return sorted(p.stem for p in TEMPLATES.glob("*.yaml"))
-
-
-def load_values(cluster: str) -> dict:
-    """Parse cluster_templates/<cluster>.yaml and check its shape; raise KitError."""
-    values = read_values(cluster)
-    check_schema(cluster, values)
-    return values
-
-
-def read_values(cluster: str) -> dict:
-    """Parse cluster_templates/<cluster>.yaml, unchecked."""
-    path = values_path(cluster)
-    if not path.is_file():
-        hint = difflib.get_close_matches(cluster, available_clusters(), n=1)
-        raise KitError(
-            f"no values file {path.relative_to(REPO)} for CLUSTER={cluster}"
-            + (f"; did you mean CLUSTER={hint[0]}?" if hint else "")
-            + f" (available: {', '.join(available_clusters())})"
-        )
+def parse_yaml(data: bytes, where: str):
+    """Bytes of a YAML file -> Python objects, strictly; KitError naming `where`."""
+    if len(data) > MAX_BYTES:
+        raise KitError(f"{where}: {len(data)} bytes; a values file is at most {MAX_BYTES}")
     try:
-        values = yaml.safe_load(path.read_text())
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise KitError(f"{where}: not UTF-8 (byte {e.start}); save it as UTF-8") from None
+    try:
+        parsed = yaml.load(text, Loader=StrictLoader)
     except yaml.YAMLError as e:
-        raise KitError(f"{path.relative_to(REPO)} is not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        at = f"line {mark.line + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise KitError(f"{where}: not valid YAML: {at}{problem}") from None
+    except (ValueError, OverflowError, RecursionError) as e:  # e.g. a date out of range
+        raise KitError(f"{where}: not valid YAML: {short(str(e), 120)}") from None
+    for key, text_value in strings_in(parsed):
+        bad = next((c for c in text_value if invisible(c)), None)
+        if bad is not None:
+            raise KitError(f"{where}: {key or '(top level)'}: {short(text_value)} contains the "
+                           f"invisible character U+{ord(bad):04X}; retype it")
+    return parsed
+
+
+def invisible(char: str) -> bool:
+    """Control, format (zero-width, bidi), separator other than a plain space."""
+    category = unicodedata.category(char)
+    return category in ("Cc", "Cf", "Co", "Cs", "Zl", "Zp") or (category == "Zs" and char != " ")
+
+
+def strings_in(value, key: str = ""):
+    """(dotted key, string) for every string in a parsed file, keys included."""
+    if isinstance(value, str):
+        yield key, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            child = f"{key}.{k}" if key else str(k)
+            yield child, k
+            yield from strings_in(v, child)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from strings_in(v, f"{key}[{i}]")
+
+
+# --- the schema ---------------------------------------------------------------------
+
+def _strict_int(checker, instance) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+StrictValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_int),
+)
+
+
+def load_schema(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def check_and_fill(values, schema: dict, where: str) -> dict:
+    """Every schema problem in one KitError, or the values with defaults filled in."""
     if not isinstance(values, dict):
-        raise KitError(f"{path.relative_to(REPO)}: expected a mapping of keys at the top")
-    return values
-
-
-def check_schema(cluster: str, values: dict) -> None:
-    """Raise KitError listing every key of the values that breaks its provider's schema."""
-    path = values_path(cluster)
-    provider = values.get("provider")
-    if provider not in PROVIDERS:
-        raise KitError(
-            f"{path.relative_to(REPO)}: provider: {provider!r} is not one of "
-            f"{', '.join(PROVIDERS)}; set `provider: aws` or `provider: local`"
-        )
-    problems = schema_problems(values, provider)
+        raise KitError(f"{where}: expected a mapping of keys at the top, got {type(values).__name__}")
+    problems = schema_problems(values, schema)
     if problems:
-        raise KitError("\n".join(f"{path.relative_to(REPO)}: {p}" for p in problems))
+        raise KitError(joined(where, problems))
+    return with_defaults(copy.deepcopy(values), schema, schema)
 
 
-def schema_problems(values: dict, provider: str) -> list[str]:
-    """Every schema violation as 'dotted.key: what is wrong; how to fix'."""
-    schema = yaml.safe_load((TEMPLATES / "schema" / f"{provider}.schema.yaml").read_text())
-    validator = jsonschema.Draft202012Validator(schema)
+def joined(where: str, problems: list[str]) -> str:
+    listed = "; ".join(short_problem(p) for p in problems[:MAX_PROBLEMS])
+    more = len(problems) - MAX_PROBLEMS
+    return f"{where}: {listed}" + (f" (and {more} more)" if more > 0 else "")
+
+
+def short_problem(problem: str, limit: int = 200) -> str:
+    return problem if len(problem) <= limit else problem[: limit - 3] + "..."
+
+
+def schema_problems(values: dict, schema: dict) -> list[str]:
+    """Every violation as 'dotted.key: what is wrong; how to fix'."""
     problems = []
-    for error in sorted(validator.iter_errors(values), key=lambda e: list(e.path)):
+    for error in sorted(StrictValidator(schema).iter_errors(values), key=lambda e: list(map(str, e.path))):
         key = ".".join(str(p) for p in error.path) or "(top level)"
+        rule = error.schema if isinstance(error.schema, dict) else {}
         if error.validator == "additionalProperties":
-            allowed = list(error.schema.get("properties", {}))
+            allowed = list(rule.get("properties", {}))
             for extra in sorted(set(error.instance) - set(allowed)):
                 where = f"{key}.{extra}" if error.path else extra
                 hint = difflib.get_close_matches(extra, allowed, n=1)
                 fix = f"did you mean '{hint[0]}'?" if hint else f"allowed keys: {', '.join(allowed)}"
-                problems.append(f"{where}: unknown key; {fix}")
+                problems.append(f"{short(where, 50)[1:-1]}: unknown key; {fix}")
         elif error.validator == "required":
-            problems.append(f"{key}: {error.message}; add it (see hetero.yaml or local.yaml)")
+            missing = error.message.split("'")[1]
+            problems.append(f"{key}: '{missing}' is required; add it (see hetero.yaml or local.yaml)")
+        elif error.validator == "propertyNames":
+            problems.append(f"{key}: key {short(error.instance)} is not a name; {rule.get('description', '')}")
+        elif "description" in rule and error.validator in ("pattern", "type", "enum", "const",
+                                                           "minimum", "maximum", "maxLength",
+                                                           "minLength", "not"):
+            problems.append(f"{key}: {short(error.instance)} is not allowed; {rule['description']}")
+        elif error.validator == "type":
+            problems.append(f"{key}: {short(error.instance)} is not of type '{rule['type']}'"
+                            if isinstance(rule.get("type"), str) else
+                            f"{key}: {short(error.instance)} is not of type {rule.get('type')}")
+        elif error.validator in ("enum", "const"):
+            allowed = rule.get("enum") or [rule.get("const")]
+            problems.append(f"{key}: {short(error.instance)} is not one of {', '.join(map(str, allowed))}")
+        elif error.validator in ("minimum", "maximum"):
+            bound = rule[error.validator]
+            word = "at least" if error.validator == "minimum" else "at most"
+            problems.append(f"{key}: {short(error.instance)} is out of range; set {word} {bound}")
         else:
-            problems.append(f"{key}: {error.message}")
+            problems.append(f"{key}: {short(error.message, 120)}")
     return problems
+
+
+def with_defaults(values, rule: dict, root: dict):
+    """Fill missing keys from `default:` in the schema, recursively (through $ref and the
+    per-name schemas of maps such as `workers`)."""
+    rule = resolve(rule, root)
+    if not isinstance(values, dict):
+        return values
+    for name, sub in rule.get("properties", {}).items():
+        sub = resolve(sub, root)
+        if name not in values and "default" in sub:
+            values[name] = copy.deepcopy(sub["default"])
+        if name in values:
+            values[name] = with_defaults(values[name], sub, root)
+    extra = rule.get("additionalProperties")
+    if isinstance(extra, dict):
+        for name in set(values) - set(rule.get("properties", {})):
+            values[name] = with_defaults(values[name], extra, root)
+    return values
+
+
+def resolve(rule: dict, root: dict) -> dict:
+    ref = rule.get("$ref") if isinstance(rule, dict) else None
+    if ref:
+        node = root
+        for part in ref.lstrip("#/").split("/"):
+            node = node[part]
+        return resolve(node, root)
+    return rule

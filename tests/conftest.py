@@ -50,17 +50,26 @@ def make(*args: str, env: dict | None = None, timeout: float = 600) -> subproces
                           capture_output=True, text=True, timeout=timeout)
 
 
+def processes_of(state: dict) -> list:
+    """The live processes of the local cluster that `state` (from local_cluster_up) names."""
+    from scripts.providers.local import cluster_processes
+
+    return cluster_processes(state["cluster"], build=Path(state["build_dir"]))
+
+
 @contextmanager
 def local_cluster_up(build_dir: Path):
-    """`make up CLUSTER=local` in a build dir of its own (so its own temp dir and ports);
-    yield (env for make, cluster state); on exit `make down` and check nothing is left."""
-    from scripts.local_cluster import cluster_processes
-
+    """`make up CLUSTER=local` in a build dir of its own (so its own marker, temp dir and
+    ports); yield (env for make, its record + build_dir); on exit `make down` and check
+    that nothing of it is left."""
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir))
     up = make("up", "CLUSTER=local", env=env, timeout=300)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-    state = json.loads((build_dir / "local" / "local.json").read_text())
+    state = json.loads((build_dir / "launched" / "local.json").read_text())
+    state["build_dir"] = str(build_dir)
+    assert processes_of(state)
     yield env, state
     down = make("down", "CLUSTER=local", env=env, timeout=120)
-    assert down.returncode == 0
-    assert cluster_processes(state["temp_dir"]) == []
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert processes_of(state) == []
+    assert not (build_dir / "launched" / "local.json").exists()

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, local_cluster_up, make
+from conftest import REPO, local_cluster_up, make, processes_of
 from scripts.submit import result_line
 
 JOB_DIR = REPO / "jobs" / "adaptdl_mnist"
@@ -75,10 +75,9 @@ def cluster(tmp_path_factory):
 def job_processes(state: dict) -> list[str]:
     """Processes of the cluster that belong to an AdaptDL job (Ray names its workers
     `ray::<task or actor>`; the driver runs main.py)."""
-    from scripts.local_cluster import cluster_processes
     names = ("run_adaptdl", "Controller", "SummaryBox", "listen_for_spot_termination")
     found = []
-    for proc in cluster_processes(state["temp_dir"]):
+    for proc in processes_of(state):
         try:
             args = proc.cmdline()
         except Exception:  # exited meanwhile

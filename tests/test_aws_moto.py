@@ -7,7 +7,7 @@ import pytest
 from moto import mock_aws
 
 from conftest import load_example
-from scripts.validate import validate
+from scripts.build import build
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def launch_every_node_type(cluster: str):
     from ray.autoscaler.tags import NODE_KIND_HEAD, NODE_KIND_WORKER, TAG_RAY_NODE_KIND, \
         TAG_RAY_NODE_NAME, TAG_RAY_USER_NODE_TYPE
 
-    config = bootstrap_aws(prepare_config(validate(cluster, load_example(cluster))))
+    config = bootstrap_aws(prepare_config(build(cluster).config))
     provider = AWSNodeProvider(config["provider"], config["cluster_name"])
     ec2 = boto3.client("ec2", region_name=config["provider"]["region"])
     launched = {}

@@ -1,10 +1,18 @@
-"""Bad values are refused before anything launches, each with a message naming the key."""
+"""Bad input, careless or hostile, is refused before anything launches: exit 2, one short
+`error:` line naming the key or variable, never a traceback, never a string turned into
+YAML structure or shell code. Values-file cases run through the kit's own CLI (kit.main)
+on edited copies of the example files; Make-variable cases run through `make` itself."""
+
+import os
+import subprocess
+import sys
 
 import pytest
+import yaml
 
-from conftest import load_example
-from scripts.errors import KitError
-from scripts.validate import run_instances_problems, validate
+from conftest import REPO, load_example, make
+from scripts import kit
+from scripts.build import build_text
 
 
 def set_path(values: dict, dotted: str, value) -> None:
@@ -21,99 +29,314 @@ def rename(values: dict, dotted: str, new_key: str) -> None:
     values[new_key] = values.pop(last)
 
 
-# (values file, change, text the error must contain)
-AWS_CASES = [
-    ("key typo in head", lambda v: rename(v, "head.instance_type", "instnce_type"),
-     "head.instnce_type: unknown key; did you mean 'instance_type'"),
-    ("key typo at top level", lambda v: rename(v, "idle_timeout_minutes", "idle_timout_minutes"),
-     "idle_timout_minutes: unknown key; did you mean 'idle_timeout_minutes'"),
-    ("key typo in a worker", lambda v: rename(v, "workers.cpu_worker.max_workers", "max_worker"),
-     "workers.cpu_worker.max_worker: unknown key; did you mean 'max_workers'"),
-    ("negative min_workers", lambda v: set_path(v, "workers.cpu_worker.min_workers", -1),
-     "workers.cpu_worker.min_workers: -1 is negative"),
-    ("min above max", lambda v: set_path(v, "workers.cpu_worker.min_workers", 5),
+def edited(cluster: str, change) -> bytes:
+    values = load_example(cluster)
+    change(values)
+    return yaml.safe_dump(values, allow_unicode=True).encode()
+
+
+def kit_error(monkeypatch, capsys, cluster: str, data: bytes) -> str:
+    """`kit validate` on `data` as the values file of `cluster`: assert the CLI's contract
+    (exit 2, one error line, no traceback) and return that line."""
+    monkeypatch.setattr(kit, "build", lambda name: build_text(name, data))
+    code = kit.main(["validate", "--cluster", cluster])
+    out, err = capsys.readouterr()
+    assert code == 2, out + err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err[:2000]
+    assert "Traceback" not in err and len(lines[0]) <= 700
+    return lines[0]
+
+
+# --- the values files -----------------------------------------------------------------
+
+# (case, values file, change, text the error must contain)
+VALUE_CASES = [
+    # injection through values: a string must never become YAML structure or shell code
+    ("newline in cluster_name adds a key", "hetero",
+     lambda v: set_path(v, "cluster_name", "hetero\nsetup_commands: [curl x]"), "cluster_name"),
+    ("quote in a tag value closes the mapping", "hetero",
+     lambda v: set_path(v, "aws.tags", {"team": 'ml"}, {Key: evil, Value: "x'}), "aws.tags.team"),
+    ("tag key with a colon and brace", "hetero",
+     lambda v: set_path(v, "aws.tags", {"a}: {b": "c"}), "aws.tags"),
+    ("tag key overriding Ray's own tag", "hetero",
+     lambda v: set_path(v, "aws.tags", {"ray-cluster-name": "other"}), "aws.tags"),
+    ("tag key in AWS's namespace", "hetero",
+     lambda v: set_path(v, "aws.tags", {"aws:createdBy": "me"}), "aws.tags"),
+    ("shell in ssh_user", "hetero",
+     lambda v: set_path(v, "aws.ssh_user", "ubuntu; curl x | sh"), "aws.ssh_user"),
+    ("newline in key_pair adds a node_config key", "hetero",
+     lambda v: set_path(v, "aws.key_pair", "mine\nKeyName: theirs"), "aws.key_pair"),
+    ("key_pair that walks out of ~/.ssh", "hetero",
+     lambda v: set_path(v, "aws.key_pair", "../../etc/shadow"), "aws.key_pair"),
+    ("shell in a volume host path", "hetero",
+     lambda v: set_path(v, "docker.volumes", [{"host": "/mnt/data; curl x|sh", "container": "/data"}]),
+     "docker.volumes.0.host"),
+    ("second mount smuggled in a container path", "hetero",
+     lambda v: set_path(v, "docker.volumes", [{"host": "/mnt/data", "container": "/data -v /:/host"}]),
+     "docker.volumes.0.container"),
+    ("traversal in a volume host path", "hetero",
+     lambda v: set_path(v, "docker.volumes", [{"host": "/mnt/../etc", "container": "/data"}]),
+     "docker.volumes[0].host"),
+    ("host root mounted", "hetero",
+     lambda v: set_path(v, "docker.volumes", [{"host": "/", "container": "/host"}]), "docker.volumes.0.host"),
+    ("shell in extra_run_options", "hetero",
+     lambda v: set_path(v, "docker.extra_run_options", ["--privileged; curl x"]),
+     "docker.extra_run_options.0"),
+    ("a mount hidden in extra_run_options", "hetero",
+     lambda v: set_path(v, "docker.extra_run_options", ["-v /:/host"]), "docker.extra_run_options.0"),
+    ("--volume in extra_run_options", "hetero",
+     lambda v: set_path(v, "docker.extra_run_options", ["--volume=/etc:/etc"]),
+     "docker.extra_run_options[0]: mounts go in docker.volumes"),
+    ("newline in availability_zone", "hetero",
+     lambda v: set_path(v, "aws.availability_zone", "us-east-1a\n  extra: 1"), "aws.availability_zone"),
+    ("shell in image_id", "hetero",
+     lambda v: set_path(v, "aws.image_id", "ami-12345678; rm -rf /"), "aws.image_id"),
+    ("newline in region", "hetero",
+     lambda v: set_path(v, "aws.region", "us-east-1\nfoo: bar"), "aws.region"),
+    ("worker type name that adds a node type", "hetero",
+     lambda v: rename(v, "workers.cpu_worker", 'w": {}\n  evil'), "workers"),
+    ("quote in an instance type", "hetero",
+     lambda v: set_path(v, "head.instance_type", 'g5.xlarge"; x'), "head.instance_type"),
+    ("newline in volume_type", "hetero",
+     lambda v: set_path(v, "head.disk.volume_type", "gp3\nIops: 1"), "head.disk.volume_type"),
+    ("newline in a local worker type name", "local",
+     lambda v: rename(v, "workers.cpu_worker", "cpu\nhead_node_type: x"), "workers"),
+    # values that make no sense, or would fail later
+    ("float worker count", "hetero", lambda v: set_path(v, "workers.cpu_worker.min_workers", 2.0),
+     "workers.cpu_worker.min_workers"),
+    ("boolean worker count", "hetero", lambda v: set_path(v, "workers.cpu_worker.max_workers", True),
+     "workers.cpu_worker.max_workers"),
+    ("a fleet by typo", "hetero", lambda v: set_path(v, "workers.cpu_worker.max_workers", 4000),
+     "workers.cpu_worker.max_workers"),
+    ("negative min_workers", "hetero", lambda v: set_path(v, "workers.cpu_worker.min_workers", -1),
+     "workers.cpu_worker.min_workers"),
+    ("min above max", "hetero", lambda v: set_path(v, "workers.cpu_worker.min_workers", 5),
      "workers.cpu_worker: min_workers (5) > max_workers (4)"),
-    ("unknown instance type", lambda v: set_path(v, "workers.cpu_worker.instance_type", "c5.4xlage"),
-     "workers.cpu_worker.instance_type: unknown instance type 'c5.4xlage'; did you mean 'c5.4xlarge'?"),
-    ("bad VolumeType", lambda v: set_path(v, "head.disk.volume_type", "gp9"),
-     "head.disk.volume_type: 'gp9' is not an EBS volume type"),
-    ("GPU-less head in a hetero mix", lambda v: set_path(v, "head.instance_type", "c5.4xlarge"),
-     "head.instance_type: c5.4xlarge has no GPU"),
-    ("GPU worker in a hetero mix", lambda v: set_path(v, "workers.cpu_worker.instance_type", "g5.xlarge"),
-     "workers.cpu_worker.instance_type: g5.xlarge has 1 GPU(s)"),
-    ("root disk too small for the image", lambda v: set_path(v, "head.disk.root_gb", 60),
-     "head.disk.root_gb: 60 GB is too small"),
-    ("unknown region", lambda v: set_path(v, "aws.region", "us-east-7"),
-     "aws.region: unknown region 'us-east-7'"),
-    ("region with no pinned AMI", lambda v: set_path(v, "aws.region", "eu-west-1"),
-     "aws.image_id: the kit pins no AMI for eu-west-1"),
-    ("malformed AMI id", lambda v: set_path(v, "aws.image_id", "ubuntu-22.04"),
-     "aws.image_id: 'ubuntu-22.04' does not match"),
-    ("zone outside the region", lambda v: set_path(v, "aws.availability_zone", "us-west-2a"),
-     "aws.availability_zone: us-west-2a is not in region us-east-1"),
-    ("mount whose host path nothing creates",
-     lambda v: set_path(v, "docker.extra_run_options", ["-v /scratch:/scratch"]),
-     "host path /scratch of mount '/scratch:/scratch' is not created"),
-    ("missing required key", lambda v: v["head"].pop("disk"),
-     "head: 'disk' is a required property"),
-    ("wrong type", lambda v: set_path(v, "workers.cpu_worker.spot", "yes"),
+    ("root disk beyond any EBS volume", "hetero", lambda v: set_path(v, "head.disk.root_gb", 100000),
+     "head.disk.root_gb"),
+    ("gp3 beyond its 16 TiB", "hetero", lambda v: set_path(v, "head.disk.root_gb", 20000),
+     "head.disk.root_gb: 20000 GiB is outside gp3's 1-16384 GiB"),
+    ("st1 as a boot volume", "hetero", lambda v: set_path(v, "head.disk.volume_type", "st1"),
+     "head.disk.volume_type: st1 cannot be a boot volume"),
+    ("standard volume beyond 1 TiB", "hetero",
+     lambda v: set_path(v, "head.disk", {"root_gb": 150, "volume_type": "standard", "data_gb": 2000}),
+     "head.disk.data_gb: 2000 GiB is outside standard's 1-1024 GiB"),
+    ("zero idle timeout", "hetero", lambda v: set_path(v, "idle_timeout_minutes", 0), "idle_timeout_minutes"),
+    ("idle timeout of months", "local", lambda v: set_path(v, "idle_timeout_minutes", 100000),
+     "idle_timeout_minutes"),
+    ("idle timeout as text", "hetero", lambda v: set_path(v, "idle_timeout_minutes", "10"),
+     "idle_timeout_minutes"),
+    ("spot as text", "hetero", lambda v: set_path(v, "workers.cpu_worker.spot", "yes"),
      "workers.cpu_worker.spot: 'yes' is not of type 'boolean'"),
-    ("unknown provider", lambda v: set_path(v, "provider", "gcp"),
+    ("uppercase cluster_name", "hetero", lambda v: set_path(v, "cluster_name", "Hetero"), "cluster_name"),
+    ("zero-width space in cluster_name", "hetero", lambda v: set_path(v, "cluster_name", "het\u200bero"),
+     "U+200B"),
+    ("no-break space in a tag value", "hetero", lambda v: set_path(v, "aws.tags", {"team": "ml\u00a0x"}),
+     "U+00A0"),
+    ("bidi override in a worker name", "hetero", lambda v: rename(v, "workers.cpu_worker", "cpu\u202eworker"),
+     "U+202E"),
+    ("over-long cluster_name", "hetero", lambda v: set_path(v, "cluster_name", "a" * 200), "cluster_name"),
+    ("a date for cluster_name", "hetero", lambda v: set_path(v, "cluster_name", __import__("datetime").date(2020, 1, 1)),
+     "cluster_name"),
+    ("zero CPUs", "local", lambda v: set_path(v, "head.cpus", 0), "head.cpus"),
+    ("fractional CPUs", "local", lambda v: set_path(v, "workers.cpu_worker.cpus", 1.5), "workers.cpu_worker.cpus"),
+    ("more memory than this machine", "local",
+     lambda v: v["workers"]["cpu_worker"].update(memory_mb=262144, max_workers=16, min_workers=1),
+     "more than this machine's"),
+    ("no trainer slot on a hetero head", "local", lambda v: set_path(v, "head.trainer_slots", 0),
+     "head.trainer_slots: a heterogeneous mix trains on the head"),
+    ("41 tags", "hetero", lambda v: set_path(v, "aws.tags", {f"t{i}": "x" for i in range(41)}), "aws.tags"),
+    ("11 worker types", "local",
+     lambda v: set_path(v, "workers", {f"w{i}": {"cpus": 1, "min_workers": 0, "max_workers": 1} for i in range(11)}),
+     "workers"),
+    # shape and rules
+    ("key typo in head", "hetero", lambda v: rename(v, "head.instance_type", "instnce_type"),
+     "head.instnce_type: unknown key; did you mean 'instance_type'"),
+    ("key typo at top level", "hetero", lambda v: rename(v, "idle_timeout_minutes", "idle_timout_minutes"),
+     "idle_timout_minutes: unknown key; did you mean 'idle_timeout_minutes'"),
+    ("key typo in a local worker", "local", lambda v: rename(v, "workers.cpu_worker.cpus", "cpu"),
+     "workers.cpu_worker.cpu: unknown key; did you mean 'cpus'"),
+    ("missing required key", "hetero", lambda v: v["head"].pop("disk"), "head: 'disk' is required"),
+    ("unknown provider is never a fallback", "hetero", lambda v: set_path(v, "provider", "gcp"),
      "provider: 'gcp' is not one of aws, local"),
-    ("unknown mix", lambda v: set_path(v, "mix", "hetero"),
-     "mix: 'hetero' is not one of ['heterogeneous', 'homogeneous']"),
-    ("data volume the same size as root", lambda v: set_path(v, "head.disk.data_gb", 150),
+    ("no provider", "local", lambda v: v.pop("provider"), "provider: None is not one of"),
+    ("unknown mix", "hetero", lambda v: set_path(v, "mix", "hetero"), "mix: 'hetero' is not one of"),
+    ("unknown instance type", "hetero", lambda v: set_path(v, "workers.cpu_worker.instance_type", "c5.4xlage"),
+     "workers.cpu_worker.instance_type: unknown instance type 'c5.4xlage'; did you mean 'c5.4xlarge'?"),
+    ("unknown EBS type", "hetero", lambda v: set_path(v, "head.disk.volume_type", "gp9"),
+     "head.disk.volume_type: 'gp9' is not an EBS volume type"),
+    ("GPU-less head in a hetero mix", "hetero", lambda v: set_path(v, "head.instance_type", "c5.4xlarge"),
+     "head.instance_type: c5.4xlarge has no GPU"),
+    ("GPU worker in a hetero mix", "hetero", lambda v: set_path(v, "workers.cpu_worker.instance_type", "g5.xlarge"),
+     "workers.cpu_worker.instance_type: g5.xlarge has 1 GPU(s)"),
+    ("root disk too small for the image", "hetero", lambda v: set_path(v, "head.disk.root_gb", 60),
+     "head.disk.root_gb: 60 GB is too small"),
+    ("unknown region", "hetero", lambda v: set_path(v, "aws.region", "us-east-7"), "aws.region: unknown region"),
+    ("region with no pinned AMI", "hetero", lambda v: set_path(v, "aws.region", "eu-west-1"),
+     "aws.image_id: the kit pins no AMI for eu-west-1"),
+    ("zone outside the region", "hetero", lambda v: set_path(v, "aws.availability_zone", "us-west-2a"),
+     "aws.availability_zone: us-west-2a is not in region us-east-1"),
+    ("data volume the same size as root", "hetero", lambda v: set_path(v, "head.disk.data_gb", 150),
      "head.disk.data_gb: must differ from root_gb"),
 ]
 
-LOCAL_CASES = [
-    ("no trainer slot on a hetero head", lambda v: set_path(v, "head.trainer_slots", 0),
-     "head.trainer_slots: a heterogeneous mix trains on the head"),
-    ("key typo in a local worker", lambda v: rename(v, "workers.cpu_worker.cpus", "cpu"),
-     "workers.cpu_worker.cpu: unknown key; did you mean 'cpus'"),
-    ("too many simulated workers", lambda v: set_path(v, "workers.cpu_worker.max_workers", 400),
-     "workers: 400 workers need more than the 250 loopback addresses"),
+# (case, values file text, text the error must contain)
+BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8))
+FILE_CASES = [
+    ("duplicate top-level key", b"cluster_name: a\nprovider: local\ncluster_name: b\n",
+     "line 3: duplicate key 'cluster_name'"),
+    ("duplicate nested key", b"cluster_name: a\nprovider: local\nhead: {cpus: 1, cpus: 8}\n",
+     "duplicate key 'cpus'"),
+    ("not UTF-8", "cluster_name: h\u00e9tero\n".encode("latin-1"), "not UTF-8"),
+    ("not YAML", b"cluster_name: [local\nprovider: local\n", "not valid YAML"),
+    ("tabs for indentation", b"head:\n\tcpus: 1\n", "not valid YAML"),
+    ("a list at the top", b"- provider: local\n", "expected a mapping of keys at the top"),
+    ("an empty file", b"", "expected a mapping of keys at the top"),
+    ("alias bomb", BILLION_LAUGHS.encode(), "more than 50 YAML aliases"),
+    ("a huge file", b"cluster_name: local\n" + b"#" * 70000 + b"\n", "a values file is at most 65536"),
+    ("a number as a key", b"cluster_name: local\n1: x\n", "key 1 is not a string"),
+    ("a Python object tag", b"cluster_name: !!python/object/apply:os.system ['touch /tmp/raykit-pwned']\n",
+     "not valid YAML"),
+    ("a 60 KB unknown key: the error stays short",
+     b"cluster_name: local\nprovider: local\nhead: {cpus: 1}\n? " + b"k" * 60000 + b"\n: 1\n", "unknown key"),
+    ("a 60 KB value: the error stays short",
+     b"cluster_name: " + b"x" * 60000 + b"\nprovider: local\nhead: {cpus: 1}\n", "cluster_name"),
+    ("an out-of-range date", b"cluster_name: 2020-13-45\nprovider: local\n", "not valid YAML"),
 ]
 
 
-@pytest.mark.parametrize("cluster,name,change,message",
-                         [("hetero", *c) for c in AWS_CASES] + [("local", *c) for c in LOCAL_CASES],
-                         ids=lambda x: x if isinstance(x, str) and " " in x else None)
-def test_bad_values_are_refused_naming_the_key(cluster, name, change, message):
-    values = load_example(cluster)
-    change(values)
-    with pytest.raises(KitError) as error:
-        validate(cluster, values)
-    text = str(error.value)
-    assert message in text
-    assert f"cluster_templates/{cluster}.yaml" in text  # names the file to edit
+@pytest.mark.parametrize("name,cluster,change,message", VALUE_CASES, ids=[c[0] for c in VALUE_CASES])
+def test_bad_values_are_refused_naming_the_key(monkeypatch, capsys, name, cluster, change, message):
+    line = kit_error(monkeypatch, capsys, cluster, edited(cluster, change))
+    assert message in line
+    assert f"cluster_templates/{cluster}.yaml" in line  # names the file to edit
 
 
-def test_at_least_fifteen_bad_inputs():
-    assert len(AWS_CASES) + len(LOCAL_CASES) >= 15
+@pytest.mark.parametrize("name,data,message", FILE_CASES, ids=[c[0] for c in FILE_CASES])
+def test_malformed_values_files_are_refused(monkeypatch, capsys, name, data, message):
+    line = kit_error(monkeypatch, capsys, "local", data)
+    assert message in line and "cluster_templates/local.yaml" in line
+    assert not os.path.exists("/tmp/raykit-pwned")
 
 
-def test_every_problem_is_reported_at_once(hetero_values):
-    rename(hetero_values, "head.instance_type", "instnce_type")
-    hetero_values["workers"]["cpu_worker"]["spot"] = "yes"
-    with pytest.raises(KitError) as error:
-        validate("hetero", hetero_values)
-    assert "instnce_type" in str(error.value) and "spot" in str(error.value)
+def test_every_problem_is_counted_in_one_line(monkeypatch, capsys):
+    def two_problems(v):
+        rename(v, "head.instance_type", "instnce_type")
+        v["workers"]["cpu_worker"]["spot"] = "yes"
+    line = kit_error(monkeypatch, capsys, "hetero", edited("hetero", two_problems))
+    assert "instnce_type" in line and "spot" in line
 
 
-def test_node_config_is_checked_against_ec2_run_instances():
-    assert run_instances_problems({"InstanceType": "g5.xlarge", "ImageId": "ami-12345678"}) == []
-    problems = run_instances_problems({"InstanceTyp": "g5.xlarge",
-                                       "MetadataOptions": {"HttpTokens": "always"},
-                                       "BlockDeviceMappings": [{"Ebs": {"VolumeSize": "big"}}]})
-    text = "\n".join(problems)
-    assert 'Unknown parameter in input: "InstanceTyp"' in text
-    assert ".MetadataOptions.HttpTokens: 'always' is not one of optional, required" in text
-    assert "VolumeSize" in text
+def test_the_table_covers_enough_cases():
+    """The issue asks for 60 or more bad inputs; this counts the tables above and below."""
+    assert len(VALUE_CASES) + len(FILE_CASES) + len(MAKE_CASES) >= 60
 
 
-def test_cli_refuses_an_unknown_cluster_and_job():
-    from scripts.kit import main
+# --- strings that are allowed land as exactly one scalar ------------------------------
 
-    assert main(["validate", "--cluster", "heteor"]) == 2
-    assert main(["submit", "--cluster", "local", "--job", "vit_synthetc"]) == 2
+def test_allowed_odd_strings_render_inert(hetero_values):
+    """Characters YAML gives meaning to (`: `, `#`-free but `=`, `/`, `@`, spaces) are
+    allowed in tags and reach the config as the same single string."""
+    hetero_values["aws"]["tags"] = {"team: ml": "a: b/c=d @e + f", "x-y": ""}
+    config = build_text("hetero", yaml.safe_dump(hetero_values).encode()).config
+    for node_type in config["available_node_types"].values():
+        tags = node_type["node_config"]["TagSpecifications"][0]["Tags"]
+        assert {"Key": "team: ml", "Value": "a: b/c=d @e + f"} in tags
+        assert {"Key": "x-y", "Value": ""} in tags
+        assert set(node_type["node_config"]) <= {"InstanceType", "ImageId", "MetadataOptions",
+                                                 "BlockDeviceMappings", "TagSpecifications",
+                                                 "InstanceMarketOptions", "KeyName"}
+
+
+def test_a_template_cannot_paste_a_string():
+    from scripts.build import only_serialized
+    from scripts.errors import KitError
+
+    with pytest.raises(KitError, match="tojson"):
+        only_serialized("a\nb: c")
+    assert only_serialized(3) == 3
+
+
+# --- the Make variables, through make itself ------------------------------------------
+
+MARK = "/tmp/raykit-test-injected"
+# (case, make target, variable assignments, the variable the error must name)
+MAKE_CASES = [
+    ("shell in CLUSTER", "validate", [f"CLUSTER=x; touch {MARK}"], "CLUSTER="),
+    ("command substitution in CLUSTER", "validate", [f"CLUSTER=$(touch {MARK})"], "CLUSTER="),
+    ("make function in CLUSTER", "validate", [f"CLUSTER=$(shell touch {MARK})"], "CLUSTER="),
+    ("backticks in CLUSTER", "validate", [f"CLUSTER=`touch {MARK}`"], "CLUSTER="),
+    ("a flag for another cluster in CLUSTER", "down", ["CLUSTER=local --cluster hetero"], "CLUSTER="),
+    ("traversal in CLUSTER", "render", ["CLUSTER=../cluster_templates/hetero"], "CLUSTER="),
+    ("absolute path in CLUSTER", "down", [f"CLUSTER={MARK}.json"], "CLUSTER="),
+    ("a missing cluster", "validate", ["CLUSTER=heteor"], "CLUSTER=heteor: no values file"),
+    ("shell in JOB", "submit", [f"JOB=smoke; touch {MARK}"], "JOB="),
+    ("traversal in JOB", "submit", ["JOB=../scripts"], "JOB="),
+    ("absolute path in JOB", "run", ["JOB=/tmp"], "JOB="),
+    ("a missing job", "submit", ["JOB=vit_synthetc"], "JOB=vit_synthetc: no job"),
+    ("unclosed quote in ARGS", "submit", ['ARGS=--steps "2'], "ARGS="),
+    ("trailing backslash in ARGS", "run", ["ARGS=--steps 2 \\"], "ARGS="),
+    ("shell in TIMEOUT", "submit", [f"TIMEOUT=1; touch {MARK}"], "TIMEOUT="),
+    ("negative TIMEOUT", "submit", ["TIMEOUT=-5"], "TIMEOUT="),
+    ("zero TIMEOUT", "run", ["TIMEOUT=0"], "TIMEOUT="),
+    ("infinite TIMEOUT", "submit", ["TIMEOUT=inf"], "TIMEOUT="),
+    ("NaN TIMEOUT", "submit", ["TIMEOUT=nan"], "TIMEOUT="),
+]
+
+
+@pytest.mark.parametrize("name,target,assignments,variable", MAKE_CASES, ids=[c[0] for c in MAKE_CASES])
+def test_bad_make_variables_are_refused_as_data(tmp_path, name, target, assignments, variable):
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"))
+    run = make(target, *assignments, env=env, timeout=120)
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert run.returncode != 0 and "Error 2" in run.stderr, run.stdout + run.stderr  # the kit's exit 2
+    assert len(errors) == 1 and variable in errors[0], run.stderr
+    assert "Traceback" not in run.stdout + run.stderr
+    assert not os.path.exists(MARK) and not os.path.exists(f"{MARK}.json")
+    assert not list((tmp_path / "build").glob("launched/*.json"))  # nothing launched
+
+
+def test_a_path_as_cluster_never_deletes_a_file(tmp_path):
+    victim = tmp_path / "precious.json"
+    victim.write_text("{}")
+    run = make("down", f"CLUSTER={tmp_path}/precious", env=dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "b")))
+    assert run.returncode != 0 and victim.exists()
+
+
+def test_quoted_args_reach_the_job_exactly_as_a_shell_splits_them():
+    from scripts.inputs import split_args
+
+    assert split_args("--name 'a b' --x \"$HOME\" `id` ';'") == ["--name", "a b", "--x", "$HOME", "`id`", ";"]
+
+
+def test_make_passes_quotes_and_dollars_through_untouched():
+    """What the kit receives from make: the variables' raw text, via its environment."""
+    makefile = (REPO / "Makefile").read_text().split(".DEFAULT_GOAL")[0]
+    run = subprocess.run(["make", "-f", "-", "probe", "CLUSTER=a;b", "JOB=$(shell id)",
+                          "ARGS=--x \"a b\" $HOME `id` $$y", "TIMEOUT=1e3"],
+                         input=makefile + "probe:\n\t@env -0\n", cwd=REPO, capture_output=True,
+                         text=True)
+    seen = dict(item.split("=", 1) for item in run.stdout.split("\0") if item.startswith("KIT_"))
+    assert [seen["KIT_CLUSTER"], seen["KIT_JOB"], seen["KIT_ARGS"], seen["KIT_TIMEOUT"]] == \
+        ["a;b", "$(shell id)", "--x \"a b\" $HOME `id` $$y", "1e3"], run.stderr
+
+
+# --- unexpected errors ------------------------------------------------------------------
+
+def test_an_internal_error_says_so_and_where_the_details_are(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(kit, "LOGS", tmp_path)
+    monkeypatch.setitem(kit.COMMANDS, "validate", lambda a: {}["boom"])
+    assert kit.main(["validate"]) == 70
+    err = capsys.readouterr().err
+    assert err.startswith("error: internal error in the kit (KeyError)") and len(err.splitlines()) == 1
+    (log,) = tmp_path.glob("kit-error-*.log")
+    assert str(log) in err and "Traceback" in log.read_text()
+
+
+def test_unknown_command_and_flags_are_one_line(capsys):
+    assert kit.main(["launch"]) == 2
+    assert kit.main(["validate", "--clutser", "x"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("error: ") for line in err)

@@ -1,12 +1,19 @@
-"""The simulated cluster for real: make up, submit, down; nothing of it survives down."""
+"""The simulated cluster for real: up, submit, down; nothing of it survives down, and
+nothing that is not of it is touched."""
 
+import fcntl
+import json
 import os
 import re
+import signal
+import stat
+import subprocess
+import sys
+import time
 
 import pytest
 
-from conftest import local_cluster_up, make
-from scripts import local_cluster
+from conftest import REPO, local_cluster_up, make, processes_of
 from scripts.submit import result_line
 
 
@@ -32,6 +39,16 @@ def test_tasks_spread_over_workers_and_trainer_lands_on_head(cluster_env):
     assert result["preprocess_task_nodes"] == ["127.0.0.3", "127.0.0.4"]
 
 
+def test_hostile_args_reach_the_job_as_text(cluster_env, tmp_path):
+    env, _ = cluster_env
+    mark = tmp_path / "injected"
+    run = make("submit", "CLUSTER=local", "JOB=smoke", f"ARGS=--tasks 1 --sleep '0' $(touch {mark}) ;",
+               env=env, timeout=300)
+    assert run.returncode != 0  # the job's own argparse refuses the extra words...
+    assert f"unrecognized arguments: $(touch {mark}) ;" in run.stdout  # ...as the text typed
+    assert not mark.exists()
+
+
 def test_a_failing_job_fails_make_submit(cluster_env):
     env, _ = cluster_env
     run = make("submit", "CLUSTER=local", "JOB=smoke", "ARGS=--fail-with 3", env=env, timeout=300)
@@ -39,11 +56,47 @@ def test_a_failing_job_fails_make_submit(cluster_env):
     assert "FAILED" in run.stdout
 
 
-def test_a_second_up_is_refused(cluster_env):
+def test_the_cluster_requires_its_auth_token(cluster_env):
+    env, state = cluster_env
+    bare = {k: v for k, v in env.items() if not k.startswith("RAY_AUTH")} | {"RAY_AUTH_MODE": "disabled"}
+    ray = str(REPO / ".venv" / "bin" / "ray")
+    refused = subprocess.run([ray, "job", "list", f"--address={state['dashboard_url']}"], env=bare,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "authentication" in (refused.stdout + refused.stderr).lower()
+    allowed = subprocess.run([ray, "job", "list", f"--address={state['dashboard_url']}"],
+                             env=bare | {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": state["auth_token"]},
+                             capture_output=True, text=True, timeout=120)
+    assert allowed.returncode == 0, allowed.stderr[-2000:]
+
+
+def test_temp_dir_and_record_are_private(cluster_env):
+    _, state = cluster_env
+    assert re.fullmatch(r"/tmp/raykit-[A-Za-z0-9_]{8}/ray", state["temp_dir"])
+    assert stat.S_IMODE(os.stat(os.path.dirname(state["temp_dir"])).st_mode) == 0o700
+    record = os.path.join(state["build_dir"], "launched", "local.json")
+    assert stat.S_IMODE(os.stat(record).st_mode) == 0o600  # it holds the auth token
+
+
+def test_a_second_up_and_a_run_leave_the_running_cluster_alone(cluster_env):
     env, state = cluster_env
     again = make("up", "CLUSTER=local", env=env, timeout=120)
-    assert again.returncode != 0
-    assert "already up" in again.stderr
+    assert again.returncode != 0 and "already up" in again.stderr
+    run = make("run", "CLUSTER=local", "JOB=smoke", env=env, timeout=120)
+    assert run.returncode != 0 and "already up" in run.stderr
+    assert "tearing down" not in run.stdout
+    assert make("status", "CLUSTER=local", env=env).returncode == 0
+
+
+def test_render_and_clean_leave_the_running_cluster_alone(cluster_env):
+    env, state = cluster_env
+    launched = os.path.join(state["build_dir"], "launched", "local.yaml")
+    before = open(launched).read()
+    assert make("render", "CLUSTER=local", env=env).returncode == 0
+    clean = make("clean", env=env)
+    assert clean.returncode == 0 and "kept" in clean.stdout and "local" in clean.stdout
+    assert open(launched).read() == before
+    assert not os.path.exists(os.path.join(state["build_dir"], "clusters"))
+    assert make("status", "CLUSTER=local", env=env).returncode == 0
 
 
 def test_run_tears_down_after_a_failing_job(tmp_path):
@@ -51,6 +104,83 @@ def test_run_tears_down_after_a_failing_job(tmp_path):
     run = make("run", "CLUSTER=local", "JOB=smoke", "ARGS=--fail-with 3", env=env, timeout=400)
     assert run.returncode != 0
     assert "RESULT " in run.stdout and "tearing down 'local'" in run.stdout
-    temp_dir = re.search(r"logs (/tmp/raykit-\S+)/session_latest", run.stdout).group(1)
-    assert not (tmp_path / "local" / "local.json").exists()
-    assert local_cluster.cluster_processes(temp_dir) == []
+    assert re.search(r"logs (/tmp/raykit-\S+)/session_latest", run.stdout)
+    assert not (tmp_path / "launched" / "local.json").exists()
+    assert processes_of({"cluster": "local", "build_dir": str(tmp_path)}) == []
+
+
+def test_teardown_finishes_through_repeated_sigint_and_sigterm(tmp_path):
+    """Ctrl-C twice, then `kill` twice, while `make run` tears down: it still finishes."""
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path))
+    proc = subprocess.Popen(["make", "--no-print-directory", "run", "CLUSTER=local", "JOB=smoke",
+                             "ARGS=--tasks 1 --sleep 120"], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    output = []
+    deadline = time.monotonic() + 300
+    for line in proc.stdout:
+        output.append(line)
+        if line.startswith("RESULT "):
+            break
+        assert time.monotonic() < deadline, "".join(output)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the job is stopped, teardown begins
+    for line in proc.stdout:
+        output.append(line)
+        if "tearing down" in line:
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGINT, signal.SIGTERM):
+                time.sleep(0.3)
+                os.killpg(proc.pid, sig)
+            break
+    output += proc.stdout.readlines()
+    proc.wait(timeout=120)
+    text = "".join(output)
+    assert "tearing down 'local'" in text and "processes stopped" in text, text[-3000:]
+    assert not (tmp_path / "launched" / "local.json").exists()
+    assert processes_of({"cluster": "local", "build_dir": str(tmp_path)}) == []
+
+
+def test_up_is_refused_while_another_holds_the_lock(tmp_path):
+    (tmp_path / "launched").mkdir()
+    with open(tmp_path / "launched" / "local.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        up = make("up", "CLUSTER=local", env=dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path)))
+    assert up.returncode != 0
+    assert "another `make up`/`make down`/`make run` of CLUSTER=local is running" in up.stderr
+    assert not (tmp_path / "launched" / "local.json").exists()
+
+
+RECORD = {"cluster": "local", "provider": "local", "gcs_address": "127.0.0.2:6379",
+          "dashboard_url": "http://127.0.0.1:8265", "temp_dir": "/tmp/raykit-abcd1234/ray",
+          "auth_token": "0" * 64, "expected_nodes": 3}
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("not JSON", "{not json", "is corrupt"),
+    ("a list", "[1, 2]", "is corrupt (cluster or provider)"),
+    ("unknown provider", json.dumps(RECORD | {"provider": "gcp"}), "is corrupt (cluster or provider)"),
+    ("another cluster's", json.dumps(RECORD | {"cluster": "hetero"}), "is corrupt (cluster or provider)"),
+    ("temp dir of the whole /tmp", json.dumps(RECORD | {"temp_dir": "/tmp"}), "is corrupt (temp_dir)"),
+    ("a remote dashboard", json.dumps(RECORD | {"dashboard_url": "http://10.0.0.1:8265"}),
+     "is corrupt (dashboard_url)"),
+    ("a missing key", json.dumps({k: v for k, v in RECORD.items() if k != "auth_token"}), "is corrupt"),
+    ("an extra key", json.dumps(RECORD | {"python": "/bin/sh -c 'id'"}), "is corrupt"),
+    ("huge", json.dumps(RECORD | {"pad": "x" * 100000}), "is corrupt"),
+])
+def test_a_corrupt_record_is_one_line_and_down_still_stops_nothing_else(tmp_path, name, content, message):
+    (tmp_path / "launched").mkdir()
+    record = tmp_path / "launched" / "local.json"
+    record.write_text(content)
+    # an unrelated process that names the record's temp dir must survive `make down`
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
+                                  "/tmp/raykit-abcd1234/ray", "/tmp"])
+    try:
+        env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path))
+        status = make("status", "CLUSTER=local", env=env)
+        errors = [line for line in status.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and message in errors[0] and "Traceback" not in status.stderr
+        down = make("down", "CLUSTER=local", env=env)
+        assert down.returncode == 0, down.stderr
+        assert "ignoring the corrupt record" in down.stdout and "0 processes stopped" in down.stdout
+        assert not record.exists() and bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()

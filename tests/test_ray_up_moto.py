@@ -11,7 +11,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from conftest import REPO, make
-from scripts.local_cluster import free_port
+from scripts.ray_cli import free_port
 
 
 @pytest.fixture
@@ -60,3 +60,35 @@ def test_make_up_launches_the_head_and_make_down_leaves_nothing(moto_server, tmp
     states = {i["State"]["Name"]
               for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
     assert states <= {"shutting-down", "terminated"}
+
+
+def test_down_of_a_cluster_never_launched_says_so_and_creates_nothing(moto_server, tmp_path):
+    env = dict(os.environ, AWS_ENDPOINT_URL=moto_server, HOME=str(tmp_path),
+               RAYKIT_BUILD_DIR=str(tmp_path / "build"))
+    ec2 = boto3.client("ec2", endpoint_url=moto_server, region_name="us-east-1")
+    iam = boto3.client("iam", endpoint_url=moto_server, region_name="us-east-1")
+
+    def resources():  # moto's state is shared by the tests of this process: compare
+        return (str(ec2.describe_instances()["Reservations"]),
+                str(ec2.describe_security_groups()["SecurityGroups"]),
+                str(ec2.describe_key_pairs()["KeyPairs"]), str(iam.list_roles()["Roles"]))
+
+    before = resources()
+    down = make("down", "CLUSTER=hetero", env=env, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert "was not launched from this checkout; nothing to stop" in down.stdout
+    assert "Traceback" not in down.stdout + down.stderr
+    assert resources() == before
+
+
+def test_up_without_credentials_is_one_line_and_launches_nothing(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {"HOME": str(tmp_path), "RAYKIT_BUILD_DIR": str(tmp_path / "build"),
+            "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+            "AWS_EC2_METADATA_DISABLED": "true"}  # never ask an instance metadata endpoint
+    up = make("up", "CLUSTER=hetero", env=env, timeout=120)
+    errors = [line for line in up.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: no AWS credentials found; run `aws configure` (or set AWS_PROFILE), "
+                      "then try again"], up.stderr
+    assert "Traceback" not in up.stdout + up.stderr
+    assert not (tmp_path / "build" / "launched" / "hetero.json").exists()

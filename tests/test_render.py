@@ -1,41 +1,74 @@
-"""Every values file renders and validates; values land where they should."""
+"""Every values file builds; values land where they should; defaults come from the schema."""
 
 import pytest
 import yaml
 
 from conftest import REPO, load_example
 from scripts import catalog
+from scripts.build import build, build_text, render_template
 from scripts.errors import KitError
-from scripts.render import HEAD, pinned_requirements, render_template, render_values
-from scripts.validate import validate
+from scripts.inputs import available_clusters
+from scripts.providers import PROVIDERS, Provider, aws, local
+from scripts.values import load_schema, with_defaults
 
 VALUES_FILES = sorted(p.stem for p in (REPO / "cluster_templates").glob("*.yaml"))
 
 
 def test_examples_are_found():
-    assert {"hetero", "single", "p4d_hetero", "local"} <= set(VALUES_FILES)
+    assert {"hetero", "single", "p4d_hetero", "local"} <= set(VALUES_FILES) == set(available_clusters())
 
 
 @pytest.mark.parametrize("cluster", VALUES_FILES)
-def test_every_values_file_renders_and_validates(cluster):
-    config = validate(cluster, load_example(cluster))
-    assert config["cluster_name"] == load_example(cluster)["cluster_name"]
-    assert config["head_node_type"] == HEAD
+def test_every_values_file_builds(cluster):
+    built = build(cluster)
+    assert built.config["cluster_name"] == load_example(cluster)["cluster_name"]
+    assert built.config["head_node_type"] == built.provider.HEAD_TYPE
+    assert built.text == build(cluster).text  # deterministic
 
 
 @pytest.mark.parametrize("cluster", VALUES_FILES)
-def test_rendering_is_deterministic(cluster):
-    values = load_example(cluster)
-    assert render_values(cluster, values) == render_values(cluster, load_example(cluster))
+def test_every_values_file_shows_the_whole_surface(cluster):
+    """Each example lists every key its schema knows (KubeRay-style), so a user sees what
+    can be set; filling defaults into it adds nothing."""
+    raw = load_example(cluster)
+    schema = load_schema(REPO / "cluster_templates" / "schema" / f"{raw['provider']}.schema.yaml")
+    assert with_defaults(yaml.safe_load(yaml.safe_dump(raw)), schema, schema) == raw
 
 
-def render(cluster, values):
-    return yaml.safe_load(render_values(cluster, values))
+def test_every_provider_offers_the_whole_interface():
+    wanted = {name for name in dir(Provider) if not name.startswith("_")} | {"NAME", "HEAD_TYPE",
+                                                                           "RECORD_SCHEMA", "is_running"}
+    for name, module in PROVIDERS.items():
+        assert module.NAME == name
+        assert wanted <= set(dir(module)), f"{name} lacks {wanted - set(dir(module))}"
+        assert (REPO / "cluster_templates" / f"{name}.yaml.j2").is_file()
+        assert (REPO / "cluster_templates" / "schema" / f"{name}.schema.yaml").is_file()
+
+
+def test_local_head_type_is_the_one_rays_fake_provider_registers():
+    from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_TYPE
+
+    assert local.HEAD_TYPE == FAKE_HEAD_NODE_TYPE
+
+
+def config_of(cluster, values):
+    return build_text(cluster, yaml.safe_dump(values).encode()).config
+
+
+def test_defaults_come_from_the_schema():
+    minimal = {"cluster_name": "mini", "provider": "aws",
+               "head": {"instance_type": "g5.xlarge", "disk": {"root_gb": 150}}}
+    built = build_text("mini", yaml.safe_dump(minimal).encode())
+    assert built.values["aws"] == {"region": "us-east-1", "availability_zone": None, "image_id": None,
+                                   "key_pair": None, "ssh_user": "ubuntu", "tags": {}}
+    assert built.values["head"]["disk"] == {"root_gb": 150, "volume_type": "gp3", "data_gb": 0}
+    assert built.values["idle_timeout_minutes"] == 10 and built.values["workers"] == {}
+    assert built.config["auth"]["ssh_user"] == "ubuntu"
 
 
 def test_hetero_head_is_gpu_trainer_and_workers_cpu_preprocessors():
-    config = render("hetero", load_example("hetero"))
-    head = config["available_node_types"][HEAD]
+    config = build("hetero").config
+    head = config["available_node_types"][aws.HEAD_TYPE]
     worker = config["available_node_types"]["cpu_worker"]
     assert head["node_config"]["InstanceType"] == "g5.xlarge"
     assert head["resources"] == {"CPU": 4, "GPU": 1, "trainer": 1}
@@ -47,11 +80,10 @@ def test_hetero_head_is_gpu_trainer_and_workers_cpu_preprocessors():
     assert "--gpus all" in config["docker"]["head_run_options"]
     assert worker["docker"]["worker_image"] == catalog.DOCKER_IMAGE["cpu"]
     assert "--gpus all" not in worker["docker"]["worker_run_options"]
-    assert catalog.RAY_VERSION in config["docker"]["image"]
 
 
 def test_secure_defaults():
-    config = render("hetero", load_example("hetero"))
+    config = build("hetero").config
     provider = config["provider"]
     assert provider["cache_stopped_nodes"] is False
     assert "IpPermissions" not in provider["security_group"]  # only Ray's SSH default
@@ -60,22 +92,28 @@ def test_secure_defaults():
         assert node_config["MetadataOptions"]["HttpTokens"] == "required"
         assert all(m["Ebs"]["Encrypted"] for m in node_config["BlockDeviceMappings"])
         assert node_config["ImageId"] == catalog.AMI_BY_REGION["us-east-1"]
-    assert "--dashboard-host=127.0.0.1" in " ".join(config["head_start_ray_commands"])
+    start = " ".join(config["head_start_ray_commands"])
+    assert "--dashboard-host=127.0.0.1" in start and f"--port={aws.GCS_PORT}" in start
+    assert f"RAY_AUTH_MODE={aws.AUTH_MODE}" in start
 
 
 def test_values_land_in_node_config(hetero_values):
     hetero_values["workers"]["cpu_worker"] |= {"instance_type": "c5.9xlarge", "spot": True}
     hetero_values["workers"]["cpu_worker"]["disk"] = {"root_gb": 120, "volume_type": "io2"}
     hetero_values["head"]["disk"]["data_gb"] = 400
-    hetero_values["aws"]["image_id"] = "ami-0123456789abcdef0"
-    config = render("hetero", hetero_values)
+    hetero_values["aws"] |= {"image_id": "ami-0123456789abcdef0", "key_pair": "mine",
+                             "availability_zone": "us-east-1b", "tags": {"team": "ml"}}
+    config = config_of("hetero", hetero_values)
     worker = config["available_node_types"]["cpu_worker"]["node_config"]
     assert worker["InstanceType"] == "c5.9xlarge"
     assert worker["InstanceMarketOptions"] == {"MarketType": "spot"}
-    assert worker["BlockDeviceMappings"][0]["Ebs"] | {} == {
+    assert worker["BlockDeviceMappings"][0]["Ebs"] == {
         "VolumeSize": 120, "VolumeType": "io2", "Encrypted": True, "DeleteOnTermination": True}
-    assert worker["ImageId"] == "ami-0123456789abcdef0"
-    head = config["available_node_types"][HEAD]["node_config"]
+    assert worker["ImageId"] == "ami-0123456789abcdef0" and worker["KeyName"] == "mine"
+    assert {"Key": "team", "Value": "ml"} in worker["TagSpecifications"][0]["Tags"]
+    assert config["provider"]["availability_zone"] == "us-east-1b"
+    assert config["auth"]["ssh_private_key"] == "~/.ssh/mine.pem"
+    head = config["available_node_types"][aws.HEAD_TYPE]["node_config"]
     assert "InstanceMarketOptions" not in head
     assert [m["Ebs"]["VolumeSize"] for m in head["BlockDeviceMappings"]] == [150, 400]
     # the data volume is found by its size and mounted on the first volume's host dir
@@ -84,34 +122,55 @@ def test_values_land_in_node_config(hetero_values):
 
 
 def test_volume_mounts_and_shm():
-    config = render("hetero", load_example("hetero"))
+    config = build("hetero").config
     assert "-v /mnt/data:/data" in config["docker"]["run_options"]
     assert "sudo mkdir -p /mnt/data" in config["initialization_commands"]
-    # 40% of the g5.xlarge's 16 GiB for Ray's object store in /dev/shm
     assert "--shm-size=6g" in config["docker"]["head_run_options"]
 
 
 def test_setup_commands_install_the_pinned_job_packages():
-    setup = " ".join(render("hetero", load_example("hetero"))["setup_commands"])
-    pins = pinned_requirements(REPO / "requirements.txt")
+    setup = " ".join(build("hetero").config["setup_commands"])
+    pins = aws.pinned_requirements(REPO / "requirements.txt")
     for name in ("torch", "torchvision", "timm", "scipy"):
         assert pins[name] in setup.split()
     assert "--no-deps adaptdl==0.2.11 adaptdl-sched==0.2.11 adaptdl-ray==0.2.11" in setup
 
 
 def test_local_resources_put_trainer_on_head_and_preprocess_on_workers():
-    config = render("local", load_example("local"))
-    head = config["available_node_types"][HEAD]["resources"]
+    config = build("local").config
+    head = config["available_node_types"][local.HEAD_TYPE]["resources"]
     worker = config["available_node_types"]["cpu_worker"]["resources"]
     assert head["trainer"] == 1 and "preprocess" not in head
     assert worker["preprocess"] == worker["CPU"] and "trainer" not in worker
     assert worker["object_store_memory"] == 768 * 1024 * 1024
-    assert config["provider"]["module"] == "scripts.local_provider.LoopbackNodeProvider"
+    assert config["provider"]["module"] == local.PROVIDER_CLASS
 
 
 def test_missing_template_value_is_an_error_not_an_empty_string():
     with pytest.raises(KitError, match="'ssh_user' is undefined"):
-        context = {"values_file": "x.yaml", "cluster_key": "x", "cluster_name": "x",
-                   "max_workers": 1, "idle_timeout_minutes": 5, "region": "us-east-1",
-                   "availability_zone": None}
-        render_template("aws", context)
+        render_template("aws", {"values_file": "x.yaml", "cluster_name": "x", "max_workers": 1,
+                                "idle_timeout_minutes": 5, "region": "us-east-1",
+                                "availability_zone": None, "security_group_name": "ray-x"})
+
+
+def test_node_config_is_checked_against_ec2_run_instances():
+    assert aws.run_instances_problems({"InstanceType": "g5.xlarge", "ImageId": "ami-12345678"}) == []
+    problems = aws.run_instances_problems({"InstanceTyp": "g5.xlarge",
+                                           "MetadataOptions": {"HttpTokens": "always"},
+                                           "BlockDeviceMappings": [{"Ebs": {"VolumeSize": "big"}}]})
+    text = "\n".join(problems)
+    assert 'Unknown parameter in input: "InstanceTyp"' in text
+    assert ".MetadataOptions.HttpTokens: 'always' is not one of optional, required" in text
+    assert "VolumeSize" in text
+
+
+def test_validate_and_render_never_touch_a_launched_config(tmp_path, monkeypatch, capsys):
+    """`make validate` writes nothing; `make render` writes build/clusters/ only, never
+    build/launched/, which a running cluster's autoscaler reads."""
+    from scripts import kit
+
+    monkeypatch.setattr(kit, "RENDERED", tmp_path / "clusters")
+    assert kit.main(["validate", "--cluster", "local"]) == 0
+    assert not (tmp_path / "clusters").exists()
+    assert kit.main(["render", "--cluster", "local"]) == 0
+    assert (tmp_path / "clusters" / "local.yaml").read_text() == build("local").text

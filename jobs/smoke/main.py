@@ -3,7 +3,8 @@
 Runs tasks that need the `preprocess` resource (CPU workers) and one that needs the
 `trainer` resource (the GPU head, or its local stand-in), then prints one line
 `RESULT {...}` with the node IP each ran on. `--fail-with N` exits with code N after the
-report, to check that failures reach `make submit`'s exit code.
+report, to check that failures reach `make submit`'s exit code; `--sleep S` waits S seconds
+after the report, so that a test can interrupt a running job.
 """
 
 import argparse
@@ -30,9 +31,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=8, help="preprocess tasks to run")
     parser.add_argument("--fail-with", type=int, default=0, help="exit with this code")
+    parser.add_argument("--sleep", type=float, default=0, help="seconds to wait after the report")
     args = parser.parse_args()
     if args.tasks < 1:
         parser.error("--tasks must be at least 1")
+    if not 0 <= args.sleep <= 3600:
+        parser.error("--sleep must be between 0 and 3600 seconds")
 
     ray.init()
     head_ip = ray.util.get_node_ip_address()
@@ -45,6 +49,7 @@ def main() -> int:
         "alive_nodes": sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]),
     }
     print("RESULT " + json.dumps(result), flush=True)
+    time.sleep(args.sleep)
     return args.fail_with
 
 

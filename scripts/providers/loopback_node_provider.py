@@ -6,9 +6,11 @@ tell nodes apart by IP (AdaptDL's controller places replicas per IP and never on
 node) then see one node. This subclass starts worker k on 127.0.0.(k+2); 127.0.0.0/8 is
 all loopback on Linux, so nothing leaves the machine.
 
-Ray loads it from the rendered config (`provider: {type: external, module: ...}`) inside
-the head's autoscaler process, which inherits the environment that
-scripts/local_cluster.py sets: RAYKIT_GCS_ADDRESS and RAYKIT_TEMP_DIR.
+Ray loads it from the launched config (`provider: {type: external, module: ...}`) inside
+the head's autoscaler process, which inherits the environment that scripts/providers/local.py
+sets: RAYKIT_GCS_ADDRESS, RAYKIT_TEMP_DIR, the cluster's marker and its auth token. The
+nodes it starts inherit them in turn, so `down` finds them and they can reach the GCS.
+This module imports Ray; nothing else of the kit imports it but Ray's autoscaler.
 """
 
 import copy
@@ -27,7 +29,7 @@ from ray.autoscaler.tags import (
     TAG_RAY_USER_NODE_TYPE,
 )
 
-MAX_WORKERS = 250  # 127.0.0.3 .. 127.0.0.252
+MAX_WORKERS = 250  # 127.0.0.3 .. 127.0.0.252; the local schema allows far fewer
 
 
 def worker_ip(index: int) -> str:

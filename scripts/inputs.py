@@ -1,0 +1,88 @@
+"""What a user types reaches the kit here, and only as data.
+
+The Makefile exports its variables to the kit's environment as KIT_CLUSTER, KIT_JOB,
+KIT_ARGS and KIT_TIMEOUT (never pasted into a shell line), so quotes, `$`, backticks and
+`;` arrive exactly as typed. CLUSTER and JOB are names, resolved only inside
+cluster_templates/ and jobs/; ARGS is split as a POSIX shell would split it; TIMEOUT is a
+positive, finite number of seconds.
+"""
+
+import math
+import re
+import shlex
+from pathlib import Path
+
+from scripts.errors import KitError, short
+from scripts.paths import JOBS, TEMPLATES
+
+# One pattern for every name the user picks: a cluster, a job, a node type.
+NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+NAME_RULE = "lowercase letters, digits, '_' and '-', starting with a letter, at most 40"
+MAX_ARGS_CHARS = 4096
+MAX_TIMEOUT_S = 7 * 24 * 3600
+
+
+def check_name(variable: str, value: str) -> str:
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise KitError(f"{variable}={short(value)} is not a name ({NAME_RULE}); "
+                       f"set {variable} to one of: {choices(variable)}")
+    return value
+
+
+def choices(variable: str) -> str:
+    found = available_clusters() if variable == "CLUSTER" else available_jobs()
+    return ", ".join(found) or "(none)"
+
+
+def available_clusters() -> list[str]:
+    return sorted(p.stem for p in TEMPLATES.glob("*.yaml") if NAME.fullmatch(p.stem))
+
+
+def available_jobs() -> list[str]:
+    return sorted(p.name for p in JOBS.iterdir()
+                  if NAME.fullmatch(p.name) and (p / "main.py").is_file())
+
+
+def values_file(cluster: str) -> Path:
+    """cluster_templates/<cluster>.yaml for a valid name, or KitError. A symlink that
+    leads out of cluster_templates/ is refused too."""
+    check_name("CLUSTER", cluster)
+    path = TEMPLATES / f"{cluster}.yaml"
+    if not path.is_file() or TEMPLATES.resolve() not in path.resolve().parents:
+        raise KitError(f"CLUSTER={cluster}: no values file cluster_templates/{cluster}.yaml; "
+                       f"choose one of: {choices('CLUSTER')}")
+    return path
+
+
+def job_dir(job: str) -> Path:
+    """jobs/<job>/ holding main.py, or KitError; the directory is what gets uploaded."""
+    check_name("JOB", job)
+    path = JOBS / job
+    if not (path / "main.py").is_file() or JOBS.resolve() != path.resolve().parent:
+        raise KitError(f"JOB={job}: no job jobs/{job}/main.py; choose one of: {choices('JOB')}")
+    return path
+
+
+def split_args(text: str) -> list[str]:
+    """ARGS as a POSIX shell splits it: quoted words stay whole, `$` and `;` stay text."""
+    if len(text) > MAX_ARGS_CHARS:
+        raise KitError(f"ARGS is {len(text)} characters long; at most {MAX_ARGS_CHARS}")
+    try:
+        return shlex.split(text)
+    except ValueError as e:  # "No closing quotation", "No escaped character"
+        raise KitError(f"ARGS={short(text)}: {str(e).lower()}; close the quote or "
+                       "escape it with a backslash") from None
+
+
+def parse_timeout(text: str | None) -> float | None:
+    """TIMEOUT: empty means no limit; else a positive, finite number of seconds."""
+    if text is None or text.strip() == "":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_S):
+        raise KitError(f"TIMEOUT={short(text)} is not a number of seconds between 0 and "
+                       f"{MAX_TIMEOUT_S}; set e.g. TIMEOUT=600, or leave it empty for no limit")
+    return seconds

@@ -1,0 +1,15 @@
+"""Where the kit's files live. BUILD holds what the kit writes: rendered configs
+(build/clusters/), the records of launched clusters (build/launched/) and logs; tests
+point RAYKIT_BUILD_DIR elsewhere so that they never touch a cluster a user has up."""
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATES = REPO / "cluster_templates"
+SCHEMAS = TEMPLATES / "schema"
+JOBS = REPO / "jobs"
+BUILD = Path(os.environ.get("RAYKIT_BUILD_DIR") or REPO / "build").resolve()
+RENDERED = BUILD / "clusters"
+LAUNCHED = BUILD / "launched"
+LOGS = BUILD / "logs"

@@ -1,0 +1,56 @@
+"""The providers a cluster can run on, one module each, all with the same small interface.
+
+A values file names its provider (`provider: aws`); the kit looks it up here and calls
+only what `Provider` lists. Adding a provider is one module here, one template
+(cluster_templates/<name>.yaml.j2) and one schema (cluster_templates/schema/<name>.schema.yaml).
+An unknown provider is an error, never a fallback.
+"""
+
+from contextlib import AbstractContextManager
+from types import ModuleType
+from typing import Protocol
+
+from scripts.errors import KitError, short
+from scripts.providers import aws, local
+
+
+class Provider(Protocol):
+    NAME: str  # as written in `provider:`; the template and schema carry the same name
+
+    def value_problems(self, values: dict) -> list[str]:
+        """The provider's own rules on schema-checked values: 'key: problem; fix' each."""
+
+    def template_context(self, cluster: str, values: dict) -> dict:
+        """Everything the template lays out, computed from checked values."""
+
+    def config_problems(self, config: dict) -> list[str]:
+        """The provider's own checks on the rendered config (Ray's schema is checked for all)."""
+
+    def up(self, cluster: str, config_text: str, values: dict) -> dict:
+        """Launch from the rendered config and wait_until_ready; return the record that
+        down/status/job_address need (saved by the caller before anything starts)."""
+
+    def wait_until_ready(self, record: dict) -> None:
+        """Block until the head and min_workers of every worker type have joined."""
+
+    def down(self, cluster: str, record: dict | None) -> str:
+        """Stop what the record says was launched, and only that; return what was done."""
+
+    def status(self, record: dict) -> int:
+        """Print the cluster's nodes and resources; return an exit code."""
+
+    def job_address(self, record: dict) -> AbstractContextManager:
+        """Context yielding (dashboard URL, python, auth token) for job submission."""
+
+    def hourly_cost(self, values: dict) -> tuple[float, float]:
+        """USD per hour with min_workers and with max_workers of every worker type."""
+
+
+PROVIDERS: dict[str, ModuleType] = {aws.NAME: aws, local.NAME: local}
+
+
+def provider(name, where: str) -> Provider:
+    if name not in PROVIDERS:
+        raise KitError(f"{where}: provider: {short(name)} is not one of "
+                       f"{', '.join(PROVIDERS)}; set e.g. `provider: local`")
+    return PROVIDERS[name]

@@ -1,0 +1,447 @@
+"""The AWS provider: `ray up`/`ray down` of a cluster of EC2 instances.
+
+Every value the template (cluster_templates/aws.yaml.j2) lays out is computed here; the
+rules Ray and the schema miss are checked here, on the values and on the rendered config
+(every node_config against botocore's EC2 RunInstances input shape, enums included).
+"""
+
+import shlex
+import signal
+import subprocess
+import time
+from contextlib import contextmanager
+
+from scripts import catalog, state
+from scripts.errors import KitError, short
+from scripts.paths import REPO
+from scripts.ray_cli import free_port, port_open, ray_cli, ray_env
+
+NAME = "aws"
+HEAD_TYPE = "ray.head.default"
+# Ports of the head's GCS and every node's object manager; the cluster's security group
+# opens all traffic between its own nodes, so any fixed ports do.
+GCS_PORT = 6379
+OBJECT_MANAGER_PORT = 8076
+# Ray's token authentication needs the token on every node; the kit does not distribute
+# it yet, so auth stays off on AWS: the dashboard binds to the head's 127.0.0.1 (reached
+# through an SSH tunnel) and the security group admits only SSH and the cluster's nodes.
+AUTH_MODE = "disabled"
+MAX_TUNNEL_WAIT_S = 60
+
+# EBS volume sizes per type, GiB (docs.aws.amazon.com/ebs/latest/userguide/ebs-volume-types.html,
+# 2026-11); st1 and sc1 cannot be boot volumes.
+EBS_SIZE_GB = {"gp2": (1, 16384), "gp3": (1, 16384), "io1": (4, 16384), "io2": (4, 65536),
+               "st1": (125, 16384), "sc1": (125, 16384), "standard": (1, 1024)}
+BOOT_VOLUME_TYPES = ("gp2", "gp3", "io1", "io2", "standard")
+
+# Packages the jobs import on the cluster's nodes; their pins come from requirements.txt.
+JOB_PACKAGES = ("torch", "torchvision", "timm", "autograd", "pandas", "portpicker",
+                "scipy", "semver", "pymoo", "setuptools")
+NODEPS_REQUIREMENTS = REPO / "jobs" / "adaptdl_mnist" / "requirements-nodeps.txt"
+
+RECORD_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["cluster", "provider", "cluster_name", "region"],
+    "properties": {
+        "cluster": {"type": "string"},
+        "provider": {"const": NAME},
+        "cluster_name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,39}$"},
+        "region": {"type": "string", "pattern": "^[a-z]{2}(-gov)?-[a-z]+-[0-9]$"},
+    },
+}
+
+
+# --- values -> config ---------------------------------------------------------------
+
+def nodes_of(values: dict) -> dict:
+    """{dotted key in the values file: node values} for the head and each worker type."""
+    return {"head": values["head"]} | {f"workers.{n}": w for n, w in values["workers"].items()}
+
+
+def value_problems(values: dict) -> list[str]:
+    problems = []
+    aws, docker = values["aws"], values["docker"]
+    region = aws["region"]
+    if region not in catalog.REGIONS:
+        problems.append(f"aws.region: unknown region {short(region)}" + did_you_mean(region, catalog.REGIONS))
+    elif not aws["image_id"] and region not in catalog.AMI_BY_REGION:
+        problems.append(f"aws.image_id: the kit pins no AMI for {region} (only "
+                        f"{', '.join(catalog.AMI_BY_REGION)}); set aws.image_id "
+                        "(scripts/catalog.py says how to look one up)")
+    zone = aws["availability_zone"]
+    if zone and zone[:-1] != region:
+        problems.append(f"aws.availability_zone: {zone} is not in region {region}; "
+                        f"use a zone such as {region}a")
+    for i, volume in enumerate(docker["volumes"]):
+        for side in ("host", "container"):
+            if {".", ".."} & set(volume[side].split("/")):
+                problems.append(f"docker.volumes[{i}].{side}: {short(volume[side])} has a '.' or "
+                                "'..' part; write the path without them")
+    for i, option in enumerate(docker["extra_run_options"]):
+        if option.split("=")[0] in ("--volume", "--mount"):
+            problems.append(f"docker.extra_run_options[{i}]: mounts go in docker.volumes, "
+                            "whose host dirs the kit creates; move it there")
+
+    nodes = nodes_of(values)
+    volume_types = ec2_enum("VolumeType")
+    for key, node in nodes.items():
+        itype = node["instance_type"]
+        spec = catalog.INSTANCE_TYPES.get(itype)
+        if spec is None:
+            problems.append(f"{key}.instance_type: unknown instance type {short(itype)}"
+                            + did_you_mean(itype, catalog.INSTANCE_TYPES)
+                            + " (known: scripts/catalog.py INSTANCE_TYPES; add it there)")
+            continue
+        problems += disk_problems(key, node["disk"], spec, volume_types, docker)
+
+    specs = {k: catalog.INSTANCE_TYPES.get(n["instance_type"]) for k, n in nodes.items()}
+    if None not in specs.values():
+        problems += mix_problems(values, nodes, specs)
+    return problems
+
+
+def disk_problems(key: str, disk: dict, spec, volume_types: list[str], docker: dict) -> list[str]:
+    problems = []
+    vtype = disk["volume_type"]
+    if vtype not in volume_types:
+        return [f"{key}.disk.volume_type: {short(vtype)} is not an EBS volume type"
+                + did_you_mean(vtype, volume_types)]
+    if vtype not in BOOT_VOLUME_TYPES:
+        problems.append(f"{key}.disk.volume_type: {vtype} cannot be a boot volume; "
+                        f"use one of {', '.join(BOOT_VOLUME_TYPES)}")
+    low, high = EBS_SIZE_GB.get(vtype, (1, 16384))
+    for size_key in ("root_gb", "data_gb"):
+        size = disk[size_key]
+        if (size_key == "root_gb" or size) and not low <= size <= high:
+            problems.append(f"{key}.disk.{size_key}: {size} GiB is outside {vtype}'s "
+                            f"{low}-{high} GiB; pick a size in that range")
+    need = catalog.min_root_gb(spec.gpus > 0)
+    if disk["root_gb"] < need:
+        problems.append(
+            f"{key}.disk.root_gb: {disk['root_gb']} GB is too small for the AMI "
+            f"({catalog.AMI_ROOT_SNAPSHOT_GB} GB) plus the {'GPU' if spec.gpus else 'CPU'} "
+            f"Docker image and packages; set root_gb: {need} or more")
+    if disk["data_gb"] and disk["data_gb"] == disk["root_gb"]:
+        problems.append(f"{key}.disk.data_gb: must differ from root_gb (the data "
+                        "volume is found by its size at boot); change one of them")
+    if disk["data_gb"] and not docker["volumes"]:
+        problems.append(f"{key}.disk.data_gb: the data volume mounts on the first "
+                        "docker.volumes host path; add a docker volume")
+    return problems
+
+
+def mix_problems(values: dict, nodes: dict, specs: dict) -> list[str]:
+    if values["mix"] == "homogeneous":
+        if not any(spec.gpus for spec in specs.values()):
+            return ["head.instance_type: no node type has a GPU to train on; "
+                    "pick a GPU type such as g5.xlarge"]
+        return []
+    problems = []
+    if specs["head"].gpus == 0:
+        problems.append(f"head.instance_type: {values['head']['instance_type']} has no GPU, but "
+                        "a heterogeneous mix trains on the head; pick a GPU type such as g5.xlarge")
+    for key, spec in specs.items():
+        if key != "head" and spec.gpus:
+            problems.append(f"{key}.instance_type: {nodes[key]['instance_type']} has "
+                            f"{spec.gpus} GPU(s), but workers of a heterogeneous mix are CPU-only "
+                            "preprocessors; pick a CPU type such as c5.4xlarge, or set mix: homogeneous")
+    return problems
+
+
+def did_you_mean(word: str, choices) -> str:
+    import difflib
+
+    hint = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {hint[0]!r}?" if hint else ""
+
+
+def template_context(cluster: str, values: dict) -> dict:
+    aws, docker, head = values["aws"], values["docker"], values["head"]
+    data_volumes = sorted({n["disk"]["data_gb"] for n in nodes_of(values).values()} - {0})
+    return {
+        "region": aws["region"],
+        "availability_zone": aws["availability_zone"],
+        "image_id": aws["image_id"] or catalog.AMI_BY_REGION[aws["region"]],
+        "key_pair": aws["key_pair"],
+        "ssh_private_key": f"~/.ssh/{aws['key_pair']}.pem" if aws["key_pair"] else None,
+        "ssh_user": aws["ssh_user"],
+        "security_group_name": f"ray-{values['cluster_name']}",
+        "tags": {"ray-kit-cluster": values["cluster_name"]} | aws["tags"],
+        "common_run_options": [f"-v {shlex.quote(v['host'])}:{shlex.quote(v['container'])}"
+                               for v in docker["volumes"]]
+        + ["--ulimit nofile=65536:65536"] + docker["extra_run_options"],
+        "head": aws_node(HEAD_TYPE, head, preprocess=head["preprocess"]),
+        "workers": [aws_node(name, w, preprocess=True) | {"min_workers": w["min_workers"],
+                                                         "max_workers": w["max_workers"]}
+                    for name, w in values["workers"].items()],
+        "initialization_commands": host_dir_commands(docker, data_volumes),
+        "setup_commands": job_setup_commands(),
+        "head_start_ray_command": (
+            f"ulimit -n 65536; RAY_AUTH_MODE={AUTH_MODE} ray start --head --port={GCS_PORT} "
+            f"--object-manager-port={OBJECT_MANAGER_PORT} "
+            "--autoscaling-config=~/ray_bootstrap_config.yaml "
+            "--dashboard-host=127.0.0.1 --disable-usage-stats"),
+        "worker_start_ray_command": (
+            f"ulimit -n 65536; RAY_AUTH_MODE={AUTH_MODE} ray start "
+            f"--address=$RAY_HEAD_IP:{GCS_PORT} --object-manager-port={OBJECT_MANAGER_PORT} "
+            "--disable-usage-stats"),
+    }
+
+
+def aws_node(name: str, node: dict, preprocess: bool) -> dict:
+    spec = catalog.INSTANCE_TYPES[node["instance_type"]]
+    disk = node["disk"]
+    resources = {"CPU": spec.vcpus}
+    if spec.gpus:
+        # One training worker per GPU: `trainer` counts the slots the ViT job fills.
+        resources |= {"GPU": spec.gpus, "trainer": spec.gpus}
+    if preprocess:
+        resources["preprocess"] = spec.vcpus
+    volumes = [{"device": "/dev/sda1", "size_gb": disk["root_gb"], "type": disk["volume_type"]}]
+    if disk["data_gb"]:
+        volumes.append({"device": "/dev/sdf", "size_gb": disk["data_gb"],
+                        "type": disk["volume_type"]})
+    # /dev/shm holds Ray's object store inside the container: size it well above Ray's
+    # default share (30% of RAM) so the store is never capped by Docker's 64 MB default.
+    run_options = [f"--shm-size={max(1, int(spec.memory_gib * 0.4))}g"]
+    if spec.gpus:
+        run_options.append("--gpus all")
+    return {
+        "name": name,
+        "instance_type": node["instance_type"],
+        "resources": resources,
+        "volumes": volumes,
+        "market_type": "spot" if node.get("spot") else None,
+        "image": catalog.DOCKER_IMAGE["gpu" if spec.gpus else "cpu"],
+        "run_options": run_options,
+    }
+
+
+def host_dir_commands(docker: dict, data_volume_sizes: list[int]) -> list[str]:
+    """Host-side commands: create every mounted host dir; where a node has a data volume,
+    format it once and mount it on the first volume's host dir. The volume is found by
+    its exact size, since NVMe device names do not follow the BlockDeviceMapping's."""
+    commands = [f"sudo mkdir -p {shlex.quote(v['host'])}" for v in docker["volumes"]]
+    if data_volume_sizes and docker["volumes"]:
+        target = shlex.quote(docker["volumes"][0]["host"])
+        for size_gb in data_volume_sizes:
+            size_bytes = int(size_gb) * 1024**3
+            commands.append(
+                f"DEV=$(lsblk -bdnpo NAME,SIZE | awk '$2 == {size_bytes} {{print $1; exit}}'); "
+                f"if [ -n \"$DEV\" ]; then (sudo blkid \"$DEV\" || sudo mkfs.ext4 -q \"$DEV\") "
+                f"&& (mountpoint -q {target} || sudo mount \"$DEV\" {target}); fi"
+            )
+    return commands
+
+
+def pinned_requirements(path) -> dict[str, str]:
+    """{name: 'name==version'} for every pinned line of a requirements file."""
+    import re
+
+    pins = {}
+    for line in path.read_text().splitlines():
+        match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([A-Za-z0-9_.+!-]+)", line.strip())
+        if match:
+            pins[match.group(1).lower()] = f"{match.group(1)}=={match.group(3)}"
+    return pins
+
+
+def job_setup_commands() -> list[str]:
+    pins = pinned_requirements(REPO / "requirements.txt")
+    missing = [p for p in JOB_PACKAGES if p not in pins]
+    if missing:
+        raise KitError(f"requirements.txt: no pinned version for {', '.join(missing)}")
+    nodeps = pinned_requirements(NODEPS_REQUIREMENTS).values()
+    return [
+        "pip install -q --no-cache-dir " + shlex.join(pins[p] for p in JOB_PACKAGES),
+        "pip install -q --no-cache-dir --no-deps " + shlex.join(nodeps),
+    ]
+
+
+# --- checks on the rendered config --------------------------------------------------
+
+def config_problems(config: dict) -> list[str]:
+    problems = []
+    for name, node_type in config["available_node_types"].items():
+        problems += [f"available_node_types.{name}.node_config{p}"
+                     for p in run_instances_problems(node_type["node_config"])]
+    return problems + mount_problems(config)
+
+
+def ec2_model():
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("ec2")
+
+
+def ec2_enum(shape_name: str) -> list[str]:
+    return list(ec2_model().shape_for(shape_name).enum)
+
+
+def run_instances_problems(node_config: dict) -> list[str]:
+    """node_config as RunInstances parameters: botocore's validator (names, types,
+    required members) plus the enum values it does not check."""
+    from botocore.validate import ParamValidator
+
+    shape = ec2_model().operation_model("RunInstances").input_shape
+    params = {"MinCount": 1, "MaxCount": 1, **node_config}
+    report = ParamValidator().validate(params, shape)
+    problems = []
+    if report.has_errors():
+        problems += [": " + line.strip() for line in report.generate_report().splitlines()]
+    problems += [f"{path}: {short(value)} is not one of {', '.join(allowed)}"
+                 for path, value, allowed in enum_violations(params, shape, "")]
+    return problems
+
+
+def enum_violations(value, shape, path):
+    if shape.type_name == "structure" and isinstance(value, dict):
+        for name, member in shape.members.items():
+            if name in value:
+                yield from enum_violations(value[name], member, f"{path}.{name}")
+    elif shape.type_name == "list" and isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from enum_violations(item, shape.member, f"{path}[{i}]")
+    elif shape.type_name == "string" and shape.enum and isinstance(value, str):
+        if value not in shape.enum:
+            yield path, value, shape.enum
+
+
+def mount_problems(config: dict) -> list[str]:
+    """Every `-v host:container` host path must be created by an initialization command:
+    Docker would create a missing one as root, hiding a typo in an empty directory."""
+    docker = config.get("docker", {})
+    options = list(docker.get("run_options", [])) + list(docker.get("head_run_options", []))
+    for node_type in config["available_node_types"].values():
+        options += node_type.get("docker", {}).get("worker_run_options", [])
+    created = {shlex.split(c)[-1] for c in config.get("initialization_commands", [])
+               if c.startswith("sudo mkdir -p ")}
+    problems = []
+    for option in options:
+        words = shlex.split(option)
+        for flag, arg in zip(words, words[1:] + [""]):
+            if flag in ("-v", "--volume") and arg.split(":")[0] not in created:
+                problems.append(f"docker.run_options: host path of mount {short(arg)} is not "
+                                "created by any initialization command; add it to docker.volumes")
+    return problems
+
+
+def hourly_cost(values: dict) -> tuple[float, float]:
+    low = high = catalog.INSTANCE_TYPES[values["head"]["instance_type"]].usd_per_hour
+    for w in values["workers"].values():
+        price = catalog.INSTANCE_TYPES[w["instance_type"]].usd_per_hour
+        low += w["min_workers"] * price
+        high += w["max_workers"] * price
+    return low, high
+
+
+# --- lifecycle ----------------------------------------------------------------------
+
+def require_credentials() -> None:
+    """Fail with one line before `ray up`/`ray down` would fail with a traceback."""
+    import boto3
+    import botocore.exceptions
+
+    try:
+        found = boto3.Session().get_credentials()
+    except botocore.exceptions.BotoCoreError as e:
+        raise KitError(f"AWS credentials: {short(str(e), 120)}; fix your AWS configuration") from None
+    if found is None:
+        raise KitError("no AWS credentials found; run `aws configure` (or set AWS_PROFILE), "
+                       "then try again")
+
+
+def run_ray(args: list[str]) -> int:
+    """A `ray` command in a session of its own: the terminal's Ctrl-C reaches the kit,
+    which decides (an interrupted `ray up` is stopped; `ray down` is let finish)."""
+    proc = subprocess.Popen([ray_cli(), *args], env=ray_env(), start_new_session=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+
+
+def up(cluster: str, config_text: str, values: dict) -> dict:
+    require_credentials()
+    record = {"cluster": cluster, "provider": NAME, "cluster_name": values["cluster_name"],
+              "region": values["aws"]["region"]}
+    state.save(cluster, record, config_text)  # from here on, `make down` can stop it
+    stop_hint = f"instances of '{cluster}' may be running: `make down CLUSTER={cluster}` stops them"
+    try:
+        code = run_ray(["up", "-y", "--no-config-cache", "--disable-usage-stats",
+                        str(state.config_path(cluster))])
+    except KeyboardInterrupt:
+        print(f"interrupted: {stop_hint}", flush=True)
+        raise
+    if code != 0:
+        raise KitError(f"`ray up` failed (exit {code}); {stop_hint}")
+    wait_until_ready(record)
+    return record
+
+
+def wait_until_ready(record: dict) -> None:
+    """`ray up` returns once the head is ready; the head's autoscaler then launches the
+    workers. Waiting for them is not wired on AWS yet: say so instead of pretending."""
+    print(f"head of '{record['cluster']}' is up; its autoscaler now starts the workers "
+          f"(minutes): `make status CLUSTER={record['cluster']}` shows them", flush=True)
+
+
+def down(cluster: str, record: dict | None) -> str:
+    if record is None:
+        return (f"AWS cluster '{cluster}' was not launched from this checkout "
+                f"(no {state.record_path(cluster)}); nothing to stop")
+    if not state.config_path(cluster).is_file():
+        raise KitError(f"{state.config_path(cluster)} is missing; stop '{cluster}' from the EC2 "
+                       f"console (instances tagged ray-cluster-name={record['cluster_name']}), "
+                       f"then delete {state.record_path(cluster)}")
+    require_credentials()
+    code = run_ray(["down", "-y", str(state.config_path(cluster))])
+    if code != 0:
+        raise KitError(f"`ray down` failed (exit {code}); the record is kept: run "
+                       f"`make down CLUSTER={cluster}` again")
+    state.forget(cluster)
+    return f"AWS cluster '{cluster}': instances terminated (ray down)"
+
+
+def status(record: dict) -> int:
+    return run_ray(["exec", str(state.config_path(record["cluster"])), "ray status"])
+
+
+def is_running(record: dict) -> bool:
+    return True  # a record exists until `ray down` succeeded
+
+
+@contextmanager
+def job_address(record: dict):
+    """`ray dashboard` keeps an SSH port-forward to the head's dashboard open while we
+    submit; the dashboard itself listens on the head's 127.0.0.1 only."""
+    port = free_port()
+    tunnel = subprocess.Popen(
+        [ray_cli(), "dashboard", "--port", str(port), str(state.config_path(record["cluster"]))],
+        env=ray_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + MAX_TUNNEL_WAIT_S
+        while not port_open(port):
+            if tunnel.poll() is not None:
+                last = (tunnel.stderr.read().strip().splitlines() or ["no output"])[-1]
+                raise KitError(f"`ray dashboard` exited: {short(last, 200)}; is the cluster up "
+                               "(`make status`) and your SSH key in place?")
+            if time.monotonic() > deadline:
+                raise KitError(f"the dashboard tunnel did not open within {MAX_TUNNEL_WAIT_S} s")
+            time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}", "python", None
+    finally:
+        tunnel.terminate()
+        try:
+            tunnel.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            tunnel.kill()
+            tunnel.wait()

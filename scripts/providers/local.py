@@ -1,0 +1,292 @@
+"""The local provider: a simulated multi-node Ray cluster on this machine, no cloud.
+
+`up` starts a real Ray head whose autoscaler reads the launched config
+(build/launched/<cluster>.yaml) and starts every min_workers node through
+loopback_node_provider.py, each a real raylet on its own loopback address. The cluster
+has a private temp dir (mode 0700, random name), its own ports and Ray's token
+authentication. Every process it starts carries RAYKIT_CLUSTER_ID in its environment, a
+marker derived from this checkout's build dir and the cluster's name: `down` stops the
+processes that carry it (and their children), and nothing else; it never runs `ray stop`.
+"""
+
+import hashlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+
+from scripts import state
+from scripts.errors import KitError
+from scripts.paths import BUILD
+from scripts.ray_cli import free_port, ray_cli, ray_env, use_auth_in_this_process
+
+NAME = "local"
+# Ray's fake multi-node provider, which loopback_node_provider.py extends, registers the
+# head under this node type name; the rendered config must use the same one.
+HEAD_TYPE = "ray.head.default"
+PROVIDER_CLASS = "scripts.providers.loopback_node_provider.LoopbackNodeProvider"
+# Ray rewrites 127.0.0.1 to the host's network address; any other 127.x address stays on
+# loopback. Workers take 127.0.0.3, 127.0.0.4, ... (loopback_node_provider.py).
+HEAD_IP = "127.0.0.2"
+MARKER = "RAYKIT_CLUSTER_ID"
+JOIN_TIMEOUT_S = float(os.environ.get("RAYKIT_JOIN_TIMEOUT_S", "180"))
+MIB = 1024 * 1024
+
+RECORD_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["cluster", "provider", "gcs_address", "dashboard_url", "temp_dir",
+                 "auth_token", "expected_nodes"],
+    "properties": {
+        "cluster": {"type": "string"},
+        "provider": {"const": NAME},
+        "gcs_address": {"type": "string", "pattern": r"^127\.0\.0\.2:[0-9]{1,5}$"},
+        "dashboard_url": {"type": "string", "pattern": r"^http://127\.0\.0\.1:[0-9]{1,5}$"},
+        "temp_dir": {"type": "string", "pattern": r"^/tmp/raykit-[A-Za-z0-9_]{8}/ray$"},
+        "auth_token": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        "expected_nodes": {"type": "integer", "minimum": 1, "maximum": 1000},
+    },
+}
+
+
+# --- values -> config ---------------------------------------------------------------
+
+def value_problems(values: dict) -> list[str]:
+    problems = []
+    head, workers = values["head"], values["workers"]
+    if values["mix"] == "heterogeneous" and head["trainer_slots"] < 1:
+        problems.append("head.trainer_slots: a heterogeneous mix trains on the head; "
+                        "set trainer_slots: 1 (the stand-in for its GPU)")
+    # Simulated nodes all draw on this machine's RAM: more than it has would be killed
+    # by the OOM killer mid-job instead of refused here.
+    declared = head["memory_mb"] + head["object_store_mb"] + sum(
+        w["max_workers"] * (w["memory_mb"] + w["object_store_mb"]) for w in workers.values())
+    host = psutil.virtual_memory().total // MIB
+    if declared > host:
+        problems.append(f"workers: the nodes declare {declared} MiB of memory and object store "
+                        f"at max_workers, more than this machine's {host} MiB; lower "
+                        "memory_mb, object_store_mb or max_workers")
+    return problems
+
+
+def template_context(cluster: str, values: dict) -> dict:
+    head = values["head"]
+    return {
+        "provider_class": PROVIDER_CLASS,
+        "head": {"name": HEAD_TYPE,
+                 "resources": resources(head, head["trainer_slots"], head["preprocess"])},
+        "workers": [
+            {"name": name, "min_workers": w["min_workers"], "max_workers": w["max_workers"],
+             "resources": resources(w, trainer_slots=0, preprocess=True)}
+            for name, w in values["workers"].items()
+        ],
+    }
+
+
+def resources(node: dict, trainer_slots: int, preprocess: bool) -> dict:
+    """Logical resources of a simulated node. `trainer` stands in for GPUs; `preprocess`
+    marks CPUs that Ray Data may use (ray-project/ray#13270: declare them explicitly)."""
+    out = {"CPU": node["cpus"]}
+    if trainer_slots:
+        out["trainer"] = trainer_slots
+    if preprocess:
+        out["preprocess"] = node["cpus"]
+    out["memory"] = node["memory_mb"] * MIB
+    out["object_store_memory"] = node["object_store_mb"] * MIB
+    return out
+
+
+def config_problems(config: dict) -> list[str]:
+    if config["provider"].get("module") != PROVIDER_CLASS:
+        return [f"provider.module: must be {PROVIDER_CLASS}"]
+    return []
+
+
+def hourly_cost(values: dict) -> tuple[float, float]:
+    return 0.0, 0.0
+
+
+# --- lifecycle ----------------------------------------------------------------------
+
+def cluster_id(cluster: str, build: Path = BUILD) -> str:
+    """The marker of `cluster` as started from the build dir `build` (one per checkout)."""
+    return hashlib.sha256(f"{build}\0{cluster}".encode()).hexdigest()[:24]
+
+
+def up(cluster: str, config_text: str, values: dict) -> dict:
+    """Start the head, save the record, wait for every min_workers node. On any failure,
+    Ctrl-C included, everything this started is stopped before the error goes on."""
+    leftovers = cluster_processes(cluster)
+    if leftovers:  # a crashed earlier run of this very cluster: they carry our marker
+        stop_processes(leftovers)
+    head = values["head"]
+    gcs_port, dashboard_port = free_port(), free_port()
+    record = {
+        "cluster": cluster,
+        "provider": NAME,
+        "gcs_address": f"{HEAD_IP}:{gcs_port}",
+        "dashboard_url": f"http://127.0.0.1:{dashboard_port}",
+        # Ray opens its temp dir to everyone (mode 0777); inside a private (0700),
+        # unpredictable parent, nobody else can reach it.
+        "temp_dir": tempfile.mkdtemp(prefix="raykit-", dir="/tmp") + "/ray",
+        "auth_token": secrets.token_hex(32),
+        "expected_nodes": 1 + sum(w["min_workers"] for w in values["workers"].values()),
+    }
+    head_resources = {key: value for key, value in resources(head, head["trainer_slots"],
+                                                              head["preprocess"]).items()
+                      if key not in ("CPU", "memory", "object_store_memory")}
+    command = [
+        ray_cli(), "start", "--head", "--disable-usage-stats",
+        f"--node-ip-address={HEAD_IP}", f"--port={gcs_port}",
+        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
+        f"--ray-client-server-port={free_port()}",
+        f"--dashboard-agent-listen-port={free_port()}",
+        f"--metrics-export-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}",
+        f"--temp-dir={record['temp_dir']}",
+        f"--autoscaling-config={state.config_path(cluster)}",
+        f"--num-cpus={head['cpus']}", "--num-gpus=0",
+        f"--resources={json.dumps(head_resources)}",
+        f"--object-store-memory={head['object_store_mb'] * MIB}",
+        f"--memory={head['memory_mb'] * MIB}",
+    ]
+    env = ray_env(record["auth_token"], {
+        MARKER: cluster_id(cluster),
+        "RAY_FAKE_CLUSTER": "1",
+        "RAYKIT_GCS_ADDRESS": record["gcs_address"],
+        "RAYKIT_TEMP_DIR": record["temp_dir"],
+        "AUTOSCALER_UPDATE_INTERVAL_S": "1",  # launch the workers within seconds
+    })
+    state.save(cluster, record, config_text)
+    try:
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120,
+                                start_new_session=True)  # the terminal's Ctrl-C is ours to handle
+        if result.returncode != 0:
+            tail = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["no output"]
+            raise KitError(f"`ray start --head` failed for local cluster '{cluster}': {tail[0]} "
+                           f"(logs: {record['temp_dir']}/session_latest/logs)")
+        wait_until_ready(record)
+    except BaseException:
+        down(cluster, record)
+        raise
+    print(f"dashboard {record['dashboard_url']} (token auth: `make` reads the token from "
+          f"{state.record_path(cluster)}), logs {record['temp_dir']}/session_latest/logs", flush=True)
+    return record
+
+
+def alive_nodes(record: dict) -> int:
+    from ray.util.state import list_nodes
+
+    use_auth_in_this_process(record["auth_token"])
+    return len(list_nodes(address=record["dashboard_url"], filters=[("state", "=", "ALIVE")],
+                          raise_on_missing_output=False, _explain=False))
+
+
+def wait_until_ready(record: dict) -> None:
+    start = time.monotonic()
+    want, seen = record["expected_nodes"], -1
+    while True:
+        try:
+            count = alive_nodes(record)
+        except Exception:  # the dashboard is still starting
+            count = 0
+        elapsed = time.monotonic() - start
+        if count != seen:
+            print(f"  {count}/{want} nodes joined after {elapsed:.0f} s", flush=True)
+            seen = count
+        if count >= want:
+            return
+        if elapsed > JOIN_TIMEOUT_S:
+            raise KitError(f"only {count} of {want} nodes joined within {JOIN_TIMEOUT_S:.0f} s; "
+                           f"see the autoscaler log {record['temp_dir']}/session_latest/logs/monitor.log")
+        time.sleep(1)
+
+
+def status(record: dict) -> int:
+    result = subprocess.run([ray_cli(), "status", f"--address={record['gcs_address']}"],
+                            env=ray_env(record["auth_token"]), capture_output=True, text=True,
+                            timeout=60)
+    print(result.stdout + result.stderr, end="")
+    return result.returncode
+
+
+@contextmanager
+def job_address(record: dict):
+    if not cluster_processes(record["cluster"]):
+        raise KitError(f"local cluster '{record['cluster']}' is not running (its record is "
+                       f"stale); run `make down CLUSTER={record['cluster']}` then `make up`")
+    yield record["dashboard_url"], sys.executable, record["auth_token"]
+
+
+def is_running(record: dict) -> bool:
+    return bool(cluster_processes(record["cluster"]))
+
+
+def down(cluster: str, record: dict | None) -> str:
+    """Stop every process that carries this cluster's marker, and their children."""
+    stopped = 0
+    for _ in range(3):  # a dying autoscaler may still be starting a node: sweep again
+        procs = cluster_processes(cluster)
+        if not procs:
+            break
+        stop_processes(procs)
+        stopped += len(procs)
+    state.forget(cluster)
+    logs = f"; its logs stay in {record['temp_dir']}/session_latest/logs" if record else ""
+    return f"local cluster '{cluster}': {stopped} processes stopped{logs}"
+
+
+def cluster_processes(cluster: str, build: Path = BUILD) -> list[psutil.Process]:
+    """The processes this kit started for `cluster` (they carry the marker) and their
+    children; never this process or its parents. Ray renames many of its processes
+    (ray::IDLE, ray::DashboardAgent), but none can drop the environment it inherited."""
+    marker = cluster_id(cluster, build)
+    me = psutil.Process()
+    exclude = {me.pid, *(p.pid for p in me.parents())}
+    roots = []
+    for proc in psutil.process_iter():
+        if proc.pid in exclude:
+            continue
+        try:
+            if proc.environ().get(MARKER) == marker:
+                roots.append(proc)
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            pass
+    found = {p.pid: p for p in roots}
+    for proc in roots:
+        try:
+            found |= {c.pid: c for c in proc.children(recursive=True)}
+        except psutil.NoSuchProcess:
+            pass
+    return [p for pid, p in found.items() if pid not in exclude and alive(p)]
+
+
+def alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie (a container's PID 1 may never reap Ray's orphans)."""
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def stop_processes(procs: list[psutil.Process], grace_s: float = 10) -> None:
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, still = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in still:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(still, timeout=5)

@@ -1,0 +1,56 @@
+"""Helpers both providers use to drive Ray's command line and APIs from the kit."""
+
+import os
+import socket
+import sys
+from pathlib import Path
+
+from scripts.paths import REPO
+
+
+def ray_cli() -> str:
+    """The `ray` executable of the kit's own environment (.venv), never one from PATH."""
+    return str(Path(sys.executable).with_name("ray"))
+
+
+def ray_env(auth_token: str | None = None, extra: dict | None = None) -> dict:
+    """Environment for a Ray CLI call or a Ray process the kit starts. The auth mode is
+    always explicit: a token left in ~/.ray by an earlier ray.init() must not switch it
+    on or off behind the kit's back."""
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_AUTH_TOKEN_PATH", None)
+    if auth_token:
+        env |= {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": auth_token}
+    else:
+        env |= {"RAY_AUTH_MODE": "disabled"}
+        env.pop("RAY_AUTH_TOKEN", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env | (extra or {})
+
+
+def use_auth_in_this_process(auth_token: str | None) -> None:
+    """Point Ray's Python clients in this process (job submission, state API) at a
+    cluster's auth mode and token. Ray's C++ config reads them from the environment when
+    ray._raylet is first imported (the build pass imports it), so after changing the
+    environment both are re-read, as Ray's own authentication tests do."""
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        os.environ.pop(key, None)
+    os.environ["RAY_AUTH_MODE"] = "token" if auth_token else "disabled"
+    if auth_token:
+        os.environ["RAY_AUTH_TOKEN"] = auth_token
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
