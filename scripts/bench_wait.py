@@ -10,12 +10,13 @@ and down around the runs, unless it was up already.
 """
 
 import argparse
+import os
 import subprocess
 import sys
 
-from scripts import local_cluster
+from scripts import state
 from scripts.errors import KitError
-from scripts.kit import LAUNCHED
+from scripts.inputs import check_name
 from scripts.submit import result_line
 
 CASES = {"224px": "--blur-count 1", "64px": "--blur-count 1 --image-size 64"}
@@ -23,43 +24,46 @@ TARGET_WAIT_FRACTION = 0.05
 TARGET_MAX_WAIT_S = 1.0
 
 
-def kit(*argv: str) -> str:
-    """Run the kit's CLI, echoing its output as it comes; return the output."""
-    proc = subprocess.Popen([sys.executable, "-m", "scripts.kit", *argv], text=True,
+def kit(command: str, cluster: str, **variables: str) -> str:
+    """Run the kit's CLI as the Makefile does (inputs in its environment), echoing its
+    output as it comes; return the output."""
+    env = dict(os.environ, KIT_CLUSTER=cluster,
+               **{f"KIT_{name.upper()}": value for name, value in variables.items()})
+    proc = subprocess.Popen([sys.executable, "-m", "scripts.kit", command], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     lines = []
     for line in proc.stdout:
         print(line, end="", flush=True)
         lines.append(line)
     if proc.wait():
-        raise SystemExit(f"bench-wait: `kit {' '.join(argv[:3])}` failed (exit {proc.returncode})")
+        raise SystemExit(f"bench-wait: `make {command}` failed (exit {proc.returncode})")
     return "".join(lines)
-
-
-def is_up(cluster: str) -> bool:
-    return bool(local_cluster.read_state(cluster)) or (LAUNCHED / f"{cluster}.yaml").exists()
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cluster", default="local")
+    p.add_argument("--cluster", default=os.environ.get("KIT_CLUSTER") or "local")
     p.add_argument("--steps", type=int, default=80, help="training steps per case")
     args = p.parse_args()
-    started_here = not is_up(args.cluster)
+    try:
+        check_name("CLUSTER", args.cluster)
+        started_here = state.load(args.cluster) is None
+    except KitError as e:
+        raise SystemExit(f"error: {e}")
     summaries = {}
     try:
         if started_here:
-            kit("up", "--cluster", args.cluster)
+            kit("up", args.cluster)
         for name, case_args in CASES.items():
             job_args = f"{case_args} --steps {args.steps}"
             print(f"\n== {name}: make submit JOB=vit_synthetic ARGS=\"{job_args}\"", flush=True)
-            summaries[name] = result_line(kit("submit", "--cluster", args.cluster,
-                                              "--job", "vit_synthetic", "--args", job_args))
+            summaries[name] = result_line(kit("submit", args.cluster, job="vit_synthetic",
+                                              args=job_args))
     except KitError as e:
         raise SystemExit(f"bench-wait: {e}")
     finally:
         if started_here:
-            kit("down", "--cluster", args.cluster)
+            kit("down", args.cluster)
     print(f"\ntrainer's data wait with one blur on '{args.cluster}' "
           f"(targets: < {TARGET_WAIT_FRACTION:.0%} of each step, longest < {TARGET_MAX_WAIT_S:g} s)")
     for name, s in summaries.items():

@@ -68,12 +68,66 @@ def test_launcher_imports_with_pymoo_0_6():
 
 
 def test_from_ray_only_for_tune_trials(monkeypatch):
+    import ray
+
     import adaptdl.checkpoint
     import adaptdl.env
     assert adaptdl.checkpoint.from_ray is adaptdl.env.from_ray
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)  # as in any Ray worker
     monkeypatch.delenv("ADAPTDL_TUNE_TRIAL_SCHED", raising=False)
     assert adaptdl.env.from_ray() is False
-    # inside a Ray worker (ray initialised) too: see test_in_a_real_ray_worker below
+    assert upstream("../adaptdl/env.py", "upstream_env").from_ray() is True  # the bug
+    monkeypatch.setenv("ADAPTDL_TUNE_TRIAL_SCHED", "True")  # what Tune's trial scheduler sets
+    assert adaptdl.env.from_ray() is True
+
+
+def test_every_fix_is_registered_and_every_registered_module_exists():
+    fix_functions = {name for name in dir(adaptdl_compat) if name.startswith("_fix_")}
+    registered = {fix.__name__ for fixes in adaptdl_compat.FIXES.values() for fix in fixes}
+    assert registered == fix_functions
+    for module in adaptdl_compat.FIXES:
+        assert importlib.util.find_spec(module) is not None, module
+
+
+def test_other_adaptdl_versions_are_refused_with_a_clear_message(monkeypatch):
+    adaptdl_compat.check_versions()  # the installed ones pass
+    monkeypatch.setitem(adaptdl_compat.WRITTEN_FOR, "adaptdl-ray", "0.3.0")
+    with pytest.raises(adaptdl_compat.VersionMismatch,
+                       match=r"written for adaptdl-ray==0.3.0, but 0.2.11 is installed"):
+        adaptdl_compat.check_versions()
+
+
+def test_reschedule_during_startup_keeps_the_starting_generation(monkeypatch):
+    """Right after a rescale no replica of the new generation has registered; a reschedule
+    with the same allocation must not cancel it. A different allocation, or one whose
+    replicas have ended, goes to upstream's update_workers as before."""
+    import asyncio
+    import types
+
+    import ray
+
+    calls = []
+
+    class Job:  # upstream's two methods, recording what reaches them
+        async def _create_workers(self, allocation):
+            calls.append(("create", allocation))
+            self._worker_tasks = {i: f"task-{i}" for i, _ in enumerate(allocation)}
+
+        async def update_workers(self, allocation):
+            calls.append(("update", allocation))
+            return "upstream"
+
+    adaptdl_compat._fix_reschedule_during_startup(types.SimpleNamespace(RayAdaptDLJob=Job))
+    ended = []
+    monkeypatch.setattr(ray, "wait", lambda tasks, num_returns, timeout: (ended, tasks))
+    job = Job()
+    asyncio.run(job._create_workers(["10.0.0.4", "10.0.0.3"]))
+    assert asyncio.run(job.update_workers(["10.0.0.3", "10.0.0.4"])) is None  # same, starting
+    assert asyncio.run(job.update_workers(["10.0.0.3"])) == "upstream"  # changed
+    ended.append("task-0")
+    assert asyncio.run(job.update_workers(["10.0.0.3", "10.0.0.4"])) == "upstream"  # one ended
+    assert calls == [("create", ["10.0.0.4", "10.0.0.3"]), ("update", ["10.0.0.3"]),
+                     ("update", ["10.0.0.3", "10.0.0.4"])]
 
 
 def test_goodput_optimize_without_accumulation_uses_np_int_alias_only_locally():

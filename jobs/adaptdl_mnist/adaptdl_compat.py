@@ -23,6 +23,39 @@ import warnings
 
 LOG = logging.getLogger("adaptdl_compat")
 
+# The fixes below are written for exactly these releases; another version may have changed
+# any line a fix relies on, so apply() refuses it rather than patch blindly.
+WRITTEN_FOR = {"adaptdl": "0.2.11", "adaptdl-sched": "0.2.11", "adaptdl-ray": "0.2.11"}
+
+# Module -> fixes run right after it is imported; each fix registers itself with @fixes.
+FIXES: dict[str, list] = {}
+
+
+def fixes(*modules: str):
+    """Register the decorated function as a fix of each named module."""
+    def register(fix):
+        for name in modules:
+            FIXES.setdefault(name, []).append(fix)
+        return fix
+    return register
+
+
+class VersionMismatch(RuntimeError):
+    """The installed adaptdl packages are not the ones the fixes were written for."""
+
+
+def check_versions() -> None:
+    for dist, wanted in WRITTEN_FOR.items():
+        try:
+            installed = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            installed = "none"
+        if installed != wanted:
+            raise VersionMismatch(
+                f"adaptdl_compat's fixes are written for {dist}=={wanted}, but {installed} is "
+                "installed; install jobs/adaptdl_mnist/requirements-nodeps.txt (`make setup`), "
+                "or review every fix in adaptdl_compat.py before moving the pin")
+
 
 def apply() -> None:
     """Provide what adaptdl imports, then fix each broken module as it is imported (or now,
@@ -31,6 +64,7 @@ def apply() -> None:
     replace functions in one module before importing the next)."""
     if any(isinstance(finder, _FixAfterImport) for finder in sys.meta_path):
         return
+    check_versions()
     _provide_pkg_resources()
     _provide_semver_isvalid()
     _provide_pymoo_crossover_util()
@@ -110,6 +144,7 @@ def _from_ray() -> bool:
     return ray.is_initialized()
 
 
+@fixes("adaptdl.env", "adaptdl.checkpoint")
 def _fix_from_ray(module) -> None:
     # adaptdl.env defines it; adaptdl.checkpoint bound it with `from adaptdl.env import`.
     module.from_ray = _from_ray
@@ -124,6 +159,7 @@ class _NumpyWithInt(types.ModuleType):
         self.int = int
 
 
+@fixes("adaptdl.goodput", "adaptdl_sched.policy.pollux")
 def _fix_np_int(module) -> None:
     """adaptdl/goodput.py uses dtype=np.int (gone since numpy 1.24): AttributeError about 30 s
     into a job, the first time the goodput model is optimised; pollux.py does too. Only
@@ -132,6 +168,7 @@ def _fix_np_int(module) -> None:
         module.np = _NumpyWithInt(module.np)
 
 
+@fixes("adaptdl_ray.adaptdl.config")
 def _fix_ray_state(config) -> None:
     """adaptdl_ray/adaptdl/config.py reads ray.state.state._available_resources_per_node(),
     which Ray 2 moved to ray._private.state.available_resources_per_node()."""
@@ -152,6 +189,7 @@ def _fix_ray_state(config) -> None:
     config._avail_nodes = _avail_nodes
 
 
+@fixes("adaptdl.torch.parallel")
 def _fix_torch_load(parallel) -> None:
     """torch >= 2.6 defaults torch.load to weights_only=True, which refuses the optimizer and
     scheduler state adaptdl pickles into its own checkpoint: every restart after a rescale
@@ -170,6 +208,7 @@ def _fix_torch_load(parallel) -> None:
     parallel._AdaptiveDataParallelState.load = load
 
 
+@fixes("adaptdl_ray.aws.controller")
 def _fix_zero_worker_resources(controller) -> None:
     """The launcher's `--gpus 0` yields worker_resources {"CPU": 1, "GPU": 0}. The controller
     then does node["GPU"] -= 0 on CPU-only nodes (KeyError, which silently kills
@@ -184,6 +223,7 @@ def _fix_zero_worker_resources(controller) -> None:
     controller.RayAdaptDLJob.__init__ = __init__
 
 
+@fixes("adaptdl_ray.aws.controller")
 def _fix_reschedule_during_startup(controller) -> None:
     """update_workers() compares a new allocation with the replicas that have registered.
     Right after a rescale none of the new generation has registered yet (each is still
@@ -204,7 +244,7 @@ def _fix_reschedule_during_startup(controller) -> None:
         tasks = list(self._worker_tasks.values())
         if (tasks and sorted(allocation) == getattr(self, "_kit_allocation", None)
                 and not ray.wait(tasks, num_returns=1, timeout=0)[0]):
-            logging.info("Allocation unchanged (its replicas are starting), proceeding")
+            LOG.info("allocation unchanged (its replicas are starting), proceeding")
             return None
         return await update_workers(self, allocation)
 
@@ -212,6 +252,7 @@ def _fix_reschedule_during_startup(controller) -> None:
     job_class.update_workers = _update_workers
 
 
+@fixes("adaptdl_ray.aws.optimizer")
 def _fix_optimizer_allocation(optimizer) -> None:
     """adaptdl_ray/aws/optimizer.py builds `[(nodes[0]) * count]`: when a node fits several
     replicas it concatenates the IP string ("10.0.0.510.0.0.5") instead of repeating it; the
@@ -279,6 +320,7 @@ class _ZeroCpuListener:
         return self.options().remote(*args, **kwargs)
 
 
+@fixes("adaptdl_ray.aws.worker")
 def _fix_spot_listener(worker) -> None:
     """The controller starts one spot-termination listener per replica node. Upstream's polls
     the instance metadata service without a token (IMDSv1); the kit's instances are
@@ -327,17 +369,3 @@ def _spot_notice(base: str, use_token: bool) -> bool:
     if resp.status_code != 200:  # 404: no notice scheduled
         return False
     return resp.json().get("action") in ("terminate", "stop")
-
-
-# Module -> fixes run right after it is imported.
-FIXES = {
-    "adaptdl.env": [_fix_from_ray],
-    "adaptdl.checkpoint": [_fix_from_ray],
-    "adaptdl.goodput": [_fix_np_int],
-    "adaptdl.torch.parallel": [_fix_torch_load],
-    "adaptdl_sched.policy.pollux": [_fix_np_int],
-    "adaptdl_ray.adaptdl.config": [_fix_ray_state],
-    "adaptdl_ray.aws.worker": [_fix_spot_listener],
-    "adaptdl_ray.aws.optimizer": [_fix_optimizer_allocation],
-    "adaptdl_ray.aws.controller": [_fix_zero_worker_resources, _fix_reschedule_during_startup],
-}

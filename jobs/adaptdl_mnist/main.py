@@ -31,7 +31,11 @@ def main(argv) -> int:
     args = flags.parse(argv)  # exits 2 with the problem before any Ray work
 
     import adaptdl_compat
-    adaptdl_compat.apply()
+    try:
+        adaptdl_compat.apply()
+    except adaptdl_compat.VersionMismatch as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from adaptdl_ray.aws.controller import Controller
