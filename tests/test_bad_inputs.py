@@ -340,3 +340,68 @@ def test_unknown_command_and_flags_are_one_line(capsys):
     assert kit.main(["validate", "--clutser", "x"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all(line.startswith("error: ") for line in err)
+
+
+# --- every string field, found by walking the examples ---------------------------------
+
+PAYLOADS = ["x\nsetup_commands: [touch /tmp/raykit-pwned]", 'x"; touch /tmp/raykit-pwned #',
+            "x $(touch /tmp/raykit-pwned)", "x` id `"]
+
+
+def string_slots(value, path=()):
+    """(path, is_key) of every string in parsed YAML: values and the keys of user maps."""
+    if isinstance(value, str):
+        yield path, False
+    elif isinstance(value, dict):
+        for key, child in value.items():
+            if path and path[-1] in ("workers", "tags"):  # names the user chooses
+                yield path + (key,), True
+            yield from string_slots(child, path + (key,))
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            yield from string_slots(child, path + (i,))
+
+
+def planted(values, path, is_key, payload):
+    *parents, last = path
+    node = values
+    for part in parents:
+        node = node[part]
+    if is_key:
+        node[payload] = node.pop(last)
+    else:
+        node[last] = payload
+
+
+def every_field_set(cluster: str) -> dict:
+    """The example with its optional strings (null or empty there) set to valid values."""
+    values = load_example(cluster)
+    if cluster == "hetero":
+        values["aws"] |= {"availability_zone": "us-east-1a", "image_id": "ami-0123456789abcdef0",
+                          "key_pair": "mine"}
+        values["docker"]["extra_run_options"] = ["--cap-add=SYS_PTRACE"]
+    return values
+
+
+SLOTS = [(cluster, path, is_key) for cluster in ("hetero", "local")
+         for path, is_key in string_slots(every_field_set(cluster))]
+
+
+def test_the_walk_starts_from_valid_files():
+    for cluster in ("hetero", "local"):
+        build_text(cluster, yaml.safe_dump(every_field_set(cluster)).encode())
+
+
+@pytest.mark.parametrize("cluster,path,is_key", SLOTS,
+                         ids=[f"{c}:{'.'.join(map(str, p))}{' (key)' if k else ''}" for c, p, k in SLOTS])
+def test_every_string_field_refuses_injection(cluster, path, is_key):
+    from scripts.errors import KitError
+
+    assert len(SLOTS) >= 20  # the walk found the fields
+    for payload in PAYLOADS:
+        values = every_field_set(cluster)
+        planted(values, path, is_key, payload)
+        with pytest.raises(KitError) as refused:
+            build_text(cluster, yaml.safe_dump(values).encode())
+        assert "\n" not in str(refused.value)
+    assert not os.path.exists("/tmp/raykit-pwned")

@@ -110,7 +110,7 @@ def disk_problems(key: str, disk: dict, spec, volume_types: list[str], docker: d
     if vtype not in BOOT_VOLUME_TYPES:
         problems.append(f"{key}.disk.volume_type: {vtype} cannot be a boot volume; "
                         f"use one of {', '.join(BOOT_VOLUME_TYPES)}")
-    low, high = EBS_SIZE_GB.get(vtype, (1, 16384))
+    low, high = EBS_SIZE_GB[vtype]
     for size_key in ("root_gb", "data_gb"):
         size = disk[size_key]
         if (size_key == "root_gb" or size) and not low <= size <= high:
@@ -171,9 +171,9 @@ def template_context(cluster: str, values: dict) -> dict:
         "common_run_options": [f"-v {shlex.quote(v['host'])}:{shlex.quote(v['container'])}"
                                for v in docker["volumes"]]
         + ["--ulimit nofile=65536:65536"] + docker["extra_run_options"],
-        "head": aws_node(HEAD_TYPE, head, preprocess=head["preprocess"]),
-        "workers": [aws_node(name, w, preprocess=True) | {"min_workers": w["min_workers"],
-                                                         "max_workers": w["max_workers"]}
+        "head": aws_node(HEAD_TYPE, head, preprocess=head["preprocess"], spot=False),
+        "workers": [aws_node(name, w, preprocess=True, spot=w["spot"])
+                    | {"min_workers": w["min_workers"], "max_workers": w["max_workers"]}
                     for name, w in values["workers"].items()],
         "initialization_commands": host_dir_commands(docker, data_volumes),
         "setup_commands": job_setup_commands(),
@@ -189,7 +189,7 @@ def template_context(cluster: str, values: dict) -> dict:
     }
 
 
-def aws_node(name: str, node: dict, preprocess: bool) -> dict:
+def aws_node(name: str, node: dict, preprocess: bool, spot: bool) -> dict:
     spec = catalog.INSTANCE_TYPES[node["instance_type"]]
     disk = node["disk"]
     resources = {"CPU": spec.vcpus}
@@ -212,7 +212,7 @@ def aws_node(name: str, node: dict, preprocess: bool) -> dict:
         "instance_type": node["instance_type"],
         "resources": resources,
         "volumes": volumes,
-        "market_type": "spot" if node.get("spot") else None,
+        "market_type": "spot" if spot else None,  # the head is never spot: losing it ends the cluster
         "image": catalog.DOCKER_IMAGE["gpu" if spec.gpus else "cpu"],
         "run_options": run_options,
     }
