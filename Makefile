@@ -12,6 +12,12 @@ PYTHON  ?= python3#      the interpreter that creates .venv (3.11)
 # backticks and `;` are data. The originals are not exported: make would expand them on
 # the way (running a `$(shell ...)` in them). scripts/inputs.py checks each one.
 unexport CLUSTER JOB ARGS TIMEOUT PYTHON
+# Make exports every variable set on its command line, expanding it on the way: any other
+# name given there (or an attempt to replace the kit's own variables below) could run
+# shell code before a recipe starts. Refuse it before anything runs.
+USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT PYTHON
+$(foreach v,$(.VARIABLES),$(if $(and $(filter command line,$(origin $(v))),$(filter-out $(USER_VARIABLES),$(v))),\
+  $(error error: $(v) is not a variable of this Makefile; use $(USER_VARIABLES), see `make help`)))
 export KIT_CLUSTER := $(value CLUSTER)
 export KIT_JOB     := $(value JOB)
 export KIT_ARGS    := $(value ARGS)

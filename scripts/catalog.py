@@ -54,6 +54,11 @@ INSTANCE_TYPES = {
 AMI_BY_REGION = {
     "us-east-1": "ami-0bbdd5918468148eb",
 }
+# EBS list prices in us-east-1, USD per GB-month (aws.amazon.com/ebs/pricing, as of 2025;
+# not re-checked here). An hour is 1/730 of a month in AWS's own arithmetic.
+EBS_USD_PER_GB_MONTH = {"gp3": 0.08, "gp2": 0.10, "io1": 0.125, "io2": 0.125, "st1": 0.045,
+                        "sc1": 0.015, "standard": 0.05}
+HOURS_PER_MONTH = 730
 AMI_ROOT_SNAPSHOT_GB = 75  # the AMI's root snapshot: a smaller root volume cannot launch
 
 # Disk a node needs on top of the AMI: the Ray image plus the jobs' pip packages

@@ -67,6 +67,11 @@ def test_launch_head_and_workers_on_moto(home, cluster, head_type, worker_type):
                 {node_values["disk"]["data_gb"]} if node_values["disk"].get("data_gb") else set())
             assert {v["Size"] for v in volumes} == expected_sizes
             assert all(v["VolumeType"] == "gp3" and v["Encrypted"] for v in volumes)
+            for volume in volumes:  # tagged like the instance, for cost allocation
+                volume_tags = {t["Key"]: t["Value"] for t in volume.get("Tags", [])}
+                assert volume_tags["ray-kit-cluster"] == values["cluster_name"]
+                assert volume_tags["project"] == "ray-hetero-kit"
+            assert instance["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
 
         # the security group that bootstrap made opens SSH and nothing else to the world
         group_id = launched["ray.head.default"]["SecurityGroups"][0]["GroupId"]
@@ -79,3 +84,56 @@ def test_launch_head_and_workers_on_moto(home, cluster, head_type, worker_type):
                   for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
         assert states <= {"shutting-down", "terminated"}
         assert provider.non_terminated_nodes({}) == []
+
+
+def run_tagged(ec2, cluster_name, kind, node_type, status, count=1):
+    """Instances tagged as Ray's autoscaler tags them."""
+    tags = [{"Key": "ray-cluster-name", "Value": cluster_name}, {"Key": "ray-node-type", "Value": kind},
+            {"Key": "ray-user-node-type", "Value": node_type}, {"Key": "ray-node-status", "Value": status}]
+    ec2.run_instances(ImageId="ami-12345678", InstanceType="c5.4xlarge", MinCount=count,
+                      MaxCount=count, TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
+
+
+RECORD = {"cluster": "hetero", "provider": "aws", "cluster_name": "hetero", "region": "us-east-1",
+          "min_workers": {"cpu_worker": 2, "spare": 0}, "ready_timeout_s": 60}
+
+
+def test_joined_workers_counts_only_this_clusters_joined_workers():
+    from scripts.providers.aws import joined_workers
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        run_tagged(ec2, "hetero", "head", "ray.head.default", "up-to-date")
+        run_tagged(ec2, "hetero", "worker", "cpu_worker", "up-to-date", count=2)
+        run_tagged(ec2, "hetero", "worker", "cpu_worker", "setting-up")  # still booting
+        run_tagged(ec2, "other", "worker", "cpu_worker", "up-to-date")   # another cluster
+        assert joined_workers(RECORD) == {"cpu_worker": 2}
+
+
+def test_wait_until_ready_returns_once_min_workers_joined(capsys):
+    from scripts.providers.aws import wait_until_ready
+
+    polls = []
+
+    def joins_on_third_poll(record):
+        polls.append(1)
+        return {"cpu_worker": min(len(polls) - 1, 2)}
+
+    wait_until_ready(RECORD, joined=joins_on_third_poll, poll_s=0.01)
+    assert len(polls) == 3
+    assert capsys.readouterr().out.splitlines() == [
+        "  workers joined: cpu_worker 0/2 after 0 s", "  workers joined: cpu_worker 1/2 after 0 s",
+        "  workers joined: cpu_worker 2/2 after 0 s"]
+
+
+def test_wait_until_ready_times_out_naming_what_is_missing(monkeypatch):
+    from scripts.errors import KitError
+    from scripts.providers import aws
+
+    monkeypatch.setattr(aws, "launch_errors", lambda record: "Failed to launch 2 node(s) of type cpu_worker.")
+    with pytest.raises(KitError) as error:
+        aws.wait_until_ready(RECORD | {"ready_timeout_s": 0.05}, joined=lambda r: {"cpu_worker": 1},
+                             poll_s=0.01)
+    text = str(error.value)
+    assert "still missing: 1 x cpu_worker" in text and "Failed to launch 2 node(s)" in text
+    assert "`make down CLUSTER=hetero` stops it" in text and "\n" not in text

@@ -231,7 +231,7 @@ def test_every_problem_is_counted_in_one_line(monkeypatch, capsys):
 
 def test_the_table_covers_enough_cases():
     """The issue asks for 60 or more bad inputs; this counts the tables above and below."""
-    assert len(VALUE_CASES) + len(FILE_CASES) + len(MAKE_CASES) >= 60
+    assert len(VALUE_CASES) + len(FILE_CASES) + len(MAKE_CASES) + len(FOREIGN_VARIABLES) >= 60
 
 
 # --- strings that are allowed land as exactly one scalar ------------------------------
@@ -296,6 +296,19 @@ def test_bad_make_variables_are_refused_as_data(tmp_path, name, target, assignme
     assert "Traceback" not in run.stdout + run.stderr
     assert not os.path.exists(MARK) and not os.path.exists(f"{MARK}.json")
     assert not list((tmp_path / "build").glob("launched/*.json"))  # nothing launched
+
+
+FOREIGN_VARIABLES = [f"FOO=$(shell touch {MARK})", f"KIT_CLUSTER=$(shell touch {MARK})",
+                     f"PY=touch {MARK};", f"KIT=touch {MARK};", f"MAKEFLAGS=$(shell touch {MARK})",
+                     f"VENV=$(shell touch {MARK})"]
+
+
+@pytest.mark.parametrize("assignment", FOREIGN_VARIABLES)
+def test_variables_the_makefile_does_not_know_are_refused_before_anything_runs(tmp_path, assignment):
+    run = make("validate", assignment, env=dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path)))
+    name = assignment.split("=")[0]
+    assert run.returncode == 2 and f"error: {name} is not a variable of this Makefile" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and not os.path.exists(MARK)
 
 
 def test_a_path_as_cluster_never_deletes_a_file(tmp_path):

@@ -5,6 +5,8 @@ on the head and never connects anywhere. Every AWS call goes to AWS_ENDPOINT_URL
 """
 
 import os
+import threading
+import time
 
 import boto3
 import pytest
@@ -23,6 +25,27 @@ def moto_server():
     server.stop()
 
 
+def stand_in_autoscaler(endpoint: str, stop: threading.Event) -> None:
+    """What the head's autoscaler would do once `ray up` has set the head up (and tagged it
+    up-to-date): launch the min_workers and tag each up-to-date when it has joined (here,
+    one every few seconds)."""
+    ec2 = boto3.client("ec2", endpoint_url=endpoint, region_name="us-east-1")
+    head = [{"Name": "tag:ray-cluster-name", "Values": ["hetero"]},
+            {"Name": "tag:ray-node-type", "Values": ["head"]},
+            {"Name": "tag:ray-node-status", "Values": ["up-to-date"]}]
+    while not stop.is_set() and not ec2.describe_instances(Filters=head)["Reservations"]:
+        time.sleep(0.5)
+    for _ in range(2):
+        if stop.wait(3):
+            return
+        tags = [{"Key": "ray-cluster-name", "Value": "hetero"},
+                {"Key": "ray-node-type", "Value": "worker"},
+                {"Key": "ray-user-node-type", "Value": "cpu_worker"},
+                {"Key": "ray-node-status", "Value": "up-to-date"}]
+        ec2.run_instances(ImageId="ami-0bbdd5918468148eb", InstanceType="c5.4xlarge", MinCount=1,
+                          MaxCount=1, TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
+
+
 def test_make_up_launches_the_head_and_make_down_leaves_nothing(moto_server, tmp_path):
     log = tmp_path / "remote-commands.log"
     env = dict(os.environ,
@@ -31,16 +54,27 @@ def test_make_up_launches_the_head_and_make_down_leaves_nothing(moto_server, tmp
                RAYKIT_BUILD_DIR=str(tmp_path / "build"),
                STANDIN_LOG=str(log),
                PATH=f"{REPO / 'tests' / 'standins'}:{os.environ['PATH']}")
-    up = make("up", "CLUSTER=hetero", env=env, timeout=300)
+    stop = threading.Event()
+    autoscaler = threading.Thread(target=stand_in_autoscaler, args=(moto_server, stop))
+    autoscaler.start()
+    try:
+        up = make("up", "CLUSTER=hetero", env=env, timeout=300)
+    finally:
+        stop.set()
+        autoscaler.join()
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-    assert "launching 'hetero' on AWS: ~$2.37/h with min_workers" in up.stdout
+    # the instances' list prices plus their EBS volumes (gp3: 350 GB at min_workers)
+    assert "launching 'hetero' on AWS: ~$2.40/h with min_workers, up to ~$3.79/h" in up.stdout
+    # `make up` returned only once both workers had joined, saying so as they came
+    assert "workers joined: cpu_worker 0/2" in up.stdout and "workers joined: cpu_worker 2/2" in up.stdout
+    assert up.stdout.index("cpu_worker 2/2") < up.stdout.index("cluster 'hetero' is up")
 
     ec2 = boto3.client("ec2", endpoint_url=moto_server, region_name="us-east-1")
     instances = [i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]]
     running = [i for i in instances if i["State"]["Name"] in ("pending", "running")]
-    # ray up launches the head; the head's autoscaler launches the workers later
-    assert [i["InstanceType"] for i in running] == ["g5.xlarge"]
-    head = running[0]
+    # ray up launched the head; the (stand-in) autoscaler the workers
+    assert sorted(i["InstanceType"] for i in running) == ["c5.4xlarge", "c5.4xlarge", "g5.xlarge"]
+    head = next(i for i in running if i["InstanceType"] == "g5.xlarge")
     tags = {t["Key"]: t["Value"] for t in head["Tags"]}
     assert tags["ray-node-type"] == "head" and tags["ray-cluster-name"] == "hetero"
     assert head["MetadataOptions"]["HttpTokens"] == "required"

@@ -27,6 +27,11 @@ OBJECT_MANAGER_PORT = 8076
 # through an SSH tunnel) and the security group admits only SSH and the cluster's nodes.
 AUTH_MODE = "disabled"
 MAX_TUNNEL_WAIT_S = 60
+READY_POLL_S = 10
+# Tags Ray's autoscaler puts on every instance it launches (ray.autoscaler.tags); a worker
+# is tagged up-to-date once it has joined the cluster.
+TAG_CLUSTER, TAG_KIND, TAG_USER_TYPE = "ray-cluster-name", "ray-node-type", "ray-user-node-type"
+TAG_STATUS, UP_TO_DATE = "ray-node-status", "up-to-date"
 
 # EBS volume sizes per type, GiB (docs.aws.amazon.com/ebs/latest/userguide/ebs-volume-types.html,
 # 2026-11); st1 and sc1 cannot be boot volumes.
@@ -42,12 +47,17 @@ NODEPS_REQUIREMENTS = REPO / "jobs" / "adaptdl_mnist" / "requirements-nodeps.txt
 RECORD_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
-    "required": ["cluster", "provider", "cluster_name", "region"],
+    "required": ["cluster", "provider", "cluster_name", "region", "min_workers",
+                 "ready_timeout_s"],
     "properties": {
         "cluster": {"type": "string"},
         "provider": {"const": NAME},
         "cluster_name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,39}$"},
         "region": {"type": "string", "pattern": "^[a-z]{2}(-gov)?-[a-z]+-[0-9]$"},
+        "min_workers": {"type": "object", "maxProperties": 10,
+                        "propertyNames": {"pattern": "^[a-z][a-z0-9_-]{0,39}$"},
+                        "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 100}},
+        "ready_timeout_s": {"type": "integer", "minimum": 60, "maximum": 14400},
     },
 }
 
@@ -327,12 +337,18 @@ def mount_problems(config: dict) -> list[str]:
     return problems
 
 
+def node_usd_per_hour(node: dict) -> float:
+    """The instance's on-demand price plus its EBS volumes' (billed per GB-month)."""
+    disk = node["disk"]
+    ebs = (disk["root_gb"] + disk["data_gb"]) * catalog.EBS_USD_PER_GB_MONTH[disk["volume_type"]]
+    return catalog.INSTANCE_TYPES[node["instance_type"]].usd_per_hour + ebs / catalog.HOURS_PER_MONTH
+
+
 def hourly_cost(values: dict) -> tuple[float, float]:
-    low = high = catalog.INSTANCE_TYPES[values["head"]["instance_type"]].usd_per_hour
+    low = high = node_usd_per_hour(values["head"])
     for w in values["workers"].values():
-        price = catalog.INSTANCE_TYPES[w["instance_type"]].usd_per_hour
-        low += w["min_workers"] * price
-        high += w["max_workers"] * price
+        low += w["min_workers"] * node_usd_per_hour(w)
+        high += w["max_workers"] * node_usd_per_hour(w)
     return low, high
 
 
@@ -371,7 +387,9 @@ def run_ray(args: list[str]) -> int:
 def up(cluster: str, config_text: str, values: dict) -> dict:
     require_credentials()
     record = {"cluster": cluster, "provider": NAME, "cluster_name": values["cluster_name"],
-              "region": values["aws"]["region"]}
+              "region": values["aws"]["region"],
+              "min_workers": {name: w["min_workers"] for name, w in values["workers"].items()},
+              "ready_timeout_s": values["ready_timeout_minutes"] * 60}
     state.save(cluster, record, config_text)  # from here on, `make down` can stop it
     stop_hint = f"instances of '{cluster}' may be running: `make down CLUSTER={cluster}` stops them"
     try:
@@ -386,11 +404,63 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     return record
 
 
-def wait_until_ready(record: dict) -> None:
+def joined_workers(record: dict) -> dict[str, int]:
+    """{worker type: instances that joined}, from the tags the head's autoscaler sets."""
+    import boto3
+
+    ec2 = boto3.client("ec2", region_name=record["region"])
+    filters = [{"Name": f"tag:{TAG_CLUSTER}", "Values": [record["cluster_name"]]},
+               {"Name": f"tag:{TAG_KIND}", "Values": ["worker"]},
+               {"Name": f"tag:{TAG_STATUS}", "Values": [UP_TO_DATE]},
+               {"Name": "instance-state-name", "Values": ["running"]}]
+    counts: dict[str, int] = {}
+    for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+                node_type = tags.get(TAG_USER_TYPE, "?")
+                counts[node_type] = counts.get(node_type, 0) + 1
+    return counts
+
+
+def wait_until_ready(record: dict, joined=joined_workers, poll_s: float = READY_POLL_S) -> None:
     """`ray up` returns once the head is ready; the head's autoscaler then launches the
-    workers. Waiting for them is not wired on AWS yet: say so instead of pretending."""
-    print(f"head of '{record['cluster']}' is up; its autoscaler now starts the workers "
-          f"(minutes): `make status CLUSTER={record['cluster']}` shows them", flush=True)
+    workers, and each boots, pulls its image and installs packages. Wait until min_workers
+    of every worker type joined, printing a line whenever the count changes."""
+    want = {name: n for name, n in record["min_workers"].items() if n}
+    start, shown = time.monotonic(), None
+    while want:
+        have = joined(record)
+        elapsed = time.monotonic() - start
+        line = ", ".join(f"{name} {min(have.get(name, 0), n)}/{n}" for name, n in want.items())
+        if line != shown:
+            print(f"  workers joined: {line} after {elapsed:.0f} s", flush=True)
+            shown = line
+        missing = {name: n - have.get(name, 0) for name, n in want.items() if have.get(name, 0) < n}
+        if not missing:
+            return
+        if elapsed > record["ready_timeout_s"]:
+            raise KitError(
+                f"after {elapsed / 60:.0f} min still missing: "
+                + ", ".join(f"{n} x {name}" for name, n in missing.items())
+                + f"; the head's autoscaler says: {launch_errors(record)}; the cluster is left "
+                f"as it is: `make status CLUSTER={record['cluster']}` shows it, "
+                f"`make down CLUSTER={record['cluster']}` stops it")
+        time.sleep(poll_s)
+
+
+def launch_errors(record: dict) -> str:
+    """The head autoscaler's last launch failures, read over SSH from its log."""
+    command = ("grep -h 'Failed to launch' /tmp/ray/session_latest/logs/monitor.* 2>/dev/null "
+               "| tail -n 3")
+    try:
+        result = subprocess.run([ray_cli(), "exec", str(state.config_path(record["cluster"])),
+                                 command], env=ray_env(), capture_output=True, text=True,
+                                timeout=120, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return "(its log could not be read within 120 s)"
+    found = [line for line in result.stdout.splitlines() if "Failed to launch" in line]
+    return " | ".join(short(line, 200)[1:-1] for line in found) or "(no launch failure in its log)"
 
 
 def down(cluster: str, record: dict | None) -> str:

@@ -37,7 +37,7 @@ PROVIDER_CLASS = "scripts.providers.loopback_node_provider.LoopbackNodeProvider"
 # loopback. Workers take 127.0.0.3, 127.0.0.4, ... (loopback_node_provider.py).
 HEAD_IP = "127.0.0.2"
 MARKER = "RAYKIT_CLUSTER_ID"
-JOIN_TIMEOUT_S = float(os.environ.get("RAYKIT_JOIN_TIMEOUT_S", "180"))
+JOIN_TIMEOUT_S = 180  # RAYKIT_JOIN_TIMEOUT_S overrides it (tests)
 MIB = 1024 * 1024
 
 RECORD_SCHEMA = {
@@ -190,7 +190,19 @@ def alive_nodes(record: dict) -> int:
                           raise_on_missing_output=False, _explain=False))
 
 
+def join_timeout_s() -> float:
+    text = os.environ.get("RAYKIT_JOIN_TIMEOUT_S", "")
+    try:
+        seconds = float(text) if text else JOIN_TIMEOUT_S
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 24 * 3600:
+        raise KitError(f"RAYKIT_JOIN_TIMEOUT_S={text!r} is not a number of seconds up to a day")
+    return seconds
+
+
 def wait_until_ready(record: dict) -> None:
+    limit_s = join_timeout_s()
     start = time.monotonic()
     want, seen = record["expected_nodes"], -1
     while True:
@@ -204,13 +216,16 @@ def wait_until_ready(record: dict) -> None:
             seen = count
         if count >= want:
             return
-        if elapsed > JOIN_TIMEOUT_S:
-            raise KitError(f"only {count} of {want} nodes joined within {JOIN_TIMEOUT_S:.0f} s; "
+        if elapsed > limit_s:
+            raise KitError(f"only {count} of {want} nodes joined within {limit_s:.0f} s; "
                            f"see the autoscaler log {record['temp_dir']}/session_latest/logs/monitor.log")
         time.sleep(1)
 
 
 def status(record: dict) -> int:
+    if not is_running(record):
+        raise KitError(f"local cluster '{record['cluster']}' is not running (its record is "
+                       f"stale); run `make down CLUSTER={record['cluster']}` then `make up`")
     result = subprocess.run([ray_cli(), "status", f"--address={record['gcs_address']}"],
                             env=ray_env(record["auth_token"]), capture_output=True, text=True,
                             timeout=60)
