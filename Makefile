@@ -5,23 +5,25 @@ CLUSTER ?= local#        a values file in cluster_templates/ (local, hetero, sin
 JOB     ?= vit_synthetic#   a directory in jobs/ (vit_synthetic, adaptdl_mnist, smoke)
 ARGS    ?=#              flags for the job, split as a shell would: ARGS="--steps 20 --batch-size 16"
 TIMEOUT ?=#              stop a submitted job after this many seconds (empty: no limit)
+DRY_RUN ?=#              1: `make up` prints what it would launch, and launches nothing
 PYTHON  ?= python3#      the interpreter that creates .venv (3.11)
 
 # The variables reach the kit through its environment, never through a shell line: their
 # raw text ($(value ...): make expands nothing in it) is exported as KIT_*, so quotes, `$`,
 # backticks and `;` are data. The originals are not exported: make would expand them on
 # the way (running a `$(shell ...)` in them). scripts/inputs.py checks each one.
-unexport CLUSTER JOB ARGS TIMEOUT PYTHON
+unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PYTHON
 # Make exports every variable set on its command line, expanding it on the way: any other
 # name given there (or an attempt to replace the kit's own variables below) could run
 # shell code before a recipe starts. Refuse it before anything runs.
-USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT PYTHON
+USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT DRY_RUN PYTHON
 $(foreach v,$(.VARIABLES),$(if $(and $(filter command line,$(origin $(v))),$(filter-out $(USER_VARIABLES),$(v))),\
   $(error error: $(v) is not a variable of this Makefile; use $(USER_VARIABLES), see `make help`)))
 export KIT_CLUSTER := $(value CLUSTER)
 export KIT_JOB     := $(value JOB)
 export KIT_ARGS    := $(value ARGS)
 export KIT_TIMEOUT := $(value TIMEOUT)
+export KIT_DRY_RUN := $(value DRY_RUN)
 export KIT_PYTHON  := $(value PYTHON)
 
 VENV  := .venv
@@ -33,7 +35,7 @@ KIT   := $(PY) -m scripts.kit
 .PHONY: help setup validate render up status submit down run demo test test-adaptdl bench-data bench-wait clean
 
 help: ## list targets and variables
-	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s]"
+	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
 	@echo
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 	@echo
@@ -53,7 +55,7 @@ validate: $(STAMP) ## check CLUSTER's values file and rendered config; writes no
 render: $(STAMP) ## the same checks, then write build/clusters/CLUSTER.yaml (nothing running reads it)
 	@$(KIT) render
 
-up: $(STAMP) ## check, then start CLUSTER and wait until ready (local: simulated nodes; AWS: ray up)
+up: $(STAMP) ## check, then start CLUSTER and wait until ready (DRY_RUN=1: only say what it would launch)
 	@$(KIT) up
 
 status: $(STAMP) ## show nodes and resources of CLUSTER

@@ -2,7 +2,8 @@
 
   validate  every check on CLUSTER's values file and its rendered config; writes nothing
   render    the same checks, then write the config to build/clusters/<cluster>.yaml
-  up        the same checks, then start CLUSTER and wait until it is ready
+  up        the same checks, then start CLUSTER and wait until it is ready (DRY_RUN=1:
+            print what would be launched, launch nothing)
   status    nodes and resources of a running CLUSTER
   submit    run jobs/<JOB>/main.py on CLUSTER; exit with the job's exit code
   down      stop what `up` started (local: its processes; aws: `ray down`)
@@ -49,10 +50,26 @@ def cmd_render(a) -> int:
 
 def cmd_up(a) -> int:
     built = build(a.cluster)
+    if dry_run(a.dry_run):
+        return print_plan(built)
     with state.lock(a.cluster):
         refuse_if_up(a.cluster)
         launch(built)
     return 0
+
+
+def print_plan(built) -> int:
+    low, high = built.provider.hourly_cost(built.values)
+    print(f"dry run: CLUSTER={built.cluster} would launch (nothing is launched):")
+    print("\n".join(built.provider.plan(built.values, built.config)))
+    print(f"total ~${low:.2f}/h with min_workers, up to ~${high:.2f}/h at max_workers")
+    return 0
+
+
+def dry_run(text: str) -> bool:
+    if text not in ("", "0", "1"):
+        raise KitError(f"DRY_RUN={text[:20]!r}: set DRY_RUN=1 for a dry run, or leave it out")
+    return text == "1"
 
 
 def refuse_if_up(cluster: str) -> None:
@@ -139,6 +156,8 @@ def cmd_run(a) -> int:
     job_dir(a.job)
     args, timeout = split_args(a.args), parse_timeout(a.timeout)
     built = build(a.cluster)  # a refused config launches nothing and tears nothing down
+    if dry_run(a.dry_run):
+        return print_plan(built)
     with state.lock(a.cluster):
         refuse_if_up(a.cluster)  # a cluster this run did not start is never torn down
         try:
@@ -196,6 +215,8 @@ def parse(argv) -> argparse.Namespace:
     p.add_argument("--args", default=env.get("KIT_ARGS", ""), help="the job's flags, one string (ARGS)")
     p.add_argument("--timeout", default=env.get("KIT_TIMEOUT", ""),
                    help="stop the job after this many seconds (TIMEOUT)")
+    p.add_argument("--dry-run", default=env.get("KIT_DRY_RUN", ""),
+                   help="1: `up` prints what it would launch and launches nothing (DRY_RUN)")
     return p.parse_args(argv)
 
 

@@ -283,6 +283,7 @@ MAKE_CASES = [
     ("zero TIMEOUT", "run", ["TIMEOUT=0"], "TIMEOUT="),
     ("infinite TIMEOUT", "submit", ["TIMEOUT=inf"], "TIMEOUT="),
     ("NaN TIMEOUT", "submit", ["TIMEOUT=nan"], "TIMEOUT="),
+    ("DRY_RUN that is not 0 or 1", "up", [f"DRY_RUN=1; touch {MARK}"], "DRY_RUN="),
 ]
 
 

@@ -126,3 +126,20 @@ def test_up_without_credentials_is_one_line_and_launches_nothing(tmp_path):
                       "then try again"], up.stderr
     assert "Traceback" not in up.stdout + up.stderr
     assert not (tmp_path / "build" / "launched" / "hetero.json").exists()
+
+
+def test_dry_run_says_what_would_launch_and_launches_nothing(moto_server, tmp_path):
+    env = dict(os.environ, AWS_ENDPOINT_URL=moto_server, HOME=str(tmp_path),
+               RAYKIT_BUILD_DIR=str(tmp_path / "build"))
+    ec2 = boto3.client("ec2", endpoint_url=moto_server, region_name="us-east-1")
+    before = str(ec2.describe_instances()["Reservations"])
+    run = make("up", "CLUSTER=hetero", "DRY_RUN=1", env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "dry run: CLUSTER=hetero would launch (nothing is launched):",
+        "AWS us-east-1, zone any (Ray picks), AMI ami-0bbdd5918468148eb",
+        "  ray.head.default: 1 x g5.xlarge, 150 GB gp3, rayproject/ray:2.60.0-py311-gpu, ~$1.02/h each",
+        "  cpu_worker: 2-4 x c5.4xlarge, 100 GB gp3, rayproject/ray:2.60.0-py311-cpu, ~$0.69/h each",
+        "total ~$2.40/h with min_workers, up to ~$3.79/h at max_workers"]
+    assert str(ec2.describe_instances()["Reservations"]) == before
+    assert not (tmp_path / "build" / "launched" / "hetero.json").exists()

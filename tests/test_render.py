@@ -128,12 +128,21 @@ def test_volume_mounts_and_shm():
     assert "--shm-size=6g" in config["docker"]["head_run_options"]
 
 
-def test_setup_commands_install_the_pinned_job_packages():
-    setup = " ".join(build("hetero").config["setup_commands"])
+def test_setup_commands_install_the_pinned_job_packages_cpu_torch_on_cpu_nodes():
+    config = build("hetero").config
+    head = config["head_setup_commands"]
+    worker = config["available_node_types"]["cpu_worker"]["worker_setup_commands"]
     pins = aws.pinned_requirements(REPO / "requirements.txt")
-    for name in ("torch", "torchvision", "timm", "scipy"):
-        assert pins[name] in setup.split()
-    assert "--no-deps adaptdl==0.2.11 adaptdl-sched==0.2.11 adaptdl-ray==0.2.11" in setup
+    for commands in (head, worker):
+        words = " ".join(commands).split()
+        for name in ("torch", "torchvision", "timm", "scipy"):
+            assert pins[name] in words
+        assert "--no-deps adaptdl==0.2.11 adaptdl-sched==0.2.11 adaptdl-ray==0.2.11" in commands[-1]
+    # the GPU head takes the default (CUDA) build; the CPU worker PyTorch's CPU build first
+    assert not any("--index-url" in c for c in head)
+    assert worker[0] == (f"pip install -q --no-cache-dir --index-url {aws.TORCH_CPU_INDEX} "
+                         f"{pins['torch']} {pins['torchvision']}")
+    assert config["setup_commands"] == []
 
 
 def test_local_resources_put_trainer_on_head_and_preprocess_on_workers():

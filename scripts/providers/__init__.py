@@ -26,9 +26,12 @@ class Provider(Protocol):
     def config_problems(self, config: dict) -> list[str]:
         """The provider's own checks on the rendered config (Ray's schema is checked for all)."""
 
+    def plan(self, values: dict, config: dict) -> list[str]:
+        """What `up` would launch, in lines a person reads (`make up DRY_RUN=1`)."""
+
     def up(self, cluster: str, config_text: str, values: dict) -> dict:
-        """Launch from the rendered config and wait_until_ready; return the record that
-        down/status/job_address need (saved by the caller before anything starts)."""
+        """Save the cluster's record (state.save) before anything starts, launch from the
+        rendered config, wait_until_ready; return the record down/status/job_address use."""
 
     def wait_until_ready(self, record: dict) -> None:
         """Block until the head and min_workers of every worker type have joined."""

@@ -43,6 +43,7 @@ BOOT_VOLUME_TYPES = ("gp2", "gp3", "io1", "io2", "standard")
 JOB_PACKAGES = ("torch", "torchvision", "timm", "autograd", "pandas", "portpicker",
                 "scipy", "semver", "pymoo", "setuptools")
 NODEPS_REQUIREMENTS = REPO / "jobs" / "adaptdl_mnist" / "requirements-nodeps.txt"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own CPU-only wheels
 
 RECORD_SCHEMA = {
     "type": "object",
@@ -186,7 +187,6 @@ def template_context(cluster: str, values: dict) -> dict:
                     | {"min_workers": w["min_workers"], "max_workers": w["max_workers"]}
                     for name, w in values["workers"].items()],
         "initialization_commands": host_dir_commands(docker, data_volumes),
-        "setup_commands": job_setup_commands(),
         "head_start_ray_command": (
             f"ulimit -n 65536; RAY_AUTH_MODE={AUTH_MODE} ray start --head --port={GCS_PORT} "
             f"--object-manager-port={OBJECT_MANAGER_PORT} "
@@ -225,6 +225,7 @@ def aws_node(name: str, node: dict, preprocess: bool, spot: bool) -> dict:
         "market_type": "spot" if spot else None,  # the head is never spot: losing it ends the cluster
         "image": catalog.DOCKER_IMAGE["gpu" if spec.gpus else "cpu"],
         "run_options": run_options,
+        "setup_commands": job_setup_commands(gpu=spec.gpus > 0),
     }
 
 
@@ -257,13 +258,21 @@ def pinned_requirements(path) -> dict[str, str]:
     return pins
 
 
-def job_setup_commands() -> list[str]:
+def job_setup_commands(gpu: bool) -> list[str]:
+    """The jobs' pinned packages, installed in the container. A CPU-only node (a
+    preprocessor) first takes torch and torchvision from PyTorch's CPU wheel index: the
+    default build is CUDA's, whose torch and nvidia-* wheels take 4.4 GB installed
+    (measured in .venv), pulled on every worker boot for nothing. `torch==X` then counts
+    as satisfied by the CPU build (X+cpu), so the second command installs only the rest."""
     pins = pinned_requirements(REPO / "requirements.txt")
     missing = [p for p in JOB_PACKAGES if p not in pins]
     if missing:
         raise KitError(f"requirements.txt: no pinned version for {', '.join(missing)}")
     nodeps = pinned_requirements(NODEPS_REQUIREMENTS).values()
-    return [
+    commands = [] if gpu else [
+        f"pip install -q --no-cache-dir --index-url {TORCH_CPU_INDEX} "
+        + shlex.join([pins["torch"], pins["torchvision"]])]
+    return commands + [
         "pip install -q --no-cache-dir " + shlex.join(pins[p] for p in JOB_PACKAGES),
         "pip install -q --no-cache-dir --no-deps " + shlex.join(nodeps),
     ]
@@ -350,6 +359,24 @@ def hourly_cost(values: dict) -> tuple[float, float]:
         low += w["min_workers"] * node_usd_per_hour(w)
         high += w["max_workers"] * node_usd_per_hour(w)
     return low, high
+
+
+def plan(values: dict, config: dict) -> list[str]:
+    aws = values["aws"]
+    node_types = config["available_node_types"]
+    lines = [f"AWS {aws['region']}, zone {aws['availability_zone'] or 'any (Ray picks)'}, "
+             f"AMI {config['available_node_types'][HEAD_TYPE]['node_config']['ImageId']}"]
+    for key, node in nodes_of(values).items():
+        name = HEAD_TYPE if key == "head" else key.split(".", 1)[1]
+        count = "1" if key == "head" else f"{node['min_workers']}-{node['max_workers']}"
+        disk = node["disk"]
+        volumes = f"{disk['root_gb']} GB" + (f" + {disk['data_gb']} GB" if disk["data_gb"] else "")
+        image = config["docker"]["image"] if key == "head" else \
+            node_types[name]["docker"]["worker_image"]
+        lines.append(f"  {name}: {count} x {node['instance_type']}"
+                     f"{' (spot)' if key != 'head' and node['spot'] else ''}, {volumes} {disk['volume_type']}, "
+                     f"{image}, ~${node_usd_per_hour(node):.2f}/h each")
+    return lines
 
 
 # --- lifecycle ----------------------------------------------------------------------

@@ -110,6 +110,17 @@ def config_problems(config: dict) -> list[str]:
     return []
 
 
+def plan(values: dict, config: dict) -> list[str]:
+    head = values["head"]
+    lines = ["simulated on this machine (loopback addresses), $0/h",
+             f"  {HEAD_TYPE}: 1 x {head['cpus']} CPUs, {head['trainer_slots']} trainer slot(s), "
+             f"{head['memory_mb']} MiB + {head['object_store_mb']} MiB object store"]
+    for name, w in values["workers"].items():
+        lines.append(f"  {name}: {w['min_workers']}-{w['max_workers']} x {w['cpus']} CPUs, "
+                     f"{w['memory_mb']} MiB + {w['object_store_mb']} MiB object store")
+    return lines
+
+
 def hourly_cost(values: dict) -> tuple[float, float]:
     return 0.0, 0.0
 
