@@ -17,7 +17,7 @@ def home(tmp_path, monkeypatch):
     return tmp_path
 
 
-def launch_every_node_type(cluster: str):
+def launch_every_node_type(cluster: str, config: dict | None = None):
     """bootstrap_aws then AWSNodeProvider.create_node for each node type, as `ray up` and
     the autoscaler do; return {node type: instance description}."""
     from ray.autoscaler._private.aws.config import bootstrap_aws
@@ -26,7 +26,7 @@ def launch_every_node_type(cluster: str):
     from ray.autoscaler.tags import NODE_KIND_HEAD, NODE_KIND_WORKER, TAG_RAY_NODE_KIND, \
         TAG_RAY_NODE_NAME, TAG_RAY_USER_NODE_TYPE
 
-    config = bootstrap_aws(prepare_config(build(cluster).config))
+    config = bootstrap_aws(prepare_config(config or build(cluster).config))
     provider = AWSNodeProvider(config["provider"], config["cluster_name"])
     ec2 = boto3.client("ec2", region_name=config["provider"]["region"])
     launched = {}
@@ -137,3 +137,26 @@ def test_wait_until_ready_times_out_naming_what_is_missing(monkeypatch):
     text = str(error.value)
     assert "still missing: 1 x cpu_worker" in text and "Failed to launch 2 node(s)" in text
     assert "`make down CLUSTER=hetero` stops it" in text and "\n" not in text
+
+
+def test_given_subnet_and_security_group_are_used_and_no_group_is_created(home, hetero_values):
+    import yaml
+
+    from scripts.build import build_text
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        vpc = ec2.create_vpc(CidrBlock="10.1.0.0/16")["Vpc"]["VpcId"]
+        subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.1.1.0/24",
+                                   AvailabilityZone="us-east-1b")["Subnet"]["SubnetId"]
+        ec2.modify_subnet_attribute(SubnetId=subnet, MapPublicIpOnLaunch={"Value": True})
+        group = ec2.create_security_group(GroupName="mine", Description="mine", VpcId=vpc)["GroupId"]
+        hetero_values["aws"] |= {"subnet_ids": [subnet], "security_group_ids": [group]}
+        built = build_text("hetero", yaml.safe_dump(hetero_values).encode())
+        _, provider, ec2, launched = launch_every_node_type("hetero", built.config)
+        for instance in launched.values():
+            assert instance["SubnetId"] == subnet
+            assert [g["GroupId"] for g in instance["SecurityGroups"]] == [group]
+        names = {g["GroupName"] for g in ec2.describe_security_groups()["SecurityGroups"]}
+        assert "ray-hetero" not in names
+        provider.terminate_nodes(list(provider.non_terminated_nodes({})))

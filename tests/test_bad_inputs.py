@@ -92,6 +92,13 @@ VALUE_CASES = [
      lambda v: set_path(v, "aws.availability_zone", "us-east-1a\n  extra: 1"), "aws.availability_zone"),
     ("shell in image_id", "hetero",
      lambda v: set_path(v, "aws.image_id", "ami-12345678; rm -rf /"), "aws.image_id"),
+    ("a subnet list with a flag in it", "hetero",
+     lambda v: set_path(v, "aws.subnet_ids", ["subnet-01234567 --dry-run"]), "aws.subnet_ids.0"),
+    ("a security group by name", "hetero",
+     lambda v: set_path(v, "aws.security_group_ids", ["default"]), "aws.security_group_ids.0"),
+    ("an IAM profile ARN of a user", "hetero",
+     lambda v: set_path(v, "aws.iam_instance_profile", "arn:aws:iam::123456789012:user/me"),
+     "aws.iam_instance_profile"),
     ("newline in region", "hetero",
      lambda v: set_path(v, "aws.region", "us-east-1\nfoo: bar"), "aws.region"),
     ("worker type name that adds a node type", "hetero",
@@ -392,7 +399,8 @@ def every_field_set(cluster: str) -> dict:
     values = load_example(cluster)
     if cluster == "hetero":
         values["aws"] |= {"availability_zone": "us-east-1a", "image_id": "ami-0123456789abcdef0",
-                          "key_pair": "mine"}
+                          "key_pair": "mine", "subnet_ids": ["subnet-0123456789abcdef0"],
+                          "security_group_ids": ["sg-01234567"], "iam_instance_profile": "ray-head"}
         values["docker"]["extra_run_options"] = ["--cap-add=SYS_PTRACE"]
     return values
 

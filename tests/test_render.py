@@ -60,7 +60,9 @@ def test_defaults_come_from_the_schema():
                "head": {"instance_type": "g5.xlarge", "disk": {"root_gb": 150}}}
     built = build_text("mini", yaml.safe_dump(minimal).encode())
     assert built.values["aws"] == {"region": "us-east-1", "availability_zone": None, "image_id": None,
-                                   "key_pair": None, "ssh_user": "ubuntu", "tags": {}}
+                                   "key_pair": None, "subnet_ids": [], "security_group_ids": [],
+                                   "use_internal_ips": False, "iam_instance_profile": None,
+                                   "ssh_user": "ubuntu", "tags": {}}
     assert built.values["head"]["disk"] == {"root_gb": 150, "volume_type": "gp3", "data_gb": 0}
     assert built.values["idle_timeout_minutes"] == 10 and built.values["workers"] == {}
     assert built.config["auth"]["ssh_user"] == "ubuntu"
@@ -121,6 +123,24 @@ def test_values_land_in_node_config(hetero_values):
     assert str(400 * 1024**3) in init and "sudo mount \"$DEV\" /mnt/data" in init
 
 
+def test_network_and_iam_keys_land_in_the_config(hetero_values):
+    hetero_values["aws"] |= {"subnet_ids": ["subnet-0123456789abcdef0"], "use_internal_ips": True,
+                             "security_group_ids": ["sg-01234567"], "iam_instance_profile": "ray-head"}
+    config = config_of("hetero", hetero_values)
+    assert config["provider"]["use_internal_ips"] is True
+    assert "security_group" not in config["provider"]  # the given group, not one of Ray's
+    for name, node_type in config["available_node_types"].items():
+        node_config = node_type["node_config"]
+        assert node_config["SubnetIds"] == ["subnet-0123456789abcdef0"]
+        assert node_config["SecurityGroupIds"] == ["sg-01234567"]
+        is_head = name == aws.HEAD_TYPE
+        assert node_config.get("IamInstanceProfile") == ({"Name": "ray-head"} if is_head else None)
+    hetero_values["aws"]["iam_instance_profile"] = "arn:aws:iam::123456789012:instance-profile/ray-head"
+    head = config_of("hetero", hetero_values)["available_node_types"][aws.HEAD_TYPE]
+    assert head["node_config"]["IamInstanceProfile"] == {
+        "Arn": "arn:aws:iam::123456789012:instance-profile/ray-head"}
+
+
 def test_volume_mounts_and_shm():
     config = build("hetero").config
     assert "-v /mnt/data:/data" in config["docker"]["run_options"]
@@ -159,7 +179,8 @@ def test_missing_template_value_is_an_error_not_an_empty_string():
     with pytest.raises(KitError, match="'ssh_user' is undefined"):
         render_template("aws", {"values_file": "x.yaml", "cluster_name": "x", "max_workers": 1,
                                 "idle_timeout_minutes": 5, "region": "us-east-1",
-                                "availability_zone": None, "security_group_name": "ray-x"})
+                                "availability_zone": None, "security_group_name": "ray-x",
+                                "use_internal_ips": False})
 
 
 def test_node_config_is_checked_against_ec2_run_instances():

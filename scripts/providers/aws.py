@@ -177,14 +177,21 @@ def template_context(cluster: str, values: dict) -> dict:
         "key_pair": aws["key_pair"],
         "ssh_private_key": f"~/.ssh/{aws['key_pair']}.pem" if aws["key_pair"] else None,
         "ssh_user": aws["ssh_user"],
-        "security_group_name": f"ray-{values['cluster_name']}",
+        # Given groups replace the one Ray would create (it never adds rules to them).
+        "security_group_name": None if aws["security_group_ids"] else f"ray-{values['cluster_name']}",
+        "security_group_ids": aws["security_group_ids"],
+        "subnet_ids": aws["subnet_ids"],
+        "use_internal_ips": aws["use_internal_ips"],
         "tags": {"ray-kit-cluster": values["cluster_name"]} | aws["tags"],
         "common_run_options": [f"-v {shlex.quote(v['host'])}:{shlex.quote(v['container'])}"
                                for v in docker["volumes"]]
         + ["--ulimit nofile=65536:65536"] + docker["extra_run_options"],
-        "head": aws_node(HEAD_TYPE, head, preprocess=head["preprocess"], spot=False),
+        # Only the head needs rights (its autoscaler launches and stops the workers).
+        "head": aws_node(HEAD_TYPE, head, preprocess=head["preprocess"], spot=False)
+        | {"iam_instance_profile": iam_profile(aws["iam_instance_profile"])},
         "workers": [aws_node(name, w, preprocess=True, spot=w["spot"])
-                    | {"min_workers": w["min_workers"], "max_workers": w["max_workers"]}
+                    | {"min_workers": w["min_workers"], "max_workers": w["max_workers"],
+                       "iam_instance_profile": None}
                     for name, w in values["workers"].items()],
         "initialization_commands": host_dir_commands(docker, data_volumes),
         "head_start_ray_command": (
@@ -197,6 +204,13 @@ def template_context(cluster: str, values: dict) -> dict:
             f"--address=$RAY_HEAD_IP:{GCS_PORT} --object-manager-port={OBJECT_MANAGER_PORT} "
             "--disable-usage-stats"),
     }
+
+
+def iam_profile(name_or_arn: str | None) -> dict | None:
+    """RunInstances' IamInstanceProfile: {"Arn": ...} for an ARN, else {"Name": ...}."""
+    if not name_or_arn:
+        return None
+    return {"Arn": name_or_arn} if name_or_arn.startswith("arn:") else {"Name": name_or_arn}
 
 
 def aws_node(name: str, node: dict, preprocess: bool, spot: bool) -> dict:
@@ -304,7 +318,10 @@ def run_instances_problems(node_config: dict) -> list[str]:
     from botocore.validate import ParamValidator
 
     shape = ec2_model().operation_model("RunInstances").input_shape
+    # SubnetIds is Ray's, not EC2's: Ray turns it into one SubnetId per launch.
     params = {"MinCount": 1, "MaxCount": 1, **node_config}
+    if isinstance(params.pop("SubnetIds", None), list) and "SubnetId" not in params:
+        params["SubnetId"] = "subnet-00000000"
     report = ParamValidator().validate(params, shape)
     problems = []
     if report.has_errors():
