@@ -6,17 +6,18 @@ JOB     ?= vit_synthetic#   a directory in jobs/ (vit_synthetic, adaptdl_mnist, 
 ARGS    ?=#              flags for the job, split as a shell would: ARGS="--steps 20 --batch-size 16"
 TIMEOUT ?=#              stop a submitted job after this many seconds (empty: no limit)
 DRY_RUN ?=#              1: `make up` prints what it would launch, and launches nothing
+PURGE   ?=#              1: `make down` on AWS also deletes the cluster's security group
 PYTHON  ?= python3#      the interpreter that creates .venv (3.11)
 
 # The variables reach the kit through its environment, never through a shell line: their
 # raw text ($(value ...): make expands nothing in it) is exported as KIT_*, so quotes, `$`,
 # backticks and `;` are data. The originals are not exported: make would expand them on
 # the way (running a `$(shell ...)` in them). scripts/inputs.py checks each one.
-unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PYTHON
+unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE PYTHON
 # Make exports every variable set on its command line, expanding it on the way: any other
 # name given there (or an attempt to replace the kit's own variables below) could run
 # shell code before a recipe starts. Refuse it before anything runs.
-USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT DRY_RUN PYTHON
+USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE PYTHON
 $(foreach v,$(.VARIABLES),$(if $(and $(filter command line,$(origin $(v))),$(filter-out $(USER_VARIABLES),$(v))),\
   $(error error: $(v) is not a variable of this Makefile; use $(USER_VARIABLES), see `make help`)))
 export KIT_CLUSTER := $(value CLUSTER)
@@ -24,6 +25,7 @@ export KIT_JOB     := $(value JOB)
 export KIT_ARGS    := $(value ARGS)
 export KIT_TIMEOUT := $(value TIMEOUT)
 export KIT_DRY_RUN := $(value DRY_RUN)
+export KIT_PURGE   := $(value PURGE)
 export KIT_PYTHON  := $(value PYTHON)
 
 VENV  := .venv
@@ -39,7 +41,7 @@ help: ## list targets and variables
 	@echo
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 	@echo
-	@grep -E '^[A-Z]+ +\?=' $(MAKEFILE_LIST) | sed -E 's/^([A-Z]+) +\?= *([^#]*)# *(.*)/  \1=\2  \3/'
+	@grep -E '^[A-Z_]+ +\?=' $(MAKEFILE_LIST) | sed -E 's/^([A-Z_]+) +\?= *([^#]*)# *(.*)/  \1=\2  \3/'
 
 setup: $(STAMP) ## create .venv with the pinned requirements (run by every target)
 
@@ -64,7 +66,7 @@ status: $(STAMP) ## show nodes and resources of CLUSTER
 submit: $(STAMP) ## run JOB on CLUSTER with ARGS; exits with the job's code
 	@$(KIT) submit
 
-down: $(STAMP) ## stop what `make up` started (local: its processes; AWS: ray down)
+down: $(STAMP) ## stop what `make up` started, check nothing runs (AWS: PURGE=1 deletes its security group)
 	@$(KIT) down
 
 run: $(STAMP) ## up + submit + down; tears down only what it launched, through Ctrl-C too

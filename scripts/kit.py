@@ -6,7 +6,8 @@
             print what would be launched, launch nothing)
   status    nodes and resources of a running CLUSTER
   submit    run jobs/<JOB>/main.py on CLUSTER; exit with the job's exit code
-  down      stop what `up` started (local: its processes; aws: `ray down`)
+  down      stop what `up` started (local: its processes; aws: `ray down`, checked; PURGE=1:
+            also the cluster's security group)
   run       up + submit + down; down runs, through Ctrl-C and SIGTERM, if this run launched
   clean     remove build/, keeping the records of clusters that may be running
 
@@ -50,7 +51,7 @@ def cmd_render(a) -> int:
 
 def cmd_up(a) -> int:
     built = build(a.cluster)
-    if dry_run(a.dry_run):
+    if flag("DRY_RUN", a.dry_run):
         return print_plan(built)
     with state.lock(a.cluster):
         refuse_if_up(a.cluster)
@@ -66,9 +67,10 @@ def print_plan(built) -> int:
     return 0
 
 
-def dry_run(text: str) -> bool:
+def flag(variable: str, text: str) -> bool:
+    """A yes/no Make variable: 1, or 0/empty."""
     if text not in ("", "0", "1"):
-        raise KitError(f"DRY_RUN={text[:20]!r}: set DRY_RUN=1 for a dry run, or leave it out")
+        raise KitError(f"{variable}={text[:20]!r}: set {variable}=1, or leave it out")
     return text == "1"
 
 
@@ -96,12 +98,13 @@ def launch(built) -> dict:
 
 def cmd_down(a) -> int:
     check_name("CLUSTER", a.cluster)
+    purge = flag("PURGE", a.purge)
     with state.lock(a.cluster):
-        print(teardown(a.cluster), flush=True)
+        print(teardown(a.cluster, purge), flush=True)
     return 0
 
 
-def teardown(cluster: str) -> str:
+def teardown(cluster: str, purge: bool = False) -> str:
     try:
         record = state.load(cluster)
     except KitError:
@@ -111,7 +114,7 @@ def teardown(cluster: str) -> str:
         print(f"ignoring the corrupt record {state.record_path(cluster)}", flush=True)
         record = None
     if record is not None:
-        return PROVIDERS[record["provider"]].down(cluster, record)
+        return PROVIDERS[record["provider"]].down(cluster, record, purge)
     if provider_named_in_values(cluster) == local.NAME:
         # No record, but a crashed run may have left processes: they carry the marker.
         return local.down(cluster, None)
@@ -156,7 +159,7 @@ def cmd_run(a) -> int:
     job_dir(a.job)
     args, timeout = split_args(a.args), parse_timeout(a.timeout)
     built = build(a.cluster)  # a refused config launches nothing and tears nothing down
-    if dry_run(a.dry_run):
+    if flag("DRY_RUN", a.dry_run):
         return print_plan(built)
     with state.lock(a.cluster):
         refuse_if_up(a.cluster)  # a cluster this run did not start is never torn down
@@ -217,6 +220,8 @@ def parse(argv) -> argparse.Namespace:
                    help="stop the job after this many seconds (TIMEOUT)")
     p.add_argument("--dry-run", default=env.get("KIT_DRY_RUN", ""),
                    help="1: `up` prints what it would launch and launches nothing (DRY_RUN)")
+    p.add_argument("--purge", default=env.get("KIT_PURGE", ""),
+                   help="1: `down` also deletes the cluster's own security group (PURGE)")
     return p.parse_args(argv)
 
 

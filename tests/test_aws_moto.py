@@ -95,7 +95,8 @@ def run_tagged(ec2, cluster_name, kind, node_type, status, count=1):
 
 
 RECORD = {"cluster": "hetero", "provider": "aws", "cluster_name": "hetero", "region": "us-east-1",
-          "min_workers": {"cpu_worker": 2, "spare": 0}, "ready_timeout_s": 60}
+          "min_workers": {"cpu_worker": 2, "spare": 0}, "ready_timeout_s": 60,
+          "security_group": "ray-hetero", "ray_key_pair": True, "ray_role": False}
 
 
 def test_joined_workers_counts_only_this_clusters_joined_workers():
@@ -160,3 +161,17 @@ def test_given_subnet_and_security_group_are_used_and_no_group_is_created(home, 
         names = {g["GroupName"] for g in ec2.describe_security_groups()["SecurityGroups"]}
         assert "ray-hetero" not in names
         provider.terminate_nodes(list(provider.non_terminated_nodes({})))
+
+
+def test_down_reports_what_ray_left_behind_and_keeps_the_group_without_purge():
+    from scripts.providers.aws import left_behind
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        group = ec2.create_security_group(GroupName="ray-hetero", Description="Ray's")["GroupId"]
+        notes = left_behind(ec2, RECORD, purge=False)
+        assert notes == [f"security group ray-hetero ({group}; free, `make down PURGE=1` deletes it)",
+                         "key pair ray-autoscaler_us-east-1 (shared by Ray's clusters in the region; free)"]
+        assert ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"]
+        assert left_behind(ec2, RECORD | {"security_group": None, "ray_key_pair": False}, purge=True) == []
+        assert ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"]  # not the kit's to delete

@@ -291,6 +291,7 @@ MAKE_CASES = [
     ("infinite TIMEOUT", "submit", ["TIMEOUT=inf"], "TIMEOUT="),
     ("NaN TIMEOUT", "submit", ["TIMEOUT=nan"], "TIMEOUT="),
     ("DRY_RUN that is not 0 or 1", "up", [f"DRY_RUN=1; touch {MARK}"], "DRY_RUN="),
+    ("PURGE that is not 0 or 1", "down", ["PURGE=yes"], "PURGE="),
 ]
 
 

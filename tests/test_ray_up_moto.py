@@ -89,11 +89,18 @@ def test_make_up_launches_the_head_and_make_down_leaves_nothing(moto_server, tmp
     assert "pip install -q --no-cache-dir torch==2.14.1" in remote
     assert "--dashboard-host=127.0.0.1" in remote
 
-    down = make("down", "CLUSTER=hetero", env=env, timeout=300)
+    down = make("down", "CLUSTER=hetero", "PURGE=1", env=env, timeout=300)
     assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
     states = {i["State"]["Name"]
               for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
     assert states <= {"shutting-down", "terminated"}
+    said = down.stdout.splitlines()[-1]
+    assert said.startswith("AWS cluster 'hetero': every instance terminated; left behind: ")
+    assert "nothing of security group ray-hetero (deleted)" in said
+    assert "key pair ray-autoscaler_us-east-1" in said and "ray-autoscaler-v1" in said
+    groups = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["ray-hetero"]}])
+    assert groups["SecurityGroups"] == []
+    assert not (tmp_path / "build" / "launched" / "hetero.json").exists()
 
 
 def test_down_of_a_cluster_never_launched_says_so_and_creates_nothing(moto_server, tmp_path):

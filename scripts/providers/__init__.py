@@ -36,8 +36,9 @@ class Provider(Protocol):
     def wait_until_ready(self, record: dict) -> None:
         """Block until the head and min_workers of every worker type have joined."""
 
-    def down(self, cluster: str, record: dict | None) -> str:
-        """Stop what the record says was launched, and only that; return what was done."""
+    def down(self, cluster: str, record: dict | None, purge: bool = False) -> str:
+        """Stop what the record says was launched, and only that; check nothing of it is
+        left; return what was done and what stays (purge: delete what is the cluster's own)."""
 
     def status(self, record: dict) -> int:
         """Print the cluster's nodes and resources; return an exit code."""

@@ -49,7 +49,7 @@ RECORD_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "required": ["cluster", "provider", "cluster_name", "region", "min_workers",
-                 "ready_timeout_s"],
+                 "ready_timeout_s", "security_group", "ray_key_pair", "ray_role"],
     "properties": {
         "cluster": {"type": "string"},
         "provider": {"const": NAME},
@@ -59,6 +59,10 @@ RECORD_SCHEMA = {
                         "propertyNames": {"pattern": "^[a-z][a-z0-9_-]{0,39}$"},
                         "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 100}},
         "ready_timeout_s": {"type": "integer", "minimum": 60, "maximum": 14400},
+        # What Ray creates for this cluster when the values name none of their own.
+        "security_group": {"type": ["string", "null"], "pattern": "^ray-[a-z][a-z0-9_-]{0,39}$"},
+        "ray_key_pair": {"type": "boolean"},
+        "ray_role": {"type": "boolean"},
     },
 }
 
@@ -433,7 +437,11 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     record = {"cluster": cluster, "provider": NAME, "cluster_name": values["cluster_name"],
               "region": values["aws"]["region"],
               "min_workers": {name: w["min_workers"] for name, w in values["workers"].items()},
-              "ready_timeout_s": values["ready_timeout_minutes"] * 60}
+              "ready_timeout_s": values["ready_timeout_minutes"] * 60,
+              "security_group": None if values["aws"]["security_group_ids"]
+              else f"ray-{values['cluster_name']}",
+              "ray_key_pair": values["aws"]["key_pair"] is None,
+              "ray_role": values["aws"]["iam_instance_profile"] is None}
     state.save(cluster, record, config_text)  # from here on, `make down` can stop it
     stop_hint = f"instances of '{cluster}' may be running: `make down CLUSTER={cluster}` stops them"
     try:
@@ -507,21 +515,68 @@ def launch_errors(record: dict) -> str:
     return " | ".join(short(line, 200)[1:-1] for line in found) or "(no launch failure in its log)"
 
 
-def down(cluster: str, record: dict | None) -> str:
+def down(cluster: str, record: dict | None, purge: bool = False) -> str:
+    """`ray down`, then check that no instance of the cluster is left, and say what Ray
+    left behind; with purge, delete the cluster's own security group too."""
     if record is None:
         return (f"AWS cluster '{cluster}' was not launched from this checkout "
                 f"(no {state.record_path(cluster)}); nothing to stop")
     if not state.config_path(cluster).is_file():
         raise KitError(f"{state.config_path(cluster)} is missing; stop '{cluster}' from the EC2 "
-                       f"console (instances tagged ray-cluster-name={record['cluster_name']}), "
+                       f"console (instances tagged {TAG_CLUSTER}={record['cluster_name']}), "
                        f"then delete {state.record_path(cluster)}")
     require_credentials()
     code = run_ray(["down", "-y", str(state.config_path(cluster))])
     if code != 0:
         raise KitError(f"`ray down` failed (exit {code}); the record is kept: run "
                        f"`make down CLUSTER={cluster}` again")
+    import boto3
+
+    ec2 = boto3.client("ec2", region_name=record["region"])
+    left = cluster_instances(ec2, record, states=["pending", "running", "stopping", "stopped"])
+    if left:
+        raise KitError(f"`ray down` returned, but {len(left)} instance(s) tagged "
+                       f"{TAG_CLUSTER}={record['cluster_name']} still run ({', '.join(left[:5])}); "
+                       f"run `make down CLUSTER={cluster}` again, or terminate them in the EC2 console")
+    behind = left_behind(ec2, record, purge)
     state.forget(cluster)
-    return f"AWS cluster '{cluster}': instances terminated (ray down)"
+    return (f"AWS cluster '{cluster}': every instance terminated"
+            + (f"; left behind: {'; '.join(behind)}" if behind else ""))
+
+
+def cluster_instances(ec2, record: dict, states: list[str]) -> list[str]:
+    filters = [{"Name": f"tag:{TAG_CLUSTER}", "Values": [record["cluster_name"]]},
+               {"Name": "instance-state-name", "Values": states}]
+    return [i["InstanceId"] for page in ec2.get_paginator("describe_instances").paginate(Filters=filters)
+            for r in page["Reservations"] for i in r["Instances"]]
+
+
+def left_behind(ec2, record: dict, purge: bool) -> list[str]:
+    """What Ray created and `ray down` keeps: the cluster's security group (free, deleted
+    with purge), and the key pair and IAM role Ray shares between all its clusters in the
+    region (never deleted here: another cluster may use them)."""
+    notes = []
+    group = record["security_group"]
+    found = ec2.describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": [group]}])["SecurityGroups"] if group else []
+    for g in found:
+        if purge:
+            # A group cannot be deleted while an instance, even a terminating one, uses it.
+            deadline = time.monotonic() + 600
+            while cluster_instances(ec2, record, ["shutting-down"]) and time.monotonic() < deadline:
+                time.sleep(READY_POLL_S)
+            ec2.delete_security_group(GroupId=g["GroupId"])
+            notes.append(f"nothing of security group {group} (deleted)")
+        else:
+            notes.append(f"security group {group} ({g['GroupId']}; free, "
+                         "`make down PURGE=1` deletes it)")
+    if record["ray_key_pair"]:
+        notes.append(f"key pair ray-autoscaler_{record['region']} (shared by Ray's clusters "
+                     "in the region; free)")
+    if record["ray_role"]:
+        notes.append("IAM role and instance profile ray-autoscaler-v1 (EC2 and S3 full access, "
+                     "shared by Ray's clusters; free)")
+    return notes
 
 
 def status(record: dict) -> int:

@@ -256,7 +256,7 @@ def is_running(record: dict) -> bool:
     return bool(cluster_processes(record["cluster"]))
 
 
-def down(cluster: str, record: dict | None) -> str:
+def down(cluster: str, record: dict | None, purge: bool = False) -> str:
     """Stop every process that carries this cluster's marker, and their children."""
     stopped = 0
     for _ in range(3):  # a dying autoscaler may still be starting a node: sweep again
