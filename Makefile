@@ -34,7 +34,7 @@ STAMP := $(VENV)/.installed
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render up status submit down run demo test test-adaptdl bench-data bench-wait clean
+.PHONY: help setup validate render preflight up status submit down run demo test test-adaptdl bench-data bench-wait clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -57,7 +57,10 @@ validate: $(STAMP) ## check CLUSTER's values file and rendered config; writes no
 render: $(STAMP) ## the same checks, then write build/clusters/CLUSTER.yaml (nothing running reads it)
 	@$(KIT) render
 
-up: $(STAMP) ## check, then start CLUSTER and wait until ready (DRY_RUN=1: only say what it would launch)
+preflight: $(STAMP) ## check CLUSTER and, on AWS, the account (read-only: credentials, zone, subnet, key pair)
+	@$(KIT) preflight
+
+up: $(STAMP) ## preflight, then start CLUSTER and wait until ready (DRY_RUN=1: only say what it would launch)
 	@$(KIT) up
 
 status: $(STAMP) ## show nodes and resources of CLUSTER

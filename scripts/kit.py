@@ -2,7 +2,9 @@
 
   validate  every check on CLUSTER's values file and its rendered config; writes nothing
   render    the same checks, then write the config to build/clusters/<cluster>.yaml
-  up        the same checks, then start CLUSTER and wait until it is ready (DRY_RUN=1:
+  preflight the same checks, then the provider's read-only checks of the account (AWS:
+            credentials, a zone offering every type, a usable subnet, the key pair)
+  up        preflight, then start CLUSTER and wait until it is ready (DRY_RUN=1:
             print what would be launched, launch nothing)
   status    nodes and resources of a running CLUSTER
   submit    run jobs/<JOB>/main.py on CLUSTER; exit with the job's exit code
@@ -25,8 +27,10 @@ import time
 import traceback
 from contextlib import contextmanager
 
+import yaml
+
 from scripts import state, submit
-from scripts.build import build
+from scripts.build import build, build_text
 from scripts.errors import KitError
 from scripts.inputs import check_name, job_dir, parse_timeout, split_args, values_file
 from scripts.paths import BUILD, LAUNCHED, LOGS, RENDERED
@@ -49,13 +53,30 @@ def cmd_render(a) -> int:
     return 0
 
 
+def cmd_preflight(a) -> int:
+    built = prepared(build(a.cluster))
+    print(f"preflight of '{a.cluster}' passed ({built.provider.NAME}); nothing was created")
+    return 0
+
+
+def prepared(built):
+    """The provider's read-only preflight, then the config rebuilt with what it pinned
+    (through the same checks as any values file)."""
+    values, found = built.provider.preflight(built.values)
+    for line in found:
+        print(line, flush=True)
+    if values == built.values:
+        return built
+    return build_text(built.cluster, yaml.safe_dump(values, sort_keys=False).encode())
+
+
 def cmd_up(a) -> int:
     built = build(a.cluster)
     if flag("DRY_RUN", a.dry_run):
-        return print_plan(built)
+        return print_plan(prepared(built))
     with state.lock(a.cluster):
         refuse_if_up(a.cluster)
-        launch(built)
+        launch(prepared(built))
     return 0
 
 
@@ -160,9 +181,10 @@ def cmd_run(a) -> int:
     args, timeout = split_args(a.args), parse_timeout(a.timeout)
     built = build(a.cluster)  # a refused config launches nothing and tears nothing down
     if flag("DRY_RUN", a.dry_run):
-        return print_plan(built)
+        return print_plan(prepared(built))
     with state.lock(a.cluster):
         refuse_if_up(a.cluster)  # a cluster this run did not start is never torn down
+        built = prepared(built)  # refused: nothing launched, nothing torn down
         try:
             record = launch(built)
             return submit_to(record, a.job, args, timeout)
@@ -198,7 +220,8 @@ def cmd_clean(a) -> int:
     return 0
 
 
-COMMANDS = {"validate": cmd_validate, "render": cmd_render, "up": cmd_up, "status": cmd_status,
+COMMANDS = {"validate": cmd_validate, "render": cmd_render, "preflight": cmd_preflight,
+            "up": cmd_up, "status": cmd_status,
             "submit": cmd_submit, "down": cmd_down, "run": cmd_run, "clean": cmd_clean}
 
 

@@ -175,3 +175,88 @@ def test_down_reports_what_ray_left_behind_and_keeps_the_group_without_purge():
         assert ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"]
         assert left_behind(ec2, RECORD | {"security_group": None, "ray_key_pair": False}, purge=True) == []
         assert ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"]  # not the kit's to delete
+
+
+# --- preflight: read-only checks of the account, in moto --------------------------------
+
+def preflight_of(values, **clients):
+    from scripts.providers.aws_preflight import preflight
+
+    return preflight(values, **clients)
+
+
+def checked(values: dict) -> dict:
+    import yaml
+
+    from scripts.build import build_text
+    return build_text("hetero", yaml.safe_dump(values).encode()).values
+
+
+def test_preflight_picks_one_zone_offering_every_type_with_a_public_subnet(hetero_values):
+    with mock_aws():
+        found = preflight_of(checked(hetero_values))
+        assert found["account"] == "123456789012"
+        assert found["availability_zone"] == "us-east-1a"  # the first that offers g5 and c5
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        subnet = ec2.describe_subnets(SubnetIds=[found["subnet"]])["Subnets"][0]
+        assert subnet["AvailabilityZone"] == "us-east-1a" and subnet["MapPublicIpOnLaunch"]
+
+
+def test_preflight_refuses_a_zone_that_lacks_a_type(hetero_values):
+    from scripts.errors import KitError
+
+    hetero_values["head"]["instance_type"] = "p4d.24xlarge"  # not offered in us-east-1f
+    hetero_values["head"]["disk"]["root_gb"] = 300
+    hetero_values["aws"]["availability_zone"] = "us-east-1f"
+    with mock_aws(), pytest.raises(KitError) as error:
+        preflight_of(checked(hetero_values))
+    assert ("aws.availability_zone: us-east-1f does not offer p4d.24xlarge; zones that offer "
+            "every type: us-east-1a, us-east-1b, us-east-1c, us-east-1d") in str(error.value)
+
+
+def test_preflight_wants_a_subnet_with_public_ips_or_internal_ips(hetero_values):
+    from scripts.errors import KitError
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        vpc = ec2.create_vpc(CidrBlock="10.2.0.0/16")["Vpc"]["VpcId"]
+        private = ec2.create_subnet(VpcId=vpc, CidrBlock="10.2.1.0/24",
+                                    AvailabilityZone="us-east-1b")["Subnet"]["SubnetId"]
+        hetero_values["aws"]["subnet_ids"] = [private]
+        with pytest.raises(KitError) as error:
+            preflight_of(checked(hetero_values))
+        assert "the subnets in aws.subnet_ids" in str(error.value)
+        assert "set aws.subnet_ids to one that does, or aws.use_internal_ips: true" in str(error.value)
+        hetero_values["aws"]["use_internal_ips"] = True
+        found = preflight_of(checked(hetero_values))
+        assert (found["availability_zone"], found["subnet"]) == ("us-east-1b", private)
+
+
+def test_preflight_checks_the_key_pair_and_its_private_key(home, hetero_values):
+    from scripts.errors import KitError
+
+    hetero_values["aws"]["key_pair"] = "mine"
+    with mock_aws():
+        with pytest.raises(KitError) as error:
+            preflight_of(checked(hetero_values))
+        assert "aws.key_pair: no key pair 'mine' in us-east-1" in str(error.value)
+        assert "~/.ssh/mine.pem is missing" in str(error.value)
+        boto3.client("ec2", region_name="us-east-1").create_key_pair(KeyName="mine")
+        (home / ".ssh").mkdir()
+        (home / ".ssh" / "mine.pem").write_text("key")
+        assert preflight_of(checked(hetero_values))["availability_zone"] == "us-east-1a"
+
+
+def test_preflight_says_when_aws_rejects_the_credentials(hetero_values):
+    from botocore.stub import Stubber
+
+    from scripts.errors import KitError
+
+    sts = boto3.client("sts", region_name="us-east-1")
+    with Stubber(sts) as stub, pytest.raises(KitError) as error:
+        stub.add_client_error("get_caller_identity", service_error_code="InvalidClientTokenId",
+                              service_message="The security token included in the request is invalid.",
+                              http_status_code=403)
+        preflight_of(checked(hetero_values), sts=sts, ec2=object())
+    assert str(error.value).startswith("AWS rejected the credentials (An error occurred "
+                                       "(InvalidClientTokenId)")

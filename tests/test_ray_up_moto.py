@@ -68,6 +68,10 @@ def test_make_up_launches_the_head_and_make_down_leaves_nothing(moto_server, tmp
     # `make up` returned only once both workers had joined, saying so as they came
     assert "workers joined: cpu_worker 0/2" in up.stdout and "workers joined: cpu_worker 2/2" in up.stdout
     assert up.stdout.index("cpu_worker 2/2") < up.stdout.index("cluster 'hetero' is up")
+    # the preflight picked one zone for every node, and the launched config pins it
+    assert "preflight: account 123456789012, zone us-east-1a" in up.stdout
+    launched = (tmp_path / "build" / "launched" / "hetero.yaml").read_text()
+    assert "availability_zone: \"us-east-1a\"" in launched
 
     ec2 = boto3.client("ec2", endpoint_url=moto_server, region_name="us-east-1")
     instances = [i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]]
@@ -75,6 +79,7 @@ def test_make_up_launches_the_head_and_make_down_leaves_nothing(moto_server, tmp
     # ray up launched the head; the (stand-in) autoscaler the workers
     assert sorted(i["InstanceType"] for i in running) == ["c5.4xlarge", "c5.4xlarge", "g5.xlarge"]
     head = next(i for i in running if i["InstanceType"] == "g5.xlarge")
+    assert head["Placement"]["AvailabilityZone"] == "us-east-1a"
     tags = {t["Key"]: t["Value"] for t in head["Tags"]}
     assert tags["ray-node-type"] == "head" and tags["ray-cluster-name"] == "hetero"
     assert head["MetadataOptions"]["HttpTokens"] == "required"
@@ -142,9 +147,11 @@ def test_dry_run_says_what_would_launch_and_launches_nothing(moto_server, tmp_pa
     before = str(ec2.describe_instances()["Reservations"])
     run = make("up", "CLUSTER=hetero", "DRY_RUN=1", env=env, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines() == [
+    assert run.stdout.splitlines()[0].startswith(
+        "preflight: account 123456789012, zone us-east-1a (picked: it offers every instance type)")
+    assert run.stdout.splitlines()[1:] == [
         "dry run: CLUSTER=hetero would launch (nothing is launched):",
-        "AWS us-east-1, zone any (Ray picks), AMI ami-0bbdd5918468148eb",
+        "AWS us-east-1, zone us-east-1a, AMI ami-0bbdd5918468148eb",
         "  ray.head.default: 1 x g5.xlarge, 150 GB gp3, rayproject/ray:2.60.0-py311-gpu, ~$1.02/h each",
         "  cpu_worker: 2-4 x c5.4xlarge, 100 GB gp3, rayproject/ray:2.60.0-py311-cpu, ~$0.69/h each",
         "total ~$2.40/h with min_workers, up to ~$3.79/h at max_workers"]

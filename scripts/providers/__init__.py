@@ -26,6 +26,11 @@ class Provider(Protocol):
     def config_problems(self, config: dict) -> list[str]:
         """The provider's own checks on the rendered config (Ray's schema is checked for all)."""
 
+    def preflight(self, values: dict) -> tuple[dict, list[str]]:
+        """Read-only checks of the account or machine before anything is created; return
+        the values with what they decided pinned (e.g. the zone), and lines saying what
+        was found. Raise KitError naming every problem and its fix."""
+
     def plan(self, values: dict, config: dict) -> list[str]:
         """What `up` would launch, in lines a person reads (`make up DRY_RUN=1`)."""
 

@@ -5,6 +5,7 @@ rules Ray and the schema miss are checked here, on the values and on the rendere
 (every node_config against botocore's EC2 RunInstances input shape, enums included).
 """
 
+import copy
 import shlex
 import signal
 import subprocess
@@ -382,6 +383,18 @@ def hourly_cost(values: dict) -> tuple[float, float]:
     return low, high
 
 
+def preflight(values: dict) -> tuple[dict, list[str]]:
+    from scripts.providers.aws_preflight import preflight as check_account
+
+    found = check_account(values)
+    pinned = copy.deepcopy(values)
+    pinned["aws"]["availability_zone"] = found["availability_zone"]
+    how = "as set" if values["aws"]["availability_zone"] else "picked: it offers every instance type"
+    return pinned, [f"preflight: account {found['account']}, zone {found['availability_zone']} "
+                    f"({how}), subnet {found['subnet']} usable"
+                    + (f", key pair {values['aws']['key_pair']} found" if values["aws"]["key_pair"] else "")]
+
+
 def plan(values: dict, config: dict) -> list[str]:
     aws = values["aws"]
     node_types = config["available_node_types"]
@@ -433,7 +446,6 @@ def run_ray(args: list[str]) -> int:
 
 
 def up(cluster: str, config_text: str, values: dict) -> dict:
-    require_credentials()
     record = {"cluster": cluster, "provider": NAME, "cluster_name": values["cluster_name"],
               "region": values["aws"]["region"],
               "min_workers": {name: w["min_workers"] for name, w in values["workers"].items()},

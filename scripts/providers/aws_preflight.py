@@ -1,0 +1,119 @@
+"""The AWS provider's preflight: what a fresh account trips on, checked before anything is
+created or billed. Every call here only reads (STS, EC2 Describe*). It is the first step of
+`make up` on AWS and runs alone as `make preflight`.
+
+Without it these failures surface late: a type the zone does not offer, or a subnet that
+gives no public IP, fails inside the head's autoscaler after `ray up` said success, visible
+only in its logs. With no zone set, the head and the workers could land in different
+zones, and Ray Data's images would then cross zones at a per-GB charge: the preflight
+picks one zone that offers every instance type and a usable subnet, and `make up` pins it.
+Not checked yet: vCPU quotas (Service Quotas) and the AMI.
+"""
+
+from pathlib import Path
+
+import botocore.exceptions
+
+from scripts.errors import KitError, short
+from scripts.values import joined
+
+
+def preflight(values: dict, ec2=None, sts=None) -> dict:
+    """Check the account for `values`; return {"account", "availability_zone", "subnet"}
+    or raise one KitError listing every problem with its fix."""
+    import boto3
+
+    aws = values["aws"]
+    ec2 = ec2 or boto3.client("ec2", region_name=aws["region"])
+    sts = sts or boto3.client("sts", region_name=aws["region"])
+    account = caller_account(sts)
+    types = sorted({values["head"]["instance_type"]}
+                   | {w["instance_type"] for w in values["workers"].values()})
+    problems = []
+    zones = offered_zones(ec2, types)
+    common = sorted(set.intersection(*(zones[t] for t in types)))
+    wanted = aws["availability_zone"]
+    if wanted:
+        missing = [t for t in types if wanted not in zones[t]]
+        if missing:
+            problems.append(f"aws.availability_zone: {wanted} does not offer {', '.join(missing)}; "
+                            f"zones that offer every type: {', '.join(common) or 'none'}")
+        candidates = [wanted]
+    elif not common:
+        problems.append("no zone of the region offers all of " + ", ".join(
+            f"{t} ({', '.join(sorted(zones[t])) or 'none'})" for t in types)
+            + "; change an instance type or the region")
+        candidates = []
+    else:
+        candidates = common
+    zone, subnet = pick_subnet(ec2, aws, candidates, problems)
+    if aws["key_pair"]:
+        problems += key_pair_problems(ec2, aws["key_pair"], aws["region"])
+    if problems:
+        raise KitError(joined(f"AWS preflight ({aws['region']}, account {account})", problems))
+    return {"account": account, "availability_zone": zone, "subnet": subnet}
+
+
+def caller_account(sts) -> str:
+    try:
+        return sts.get_caller_identity()["Account"]
+    except botocore.exceptions.NoCredentialsError:
+        raise KitError("no AWS credentials found; run `aws configure` (or set AWS_PROFILE), "
+                       "then try again") from None
+    except botocore.exceptions.EndpointConnectionError as e:
+        raise KitError(f"could not reach AWS ({short(str(e), 160)[1:-1]}); check your "
+                       "network and AWS_ENDPOINT_URL") from None
+    except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as e:
+        raise KitError(f"AWS rejected the credentials ({short(str(e), 160)[1:-1]}); check "
+                       "`aws sts get-caller-identity`") from None
+
+
+def offered_zones(ec2, types: list[str]) -> dict[str, set[str]]:
+    zones = {t: set() for t in types}
+    pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+        LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": types}])
+    for page in pages:
+        for offering in page["InstanceTypeOfferings"]:
+            zones[offering["InstanceType"]].add(offering["Location"])
+    return zones
+
+
+def pick_subnet(ec2, aws: dict, zones: list[str], problems: list[str]) -> tuple:
+    """The first zone (in order) with a subnet Ray can use: one that assigns public IPs
+    on launch, or any with use_internal_ips. Named subnets must be such subnets."""
+    if not zones:
+        return None, None
+    try:
+        if aws["subnet_ids"]:
+            subnets = ec2.describe_subnets(SubnetIds=aws["subnet_ids"])["Subnets"]
+        else:
+            subnets = ec2.describe_subnets(Filters=[
+                {"Name": "availability-zone", "Values": zones},
+                {"Name": "state", "Values": ["available"]}])["Subnets"]
+    except botocore.exceptions.ClientError as e:
+        problems.append(f"aws.subnet_ids: {short(str(e), 160)[1:-1]}; list yours with "
+                        "`aws ec2 describe-subnets`")
+        return None, None
+    usable = [s for s in subnets if s["MapPublicIpOnLaunch"] or aws["use_internal_ips"]]
+    for zone in zones:
+        for subnet in sorted(usable, key=lambda s: s["SubnetId"]):
+            if subnet["AvailabilityZone"] == zone:
+                return zone, subnet["SubnetId"]
+    where = f"zone {zones[0]}" if len(zones) == 1 else f"zones {', '.join(zones)}"
+    named = "the subnets in aws.subnet_ids" if aws["subnet_ids"] else "no subnet"
+    problems.append(f"{named} in {where} assign(s) public IPs on launch; set aws.subnet_ids to "
+                    "one that does, or aws.use_internal_ips: true (reaching the nodes from inside "
+                    "the VPC)")
+    return None, None
+
+
+def key_pair_problems(ec2, name: str, region: str) -> list[str]:
+    problems = []
+    try:
+        ec2.describe_key_pairs(KeyNames=[name])
+    except botocore.exceptions.ClientError:
+        problems.append(f"aws.key_pair: no key pair '{name}' in {region}; create it "
+                        f"(`aws ec2 create-key-pair --key-name {name}`) or set key_pair: null")
+    if not (Path.home() / ".ssh" / f"{name}.pem").is_file():
+        problems.append(f"aws.key_pair: its private key ~/.ssh/{name}.pem is missing; put it there")
+    return problems
