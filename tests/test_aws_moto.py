@@ -260,3 +260,66 @@ def test_preflight_says_when_aws_rejects_the_credentials(hetero_values):
         preflight_of(checked(hetero_values), sts=sts, ec2=object())
     assert str(error.value).startswith("AWS rejected the credentials (An error occurred "
                                        "(InvalidClientTokenId)")
+
+
+def stubbed_quotas(limits: dict[str, float]):
+    """A Service Quotas client answering GetServiceQuota with these values, in this order,
+    in the real response shape (moto does not implement EC2's quotas)."""
+    from botocore.stub import Stubber
+
+    from scripts.providers.aws_preflight import VCPU_QUOTAS
+
+    names = {code: name for code, name in VCPU_QUOTAS.values()}
+    client = boto3.client("service-quotas", region_name="us-east-1")
+    stub = Stubber(client)
+    for code, value in limits.items():
+        stub.add_response("get_service_quota", {"Quota": {
+            "ServiceCode": "ec2", "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+            "QuotaArn": f"arn:aws:servicequotas:us-east-1:123456789012:ec2/{code}",
+            "QuotaCode": code, "QuotaName": names[code], "Value": value, "Unit": "None",
+            "Adjustable": True, "GlobalQuota": False}},
+            {"ServiceCode": "ec2", "QuotaCode": code})
+    stub.activate()
+    return client, stub
+
+
+def test_preflight_counts_vcpus_at_max_workers_and_what_runs_against_each_quota(hetero_values):
+    from scripts.errors import KitError
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        ec2.run_instances(ImageId="ami-12345678", InstanceType="c5.4xlarge", MinCount=2, MaxCount=2)
+        # a new account: no G vCPUs; 96 standard vCPUs, 32 of them used already
+        quotas, stub = stubbed_quotas({"L-DB2E81BA": 0.0, "L-1216C47A": 96.0})
+        with pytest.raises(KitError) as error:
+            preflight_of(checked(hetero_values), quotas=quotas)
+        stub.assert_no_pending_responses()
+        text = str(error.value)
+        assert ("vCPU quota 'Running On-Demand G and VT instances' (L-DB2E81BA) is 0; the mix needs "
+                "4 at max_workers and 0 already run: request 4 in the Service Quotas console") in text
+        assert "L-1216C47A" not in text  # 64 needed + 32 running fit in 96
+
+        quotas, stub = stubbed_quotas({"L-DB2E81BA": 8.0, "L-1216C47A": 64.0})
+        with pytest.raises(KitError) as error:
+            preflight_of(checked(hetero_values), quotas=quotas)
+        assert ("(L-1216C47A) is 64; the mix needs 64 at max_workers and 32 already run: "
+                "request 96") in str(error.value) and "L-DB2E81BA" not in str(error.value)
+
+        quotas, stub = stubbed_quotas({"L-DB2E81BA": 8.0, "L-1216C47A": 96.0})
+        found = preflight_of(checked(hetero_values), quotas=quotas)
+        assert found["notes"] == [] and found["availability_zone"] == "us-east-1a"
+
+
+def test_preflight_counts_spot_workers_against_the_spot_quota(hetero_values):
+    from scripts.providers.aws_preflight import vcpus_needed
+
+    hetero_values["workers"]["cpu_worker"]["spot"] = True
+    assert vcpus_needed(checked(hetero_values)) == {("g", "on-demand"): 4, ("standard", "spot"): 64}
+
+
+def test_preflight_notes_a_quota_it_cannot_read_and_goes_on(hetero_values):
+    with mock_aws():  # moto answers NoSuchResource for EC2's quota codes
+        found = preflight_of(checked(hetero_values))
+    assert [n.split(":")[0] for n in found["notes"]] == [
+        "quota L-DB2E81BA (Running On-Demand G and VT instances) not checked",
+        "quota L-1216C47A (Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances) not checked"]

@@ -392,7 +392,9 @@ def preflight(values: dict) -> tuple[dict, list[str]]:
     how = "as set" if values["aws"]["availability_zone"] else "picked: it offers every instance type"
     return pinned, [f"preflight: account {found['account']}, zone {found['availability_zone']} "
                     f"({how}), subnet {found['subnet']} usable"
-                    + (f", key pair {values['aws']['key_pair']} found" if values["aws"]["key_pair"] else "")]
+                    + (f", key pair {values['aws']['key_pair']} found" if values["aws"]["key_pair"] else "")
+                    + ("" if found["notes"] else ", vCPU quotas suffice")]
+                    + [f"preflight: {note}" for note in found["notes"]]
 
 
 def plan(values: dict, config: dict) -> list[str]:

@@ -7,25 +7,49 @@ gives no public IP, fails inside the head's autoscaler after `ray up` said succe
 only in its logs. With no zone set, the head and the workers could land in different
 zones, and Ray Data's images would then cross zones at a per-GB charge: the preflight
 picks one zone that offers every instance type and a usable subnet, and `make up` pins it.
-Not checked yet: vCPU quotas (Service Quotas) and the AMI.
+The vCPU quotas of a new account are often 0 for G and P instances: the preflight counts
+the vCPUs the mix needs at max_workers, plus what already runs, against each quota.
+Not checked yet: the AMI.
 """
 
 from pathlib import Path
 
 import botocore.exceptions
 
+from scripts import catalog
 from scripts.errors import KitError, short
 from scripts.values import joined
 
+# EC2's vCPU quotas (Service Quotas, service code "ec2") by instance family and market.
+VCPU_QUOTAS = {
+    ("standard", "on-demand"): ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"),
+    ("g", "on-demand"): ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    ("p", "on-demand"): ("L-417A185B", "Running On-Demand P instances"),
+    ("standard", "spot"): ("L-34B43A08", "All Standard (A, C, D, H, I, M, R, T, Z) Spot Instance Requests"),
+    ("g", "spot"): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
+    ("p", "spot"): ("L-7212CCBC", "All P Spot Instance Requests"),
+}
 
-def preflight(values: dict, ec2=None, sts=None) -> dict:
-    """Check the account for `values`; return {"account", "availability_zone", "subnet"}
-    or raise one KitError listing every problem with its fix."""
+
+def family(instance_type: str) -> str | None:
+    """The quota family of an instance type: standard, g (G and VT), p; None if other."""
+    name = instance_type.split(".")[0]
+    if name.startswith(("g", "vt")):
+        return "g"
+    if name.startswith("p"):
+        return "p"
+    return "standard" if name[0] in "acdhimrtz" else None
+
+
+def preflight(values: dict, ec2=None, sts=None, quotas=None) -> dict:
+    """Check the account for `values`; return {"account", "availability_zone", "subnet",
+    "notes"} or raise one KitError listing every problem with its fix."""
     import boto3
 
     aws = values["aws"]
     ec2 = ec2 or boto3.client("ec2", region_name=aws["region"])
     sts = sts or boto3.client("sts", region_name=aws["region"])
+    quotas = quotas or boto3.client("service-quotas", region_name=aws["region"])
     account = caller_account(sts)
     types = sorted({values["head"]["instance_type"]}
                    | {w["instance_type"] for w in values["workers"].values()})
@@ -49,9 +73,60 @@ def preflight(values: dict, ec2=None, sts=None) -> dict:
     zone, subnet = pick_subnet(ec2, aws, candidates, problems)
     if aws["key_pair"]:
         problems += key_pair_problems(ec2, aws["key_pair"], aws["region"])
+    notes = []
+    problems += quota_problems(ec2, quotas, values, notes)
     if problems:
         raise KitError(joined(f"AWS preflight ({aws['region']}, account {account})", problems))
-    return {"account": account, "availability_zone": zone, "subnet": subnet}
+    return {"account": account, "availability_zone": zone, "subnet": subnet, "notes": notes}
+
+
+def vcpus_needed(values: dict) -> dict[tuple, int]:
+    """vCPUs per (family, market) with the head and max_workers of every worker type."""
+    need: dict[tuple, int] = {}
+    nodes = [(values["head"], 1, False)] + [(w, w["max_workers"], w["spot"])
+                                            for w in values["workers"].values()]
+    for node, count, spot in nodes:
+        key = (family(node["instance_type"]), "spot" if spot else "on-demand")
+        if key[0] and count:
+            need[key] = need.get(key, 0) + count * catalog.INSTANCE_TYPES[node["instance_type"]].vcpus
+    return need
+
+
+def vcpus_running(ec2) -> dict[tuple, int]:
+    """vCPUs per (family, market) of the instances already running in the region."""
+    running: dict[tuple, int] = {}
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    for page in pages:
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                cpu = instance.get("CpuOptions", {})
+                vcpus = cpu.get("CoreCount", 0) * cpu.get("ThreadsPerCore", 1) or getattr(
+                    catalog.INSTANCE_TYPES.get(instance["InstanceType"]), "vcpus", 0)
+                key = (family(instance["InstanceType"]),
+                       "spot" if instance.get("InstanceLifecycle") == "spot" else "on-demand")
+                running[key] = running.get(key, 0) + vcpus
+    return running
+
+
+def quota_problems(ec2, quotas, values: dict, notes: list[str]) -> list[str]:
+    problems = []
+    running = vcpus_running(ec2)
+    for key, need in sorted(vcpus_needed(values).items()):
+        code, name = VCPU_QUOTAS[key]
+        try:
+            limit = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as e:
+            # No servicequotas:GetServiceQuota right, say: warn, do not block the launch.
+            notes.append(f"quota {code} ({name}) not checked: {short(str(e), 100)[1:-1]}")
+            continue
+        have = running.get(key, 0)
+        if have + need > limit:
+            problems.append(
+                f"vCPU quota '{name}' ({code}) is {limit:g}; the mix needs {need} at max_workers and "
+                f"{have} already run: request {have + need:g} in the Service Quotas console (Amazon "
+                f"EC2, {code}), or lower max_workers")
+    return problems
 
 
 def caller_account(sts) -> str:
