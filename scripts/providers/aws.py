@@ -390,11 +390,11 @@ def preflight(values: dict) -> tuple[dict, list[str]]:
     pinned = copy.deepcopy(values)
     pinned["aws"]["availability_zone"] = found["availability_zone"]
     how = "as set" if values["aws"]["availability_zone"] else "picked: it offers every instance type"
-    return pinned, [f"preflight: account {found['account']}, zone {found['availability_zone']} "
-                    f"({how}), subnet {found['subnet']} usable"
-                    + (f", key pair {values['aws']['key_pair']} found" if values["aws"]["key_pair"] else "")
-                    + ("" if found["notes"] else ", vCPU quotas suffice")]
-                    + [f"preflight: {note}" for note in found["notes"]]
+    summary = (f"preflight: account {found['account']}, zone {found['availability_zone']} ({how}), "
+               f"subnet {found['subnet']} usable"
+               + (f", key pair {values['aws']['key_pair']} found" if values["aws"]["key_pair"] else "")
+               + ("" if found["notes"] else ", vCPU quotas suffice"))
+    return pinned, [summary] + [f"preflight: {note}" for note in found["notes"]]
 
 
 def plan(values: dict, config: dict) -> list[str]:
