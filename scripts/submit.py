@@ -51,10 +51,17 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
         stop(client, submission_id)
         raise
     except Exception as e:  # the dashboard went away mid-job: the head died, or the tunnel
-        raise KitError(f"lost the cluster while following job {submission_id} "
-                       f"({type(e).__name__}: {short(str(e), 120)}); `make status` shows "
-                       "whether it is still up") from None
-    return exit_code(client, submission_id)
+        raise lost(submission_id, e) from None
+    try:
+        return exit_code(client, submission_id)
+    except Exception as e:  # ... or right after the logs ended
+        raise lost(submission_id, e) from None
+
+
+def lost(submission_id: str, error: Exception) -> KitError:
+    return KitError(f"lost the cluster while following job {submission_id} "
+                    f"({type(error).__name__}: {short(str(error), 120)}); `make status` shows "
+                    "whether it is still up")
 
 
 async def stream_logs(client, submission_id: str) -> None:

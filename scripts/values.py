@@ -1,7 +1,7 @@
 """Read a values file strictly, check it against its provider's schema, fill in defaults.
 
 Strict means: UTF-8, at most MAX_BYTES, no duplicate keys, string keys, a cap on YAML
-aliases (a "billion laughs" file cannot blow up), no control or invisible characters in
+aliases and on the values they expand to (a "billion laughs" file cannot blow up), no control or invisible characters in
 any string (a name cannot hide a newline or a zero-width space), and integers that are
 integers (5.0 and true are not). Defaults live in the schema (`default:`), nowhere else.
 """
@@ -18,6 +18,7 @@ from scripts.errors import KitError, short
 
 MAX_BYTES = 64 * 1024
 MAX_ALIASES = 50
+MAX_VALUES = 5000  # after aliases are expanded: 50 aliases can still double 25 times
 MAX_PROBLEMS = 3  # more are counted, not listed: an error stays one short line
 
 
@@ -62,12 +63,30 @@ def parse_yaml(data: bytes, where: str):
         raise KitError(f"{where}: not valid YAML: {at}{problem}") from None
     except (ValueError, OverflowError, RecursionError) as e:  # e.g. a date out of range
         raise KitError(f"{where}: not valid YAML: {short(str(e), 120)}") from None
+    if too_many_values(parsed):
+        raise KitError(f"{where}: expands to more than {MAX_VALUES} values (YAML aliases); "
+                       "write the values out")
     for key, text_value in strings_in(parsed):
         bad = next((c for c in text_value if invisible(c)), None)
         if bad is not None:
             raise KitError(f"{where}: {key or '(top level)'}: {short(text_value)} contains the "
                            f"invisible character U+{ord(bad):04X}; retype it")
     return parsed
+
+
+def too_many_values(value) -> bool:
+    """Count the values of a parsed file as a walk would meet them, stopping at the cap."""
+    pending, seen = [value], 0
+    while pending:
+        seen += 1
+        if seen > MAX_VALUES:
+            return True
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending += list(item.keys()) + list(item.values())
+        elif isinstance(item, list):
+            pending += item
+    return False
 
 
 def invisible(char: str) -> bool:

@@ -202,6 +202,9 @@ FILE_CASES = [
     ("a list at the top", b"- provider: local\n", "expected a mapping of keys at the top"),
     ("an empty file", b"", "expected a mapping of keys at the top"),
     ("alias bomb", BILLION_LAUGHS.encode(), "more than 50 YAML aliases"),
+    ("alias doubling under the alias cap",  # 46 aliases, 2**24 values
+     b"a1: &a1 [x, x]\n" + b"".join(f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]\n".encode() for i in range(2, 25)),
+     "expands to more than 5000 values"),
     ("a huge file", b"cluster_name: local\n" + b"#" * 70000 + b"\n", "a values file is at most 65536"),
     ("a number as a key", b"cluster_name: local\n1: x\n", "key 1 is not a string"),
     ("a Python object tag", b"cluster_name: !!python/object/apply:os.system ['touch /tmp/raykit-pwned']\n",
