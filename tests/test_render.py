@@ -121,6 +121,7 @@ def test_values_land_in_node_config(hetero_values):
     # the data volume is found by its size and mounted on the first volume's host dir
     init = "\n".join(config["initialization_commands"])
     assert str(400 * 1024**3) in init and "sudo mount \"$DEV\" /mnt/data" in init
+    assert init.endswith(f"&& sudo chown {aws.CONTAINER_USER} /mnt/data; fi")  # writable once mounted
 
 
 def test_network_and_iam_keys_land_in_the_config(hetero_values):
@@ -145,6 +146,7 @@ def test_volume_mounts_and_shm():
     config = build("hetero").config
     assert "-v /mnt/data:/data" in config["docker"]["run_options"]
     assert "sudo mkdir -p /mnt/data" in config["initialization_commands"]
+    assert f"sudo chown {aws.CONTAINER_USER} /mnt/data" in config["initialization_commands"]
     assert "--shm-size=6g" in config["docker"]["head_run_options"]
 
 

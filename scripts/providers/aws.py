@@ -45,6 +45,7 @@ JOB_PACKAGES = ("torch", "torchvision", "timm", "autograd", "pandas", "portpicke
                 "scipy", "semver", "pymoo", "setuptools")
 NODEPS_REQUIREMENTS = REPO / "jobs" / "adaptdl_mnist" / "requirements-nodeps.txt"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own CPU-only wheels
+CONTAINER_USER = "1000:100"  # the `ray` user and `users` group of Ray's Docker images
 
 RECORD_SCHEMA = {
     "type": "object",
@@ -249,10 +250,13 @@ def aws_node(name: str, node: dict, preprocess: bool, spot: bool) -> dict:
 
 
 def host_dir_commands(docker: dict, data_volume_sizes: list[int]) -> list[str]:
-    """Host-side commands: create every mounted host dir; where a node has a data volume,
-    format it once and mount it on the first volume's host dir. The volume is found by
-    its exact size, since NVMe device names do not follow the BlockDeviceMapping's."""
+    """Host-side commands: create every mounted host dir, owned by the container's user
+    (Ray's images run as uid 1000; a root-owned mount is read-only to the jobs); where a
+    node has a data volume, format it once and mount it on the first volume's host dir.
+    The volume is found by its exact size, since NVMe device names do not follow the
+    BlockDeviceMapping's."""
     commands = [f"sudo mkdir -p {shlex.quote(v['host'])}" for v in docker["volumes"]]
+    commands += [f"sudo chown {CONTAINER_USER} {shlex.quote(v['host'])}" for v in docker["volumes"]]
     if data_volume_sizes and docker["volumes"]:
         target = shlex.quote(docker["volumes"][0]["host"])
         for size_gb in data_volume_sizes:
@@ -260,7 +264,8 @@ def host_dir_commands(docker: dict, data_volume_sizes: list[int]) -> list[str]:
             commands.append(
                 f"DEV=$(lsblk -bdnpo NAME,SIZE | awk '$2 == {size_bytes} {{print $1; exit}}'); "
                 f"if [ -n \"$DEV\" ]; then (sudo blkid \"$DEV\" || sudo mkfs.ext4 -q \"$DEV\") "
-                f"&& (mountpoint -q {target} || sudo mount \"$DEV\" {target}); fi"
+                f"&& (mountpoint -q {target} || sudo mount \"$DEV\" {target}) "
+                f"&& sudo chown {CONTAINER_USER} {target}; fi"
             )
     return commands
 
