@@ -13,7 +13,8 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from conftest import REPO, make
-from scripts.ray_cli import free_port
+from scripts.providers import local
+from scripts.ray_cli import free_port, ray_cli, ray_env
 
 
 @pytest.fixture
@@ -23,6 +24,34 @@ def moto_server():
     server.start()
     yield f"http://127.0.0.1:{port}"
     server.stop()
+
+
+@pytest.fixture
+def standin_head(tmp_path):
+    """A real Ray head on loopback standing in for the one on EC2: auth off, as the kit
+    runs it on AWS, with the resources the head and a worker of `hetero` offer. Its
+    processes carry a marker of their own, by which they are stopped afterwards."""
+    import subprocess
+    import tempfile
+
+    dashboard = free_port()
+    marker = local.cluster_id("standin-head", tmp_path)
+    env = ray_env(None, {local.MARKER: marker,
+                         "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"})
+    subprocess.run([ray_cli(), "start", "--head", "--disable-usage-stats",
+                    "--node-ip-address=127.0.0.2", f"--port={free_port()}",
+                    "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+                    f"--ray-client-server-port={free_port()}",
+                    f"--dashboard-agent-listen-port={free_port()}",
+                    f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
+                    f"--temp-dir={tempfile.mkdtemp(prefix='raykit-')}/ray", "--num-cpus=3",
+                    '--resources={"trainer": 1, "preprocess": 2}', "--object-store-memory=500000000"],
+                   env=env, check=True, capture_output=True, timeout=120, start_new_session=True)
+    try:
+        yield dashboard
+    finally:
+        local.stop_processes(local.cluster_processes("standin-head", build=tmp_path))
+        assert local.cluster_processes("standin-head", build=tmp_path) == []
 
 
 def stand_in_autoscaler(endpoint: str, stop: threading.Event) -> None:
@@ -46,13 +75,14 @@ def stand_in_autoscaler(endpoint: str, stop: threading.Event) -> None:
                           MaxCount=1, TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])
 
 
-def test_make_up_launches_the_head_and_make_down_leaves_nothing(moto_server, tmp_path):
+def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_path):
     log = tmp_path / "remote-commands.log"
     env = dict(os.environ,
                AWS_ENDPOINT_URL=moto_server,
                HOME=str(tmp_path),  # the SSH key ray up creates lands here
                RAYKIT_BUILD_DIR=str(tmp_path / "build"),
                STANDIN_LOG=str(log),
+               STANDIN_DASHBOARD_PORT=str(standin_head),  # where the stand-in ssh -L leads
                PATH=f"{REPO / 'tests' / 'standins'}:{os.environ['PATH']}")
     stop = threading.Event()
     autoscaler = threading.Thread(target=stand_in_autoscaler, args=(moto_server, stop))
@@ -93,6 +123,22 @@ def test_make_up_launches_the_head_and_make_down_leaves_nothing(moto_server, tmp
     assert "-v /mnt/data:/data" in remote and "--shm-size=6g" in remote
     assert "pip install -q --no-cache-dir torch==2.14.1" in remote
     assert "--dashboard-host=127.0.0.1" in remote
+
+    # status and jobs go to the head over SSH: `ray exec`, and the kit's `ray dashboard` tunnel
+    status = make("status", "CLUSTER=hetero", env=env, timeout=300)
+    assert status.returncode == 0, status.stderr[-3000:]
+    assert "ray status" in log.read_text().splitlines()[-1]
+    run = make("submit", "CLUSTER=hetero", "JOB=smoke", "ARGS=--tasks 2 --fail-with 3",
+               env=env, timeout=300)
+    assert run.returncode != 0 and "FAILED" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "RESULT " in run.stdout  # the job ran on the head the tunnel leads to
+    assert " -L " in log.read_text()
+    run = make("submit", "CLUSTER=hetero", "JOB=smoke", "ARGS=--tasks 2", env=env, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    import psutil
+    tunnels = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+               if {"dashboard", "-L"} & set(p.info["cmdline"] or [])]
+    assert tunnels == []  # `ray dashboard` and the ssh it ran are gone with the submit
 
     down = make("down", "CLUSTER=hetero", "PURGE=1", env=env, timeout=300)
     assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]

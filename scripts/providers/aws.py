@@ -6,6 +6,7 @@ rules Ray and the schema miss are checked here, on the values and on the rendere
 """
 
 import copy
+import os
 import shlex
 import signal
 import subprocess
@@ -627,9 +628,20 @@ def job_address(record: dict):
             time.sleep(0.5)
         yield f"http://127.0.0.1:{port}", "python", None
     finally:
-        tunnel.terminate()
+        # `ray dashboard` runs ssh as its child: stop the whole process group, or the ssh
+        # holding the forwarded port would outlive it.
+        stop_group(tunnel)
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """Stop a process started with start_new_session=True, and everything it started."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
-            tunnel.wait(timeout=10)
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=10)
+            break
         except subprocess.TimeoutExpired:
-            tunnel.kill()
-            tunnel.wait()
+            continue
