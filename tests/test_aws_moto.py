@@ -323,3 +323,31 @@ def test_preflight_notes_a_quota_it_cannot_read_and_goes_on(hetero_values):
     assert [n.split(":")[0] for n in found["notes"]] == [
         "quota L-DB2E81BA (Running On-Demand G and VT instances) not checked",
         "quota L-1216C47A (Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances) not checked"]
+
+
+def test_ssh_cidr_restricts_ssh_and_ray_adds_no_rule_of_its_own(home, hetero_values):
+    import yaml
+
+    from scripts.build import build_text
+    from scripts.errors import KitError
+    from scripts.providers import aws
+
+    hetero_values["aws"]["ssh_cidr"] = "203.0.113.0/24"
+    with mock_aws():
+        pinned, _ = aws.preflight(checked(hetero_values))
+        assert pinned["aws"]["subnet_ids"]  # the group's VPC is the one Ray launches in
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        group = aws.create_ssh_group(ec2, pinned)
+        _, provider, ec2, launched = launch_every_node_type(
+            "hetero", build_text("hetero", yaml.safe_dump(pinned).encode()).config)
+        for instance in launched.values():  # Ray found the kit's group by its name and used it
+            assert [g["GroupId"] for g in instance["SecurityGroups"]] == [group]
+        rules = ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"][0]["IpPermissions"]
+        ssh = [r for r in rules if r.get("FromPort") == 22]
+        assert [[ip["CidrIp"] for ip in r["IpRanges"]] for r in ssh] == [["203.0.113.0/24"]]
+        assert not any(ip["CidrIp"] == "0.0.0.0/0" for r in rules for ip in r.get("IpRanges", []))
+        assert aws.create_ssh_group(ec2, pinned) == group  # a second `make up` reuses it
+        pinned["aws"]["ssh_cidr"] = "198.51.100.0/24"
+        with pytest.raises(KitError, match="exists with SSH open to 203.0.113.0/24, not 198.51.100.0/24"):
+            aws.create_ssh_group(ec2, pinned)
+        provider.terminate_nodes(list(provider.non_terminated_nodes({})))

@@ -99,6 +99,11 @@ VALUE_CASES = [
     ("an IAM profile ARN of a user", "hetero",
      lambda v: set_path(v, "aws.iam_instance_profile", "arn:aws:iam::123456789012:user/me"),
      "aws.iam_instance_profile"),
+    ("ssh_cidr that is no range", "hetero", lambda v: set_path(v, "aws.ssh_cidr", "10.0.0.300/8"),
+     "aws.ssh_cidr"),
+    ("ssh_cidr for a group the kit does not create", "hetero",
+     lambda v: v["aws"].update(ssh_cidr="203.0.113.0/24", security_group_ids=["sg-01234567"]),
+     "aws.ssh_cidr: applies to the group the kit creates"),
     ("newline in region", "hetero",
      lambda v: set_path(v, "aws.region", "us-east-1\nfoo: bar"), "aws.region"),
     ("worker type name that adds a node type", "hetero",
@@ -400,6 +405,7 @@ def every_field_set(cluster: str) -> dict:
         values["aws"] |= {"availability_zone": "us-east-1a", "image_id": "ami-0123456789abcdef0",
                           "key_pair": "mine", "subnet_ids": ["subnet-0123456789abcdef0"],
                           "security_group_ids": ["sg-01234567"], "iam_instance_profile": "ray-head"}
+        values["aws"]["ssh_cidr"] = None  # a string field, but it cannot go with security_group_ids
         values["docker"]["extra_run_options"] = ["--cap-add=SYS_PTRACE"]
     return values
 

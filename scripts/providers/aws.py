@@ -96,6 +96,10 @@ def value_problems(values: dict) -> list[str]:
             if {".", ".."} & set(volume[side].split("/")):
                 problems.append(f"docker.volumes[{i}].{side}: {short(volume[side])} has a '.' or "
                                 "'..' part; write the path without them")
+    if aws["ssh_cidr"] and aws["security_group_ids"]:
+        problems.append("aws.ssh_cidr: applies to the group the kit creates, but "
+                        "aws.security_group_ids names your own; set the SSH rule in your group, "
+                        "or drop security_group_ids")
     for i, option in enumerate(docker["extra_run_options"]):
         if option.split("=")[0] in ("--volume", "--mount"):
             problems.append(f"docker.extra_run_options[{i}]: mounts go in docker.volumes, "
@@ -395,6 +399,9 @@ def preflight(values: dict) -> tuple[dict, list[str]]:
     found = check_account(values)
     pinned = copy.deepcopy(values)
     pinned["aws"]["availability_zone"] = found["availability_zone"]
+    if values["aws"]["ssh_cidr"] and not values["aws"]["subnet_ids"]:
+        # the kit creates the SSH group in this subnet's VPC: Ray must launch there too
+        pinned["aws"]["subnet_ids"] = [found["subnet"]]
     how = "as set" if values["aws"]["availability_zone"] else "picked: it offers every instance type"
     summary = (f"preflight: account {found['account']}, zone {found['availability_zone']} ({how}), "
                f"subnet {found['subnet']} usable"
@@ -464,6 +471,10 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
               "ray_role": values["aws"]["iam_instance_profile"] is None}
     state.save(cluster, record, config_text)  # from here on, `make down` can stop it
     stop_hint = f"instances of '{cluster}' may be running: `make down CLUSTER={cluster}` stops them"
+    if values["aws"]["ssh_cidr"]:
+        import boto3
+
+        create_ssh_group(boto3.client("ec2", region_name=record["region"]), values)
     try:
         code = run_ray(["up", "-y", "--no-config-cache", "--disable-usage-stats",
                         str(state.config_path(cluster))])
@@ -493,6 +504,35 @@ def joined_workers(record: dict) -> dict[str, int]:
                 node_type = tags.get(TAG_USER_TYPE, "?")
                 counts[node_type] = counts.get(node_type, 0) + 1
     return counts
+
+
+def create_ssh_group(ec2, values: dict) -> str:
+    """The cluster's security group with SSH from aws.ssh_cidr only, plus all traffic
+    between the cluster's own nodes. Ray adds its default rules (SSH from anywhere) only to
+    a group that has none, so it leaves this one as it is. Purged by `make down PURGE=1`."""
+    aws, name = values["aws"], f"ray-{values['cluster_name']}"
+    vpc = ec2.describe_subnets(SubnetIds=aws["subnet_ids"][:1])["Subnets"][0]["VpcId"]
+    ssh = {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22,
+           "IpRanges": [{"CidrIp": aws["ssh_cidr"], "Description": "SSH (aws.ssh_cidr)"}]}
+    found = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": [name]},
+                                                  {"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]
+    if found:
+        group = found[0]
+        ssh_sources = {r["CidrIp"] for p in group["IpPermissions"] if p.get("FromPort") == 22
+                       for r in p.get("IpRanges", [])}
+        if ssh_sources != {aws["ssh_cidr"]}:
+            raise KitError(f"security group {name} ({group['GroupId']}) exists with SSH open to "
+                           f"{', '.join(sorted(ssh_sources)) or 'nobody'}, not {aws['ssh_cidr']}; "
+                           f"`make down CLUSTER=... PURGE=1` (or delete it), then `make up` again")
+        return group["GroupId"]
+    group_id = ec2.create_security_group(
+        GroupName=name, VpcId=vpc, Description=f"Ray cluster {values['cluster_name']} (ray-kit)",
+        TagSpecifications=[{"ResourceType": "security-group", "Tags": [
+            {"Key": "ray-kit-cluster", "Value": values["cluster_name"]}]}])["GroupId"]
+    own_nodes = {"IpProtocol": "-1", "UserIdGroupPairs": [
+        {"GroupId": group_id, "Description": "the cluster's own nodes"}]}
+    ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[ssh, own_nodes])
+    return group_id
 
 
 def wait_until_ready(record: dict, joined=joined_workers, poll_s: float = READY_POLL_S) -> None:
