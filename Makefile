@@ -7,17 +7,19 @@ ARGS    ?=#              flags for the job, split as a shell would: ARGS="--step
 TIMEOUT ?=#              stop a submitted job after this many seconds (empty: no limit)
 DRY_RUN ?=#              1: `make up` prints what it would launch, and launches nothing
 PURGE   ?=#              1: `make down` on AWS also deletes the cluster's security group
+ID      ?=#              a job's id, for `make logs` and `make stop-job` (`make jobs` lists them)
+FOLLOW  ?=#              1: `make logs` follows the job until it ends
 PYTHON  ?= python3#      the interpreter that creates .venv (3.11)
 
 # The variables reach the kit through its environment, never through a shell line: their
 # raw text ($(value ...): make expands nothing in it) is exported as KIT_*, so quotes, `$`,
 # backticks and `;` are data. The originals are not exported: make would expand them on
 # the way (running a `$(shell ...)` in them). scripts/inputs.py checks each one.
-unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE PYTHON
+unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW PYTHON
 # Make exports every variable set on its command line, expanding it on the way: any other
 # name given there (or an attempt to replace the kit's own variables below) could run
 # shell code before a recipe starts. Refuse it before anything runs.
-USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE PYTHON
+USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW PYTHON
 $(foreach v,$(.VARIABLES),$(if $(and $(filter command line,$(origin $(v))),$(filter-out $(USER_VARIABLES),$(v))),\
   $(error error: $(v) is not a variable of this Makefile; use $(USER_VARIABLES), see `make help`)))
 export KIT_CLUSTER := $(value CLUSTER)
@@ -26,6 +28,8 @@ export KIT_ARGS    := $(value ARGS)
 export KIT_TIMEOUT := $(value TIMEOUT)
 export KIT_DRY_RUN := $(value DRY_RUN)
 export KIT_PURGE   := $(value PURGE)
+export KIT_ID      := $(value ID)
+export KIT_FOLLOW  := $(value FOLLOW)
 export KIT_PYTHON  := $(value PYTHON)
 
 VENV  := .venv
@@ -34,7 +38,7 @@ STAMP := $(VENV)/.installed
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render preflight up status submit down run demo test test-adaptdl bench-data bench-wait clean
+.PHONY: help setup validate render preflight up status submit jobs logs stop-job down run demo test test-adaptdl bench-data bench-wait clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -66,8 +70,17 @@ up: $(STAMP) ## preflight, then start CLUSTER and wait until ready (DRY_RUN=1: o
 status: $(STAMP) ## show nodes and resources of CLUSTER
 	@$(KIT) status
 
-submit: $(STAMP) ## run JOB on CLUSTER with ARGS; exits with the job's code
+submit: $(STAMP) ## run JOB on CLUSTER with ARGS; exits with the job's code; keeps its summary in build/results/
 	@$(KIT) submit
+
+jobs: $(STAMP) ## the jobs of CLUSTER: id, status, start, duration
+	@$(KIT) jobs
+
+logs: $(STAMP) ## a job's logs: the latest, or ID=...; FOLLOW=1 follows it
+	@$(KIT) logs
+
+stop-job: $(STAMP) ## stop the job ID=... on CLUSTER
+	@$(KIT) stop-job
 
 down: $(STAMP) ## stop what `make up` started, check nothing runs (AWS: PURGE=1 deletes its security group)
 	@$(KIT) down
@@ -101,5 +114,5 @@ bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataL
 bench-wait: $(STAMP) ## the trainer's data wait with light preprocessing on CLUSTER (< 5%, no stalls)
 	@$(PY) -m scripts.bench_wait
 
-clean: $(STAMP) ## remove build/, keeping the records of clusters that may still be running
+clean: $(STAMP) ## remove build/, keeping records of clusters that may be running and job summaries
 	@$(KIT) clean

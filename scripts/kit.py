@@ -7,7 +7,11 @@
   up        preflight, then start CLUSTER and wait until it is ready (DRY_RUN=1:
             print what would be launched, launch nothing)
   status    nodes and resources of a running CLUSTER
-  submit    run jobs/<JOB>/main.py on CLUSTER; exit with the job's exit code
+  submit    run jobs/<JOB>/main.py on CLUSTER; exit with the job's exit code; its summary
+            (RESULT line) is kept in build/results/
+  jobs      the jobs of CLUSTER: id, status, start, duration
+  logs      a job's logs (ID=..., default the latest; FOLLOW=1 follows it)
+  stop-job  stop the job ID=...
   down      stop what `up` started (local: its processes; aws: `ray down`, checked; PURGE=1:
             also the cluster's security group)
   run       up + submit + down; down runs, through Ctrl-C and SIGTERM, if this run launched
@@ -18,7 +22,9 @@ KIT_TIMEOUT), or from --cluster/--job/--args/--timeout; scripts/inputs.py checks
 """
 
 import argparse
+import asyncio
 import os
+import re
 import shutil
 import signal
 import sys
@@ -33,9 +39,12 @@ from scripts import state, submit
 from scripts.build import build, build_text
 from scripts.errors import KitError
 from scripts.inputs import check_name, job_dir, parse_timeout, split_args, values_file
-from scripts.paths import BUILD, LAUNCHED, LOGS, RENDERED
+from scripts.paths import BUILD, LAUNCHED, LOGS, RENDERED, RESULTS
 from scripts.providers import PROVIDERS, local
+from scripts.ray_cli import use_auth_in_this_process
 from scripts.values import parse_yaml
+
+JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def cmd_validate(a) -> int:
@@ -173,7 +182,57 @@ def cmd_submit(a) -> int:
 
 def submit_to(record: dict, job: str, args: list[str], timeout: float | None) -> int:
     with PROVIDERS[record["provider"]].job_address(record) as (address, python, token):
-        return submit.submit(address, job, args, python, token, timeout_s=timeout)
+        return submit.submit(address, job, args, python, token, timeout_s=timeout,
+                             results_dir=RESULTS)
+
+
+@contextmanager
+def job_client(cluster: str):
+    """Ray's job client for a running cluster, through the provider's address (a tunnel
+    on AWS); a lost connection or an unknown job is one error line."""
+    from ray.job_submission import JobSubmissionClient
+
+    record = require_record(cluster)
+    with PROVIDERS[record["provider"]].job_address(record) as (address, _, token):
+        use_auth_in_this_process(token)
+        try:
+            yield JobSubmissionClient(address)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise KitError(f"cluster '{cluster}': {str(e).splitlines()[0][:200]}") from None
+
+
+def job_id(text: str) -> str:
+    if not JOB_ID.fullmatch(text):
+        raise KitError(f"ID={text[:40]!r} is not a job id; `make jobs` lists them")
+    return text
+
+
+def cmd_jobs(a) -> int:
+    with job_client(a.cluster) as client:
+        print("\n".join(submit.job_table(client)))
+    return 0
+
+
+def cmd_logs(a) -> int:
+    follow = flag("FOLLOW", a.follow)
+    chosen = job_id(a.id) if a.id else None
+    with job_client(a.cluster) as client:
+        submission_id = chosen or submit.latest_job(client)
+        if follow:
+            asyncio.run(submit.stream_logs(client, submission_id, []))
+        else:
+            print(client.get_job_logs(submission_id), end="")
+    return 0
+
+
+def cmd_stop_job(a) -> int:
+    if not a.id:
+        raise KitError("set ID= to the job to stop; `make jobs` lists them")
+    submission_id = job_id(a.id)
+    with job_client(a.cluster) as client:
+        stopped = client.stop_job(submission_id)
+        print(f"job {submission_id}: " + ("stop requested" if stopped else "had already ended"))
+    return 0
 
 
 def cmd_run(a) -> int:
@@ -211,7 +270,7 @@ def cmd_clean(a) -> int:
     kept = state.launched_clusters()
     if BUILD.is_dir():
         for child in BUILD.iterdir():
-            if child == LAUNCHED and kept:
+            if (child == LAUNCHED and kept) or child == RESULTS:  # records and summaries stay
                 continue
             shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     if kept:
@@ -221,7 +280,8 @@ def cmd_clean(a) -> int:
 
 
 COMMANDS = {"validate": cmd_validate, "render": cmd_render, "preflight": cmd_preflight,
-            "up": cmd_up, "status": cmd_status,
+            "up": cmd_up, "status": cmd_status, "jobs": cmd_jobs, "logs": cmd_logs,
+            "stop-job": cmd_stop_job,
             "submit": cmd_submit, "down": cmd_down, "run": cmd_run, "clean": cmd_clean}
 
 
@@ -245,6 +305,9 @@ def parse(argv) -> argparse.Namespace:
                    help="1: `up` prints what it would launch and launches nothing (DRY_RUN)")
     p.add_argument("--purge", default=env.get("KIT_PURGE", ""),
                    help="1: `down` also deletes the cluster's own security group (PURGE)")
+    p.add_argument("--id", default=env.get("KIT_ID", ""), help="a job's submission id (ID)")
+    p.add_argument("--follow", default=env.get("KIT_FOLLOW", ""),
+                   help="1: `logs` follows the job until it ends (FOLLOW)")
     return p.parse_args(argv)
 
 

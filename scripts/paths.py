@@ -1,5 +1,6 @@
 """Where the kit's files live. BUILD holds what the kit writes: rendered configs
-(build/clusters/), the records of launched clusters (build/launched/) and logs; tests
+(build/clusters/), the records of launched clusters (build/launched/), jobs' summaries
+(build/results/) and logs; tests
 point RAYKIT_BUILD_DIR elsewhere so that they never touch a cluster a user has up."""
 
 import os
@@ -13,3 +14,4 @@ BUILD = Path(os.environ.get("RAYKIT_BUILD_DIR") or REPO / "build").resolve()
 RENDERED = BUILD / "clusters"
 LAUNCHED = BUILD / "launched"
 LOGS = BUILD / "logs"
+RESULTS = BUILD / "results"  # a copy of every submitted job's summary; `make clean` keeps it

@@ -11,6 +11,7 @@ import json
 import shlex
 import time
 import uuid
+from pathlib import Path
 
 from scripts.errors import KitError, short
 from scripts.inputs import job_dir
@@ -24,8 +25,10 @@ FINAL_STATUS_WAIT_S = 30
 
 
 def submit(address: str, job: str, args: list[str], python: str, auth_token: str | None,
-           timeout_s: float | None = None, env_vars: dict | None = None) -> int:
-    """Run jobs/<job>/main.py on the cluster; block, streaming logs; return its exit code."""
+           timeout_s: float | None = None, env_vars: dict | None = None,
+           results_dir: Path | None = None) -> int:
+    """Run jobs/<job>/main.py on the cluster; block, streaming logs; return its exit code.
+    The job's RESULT line, if it printed one, is kept in results_dir/<submission id>.json."""
     from ray.job_submission import JobSubmissionClient
 
     workdir = job_dir(job)
@@ -41,8 +44,9 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise KitError(f"could not submit to {address}: {short(str(e), 200)}") from None
     print(f"job {submission_id}: {entrypoint}", flush=True)
+    seen: list[str] = []
     try:
-        asyncio.run(asyncio.wait_for(stream_logs(client, submission_id), timeout_s))
+        asyncio.run(asyncio.wait_for(stream_logs(client, submission_id, seen), timeout_s))
     except (TimeoutError, asyncio.TimeoutError):
         stop(client, submission_id)
         raise KitError(f"job {submission_id} ran past its {timeout_s:g} s limit "
@@ -53,9 +57,27 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     except Exception as e:  # the dashboard went away mid-job: the head died, or the tunnel
         raise lost(submission_id, e) from None
     try:
-        return exit_code(client, submission_id)
+        code = exit_code(client, submission_id)
     except Exception as e:  # ... or right after the logs ended
         raise lost(submission_id, e) from None
+    if results_dir is not None:
+        keep_result(results_dir, submission_id, job, args, code, "".join(seen))
+    return code
+
+
+def keep_result(results_dir: Path, submission_id: str, job: str, args: list[str], code: int,
+                output: str) -> None:
+    """A copy of the job's summary on this machine, even when the job ran on AWS."""
+    from scripts.state import write_atomic
+
+    try:
+        result = result_line(output)
+    except KitError:
+        return  # the job printed no summary (it failed early, or prints none)
+    path = results_dir / f"{submission_id}.json"
+    write_atomic(path, json.dumps({"submission_id": submission_id, "job": job, "args": args,
+                                   "exit_code": code, "result": result}, indent=2) + "\n", 0o644)
+    print(f"summary kept in {path}", flush=True)
 
 
 def lost(submission_id: str, error: Exception) -> KitError:
@@ -64,9 +86,31 @@ def lost(submission_id: str, error: Exception) -> KitError:
                     "whether it is still up")
 
 
-async def stream_logs(client, submission_id: str) -> None:
+async def stream_logs(client, submission_id: str, seen: list[str]) -> None:
     async for lines in client.tail_job_logs(submission_id):
         print(lines, end="", flush=True)
+        seen += [line for line in lines.splitlines(keepends=True) if line.startswith(RESULT_PREFIX)]
+
+
+def job_table(client) -> list[str]:
+    """`make jobs`: one line per job, newest first: id, status, start, duration."""
+    import datetime
+
+    lines = []
+    for info in sorted(client.list_jobs(), key=lambda i: i.start_time or 0, reverse=True):
+        started = (datetime.datetime.fromtimestamp(info.start_time / 1000).strftime("%Y-%m-%d %H:%M:%S")
+                   if info.start_time else "-")
+        end = info.end_time or (time.time() * 1000 if info.start_time else None)
+        duration = f"{(end - info.start_time) / 1000:.0f} s" if info.start_time and end else "-"
+        lines.append(f"{info.submission_id or info.job_id:<28} {info.status.value:<10} {started}  {duration}")
+    return lines or ["(no jobs)"]
+
+
+def latest_job(client) -> str:
+    jobs = [i for i in client.list_jobs() if i.submission_id]
+    if not jobs:
+        raise KitError("no job has run on this cluster yet; `make submit` one")
+    return max(jobs, key=lambda i: i.start_time or 0).submission_id
 
 
 def stop(client, submission_id: str) -> None:

@@ -295,6 +295,9 @@ MAKE_CASES = [
     ("NaN TIMEOUT", "submit", ["TIMEOUT=nan"], "TIMEOUT="),
     ("DRY_RUN that is not 0 or 1", "up", [f"DRY_RUN=1; touch {MARK}"], "DRY_RUN="),
     ("PURGE that is not 0 or 1", "down", ["PURGE=yes"], "PURGE="),
+    ("shell in a job ID", "logs", [f"ID=x; touch {MARK}"], "ID="),
+    ("stop-job without an ID", "stop-job", [], "set ID="),
+    ("FOLLOW that is not 0 or 1", "logs", ["FOLLOW=always"], "FOLLOW="),
 ]
 
 

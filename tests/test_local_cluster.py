@@ -49,6 +49,47 @@ def test_hostile_args_reach_the_job_as_text(cluster_env, tmp_path):
     assert not mark.exists()
 
 
+def test_summaries_are_kept_and_jobs_and_logs_are_listed(cluster_env):
+    env, state = cluster_env
+    run = make("submit", "CLUSTER=local", "JOB=smoke", "ARGS=--tasks 2", env=env, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:]
+    kept_path = re.search(r"^summary kept in (\S+)$", run.stdout, re.M).group(1)
+    kept = json.load(open(kept_path))
+    assert kept_path.startswith(os.path.join(state["build_dir"], "results"))
+    assert kept["job"] == "smoke" and kept["exit_code"] == 0 and kept["args"] == ["--tasks", "2"]
+    assert kept["result"] == result_line(run.stdout)
+    submission = kept["submission_id"]
+
+    jobs = make("jobs", "CLUSTER=local", env=env)
+    assert jobs.returncode == 0 and jobs.stdout.splitlines()[0].split()[:2] == [submission, "SUCCEEDED"]
+    for by in ([], [f"ID={submission}"]):  # the latest job, or one by its id
+        logs = make("logs", "CLUSTER=local", *by, env=env)
+        assert logs.returncode == 0 and "RESULT " in logs.stdout
+    unknown = make("logs", "CLUSTER=local", "ID=smoke-00000000", env=env)
+    errors = [line for line in unknown.stderr.splitlines() if line.startswith("error:")]
+    assert unknown.returncode != 0 and len(errors) == 1 and "Traceback" not in unknown.stderr
+
+
+def test_stop_job_stops_a_running_job(cluster_env):
+    env, _ = cluster_env
+    proc = subprocess.Popen(["make", "--no-print-directory", "submit", "CLUSTER=local", "JOB=smoke",
+                             "ARGS=--tasks 1 --sleep 120"], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    submission = None
+    for line in proc.stdout:
+        started = re.match(r"job (\S+): ", line)
+        if started and submission is None:
+            submission = started.group(1)
+        if line.startswith("RESULT "):
+            break
+    stop = make("stop-job", "CLUSTER=local", f"ID={submission}", env=env)
+    assert stop.returncode == 0 and f"job {submission}: stop requested" in stop.stdout
+    proc.stdout.read()
+    assert proc.wait(timeout=120) != 0
+    jobs = make("jobs", "CLUSTER=local", env=env)
+    assert [line.split()[1] for line in jobs.stdout.splitlines() if line.startswith(submission)] == ["STOPPED"]
+
+
 def test_a_failing_job_fails_make_submit(cluster_env):
     env, _ = cluster_env
     run = make("submit", "CLUSTER=local", "JOB=smoke", "ARGS=--fail-with 3", env=env, timeout=300)
