@@ -50,6 +50,16 @@ def make(*args: str, env: dict | None = None, timeout: float = 600) -> subproces
                           capture_output=True, text=True, timeout=timeout)
 
 
+def remove_private_dir(text: str) -> None:
+    """Remove the private temp dir (/tmp/raykit-XXXXXXXX) named in `text`, once its
+    cluster is stopped: `make down` keeps it for the user's sake (logs), a test need not."""
+    import re
+    import shutil
+
+    for found in set(re.findall(r"/tmp/raykit-[A-Za-z0-9_]{8}(?=/ray)", text)):
+        shutil.rmtree(found, ignore_errors=True)
+
+
 def processes_of(state: dict) -> list:
     """The live processes of the local cluster that `state` (from local_cluster_up) names."""
     from scripts.providers.local import cluster_processes
@@ -73,3 +83,4 @@ def local_cluster_up(build_dir: Path):
     assert down.returncode == 0, down.stdout + down.stderr
     assert processes_of(state) == []
     assert not (build_dir / "launched" / "local.json").exists()
+    remove_private_dir(state["temp_dir"])

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import REPO, local_cluster_up, make, processes_of
+from conftest import REPO, local_cluster_up, make, processes_of, remove_private_dir
 from scripts.submit import result_line
 
 
@@ -24,9 +24,16 @@ def cluster_env(tmp_path_factory):
 
 
 def test_up_reports_every_node(cluster_env):
+    """`make up` returned once every node was alive in the GCS; `make status` shows the
+    autoscaler's report, which trails it by an update (a second here)."""
     env, state = cluster_env
-    status = make("status", "CLUSTER=local", env=env)
-    assert " 1 ray.head.default" in status.stdout and " 2 cpu_worker" in status.stdout
+    deadline = time.monotonic() + 15
+    while True:
+        status = make("status", "CLUSTER=local", env=env)
+        if " 2 cpu_worker" in status.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert " 1 ray.head.default" in status.stdout and " 2 cpu_worker" in status.stdout, status.stdout
 
 
 def test_tasks_spread_over_workers_and_trainer_lands_on_head(cluster_env):
@@ -148,6 +155,7 @@ def test_run_tears_down_after_a_failing_job(tmp_path):
     assert re.search(r"logs (/tmp/raykit-\S+)/session_latest", run.stdout)
     assert not (tmp_path / "launched" / "local.json").exists()
     assert processes_of({"cluster": "local", "build_dir": str(tmp_path)}) == []
+    remove_private_dir(run.stdout)
 
 
 def test_teardown_finishes_through_repeated_sigint_and_sigterm(tmp_path):
@@ -177,6 +185,7 @@ def test_teardown_finishes_through_repeated_sigint_and_sigterm(tmp_path):
     assert "tearing down 'local'" in text and "processes stopped" in text, text[-3000:]
     assert not (tmp_path / "launched" / "local.json").exists()
     assert processes_of({"cluster": "local", "build_dir": str(tmp_path)}) == []
+    remove_private_dir(text)
 
 
 def test_up_is_refused_while_another_holds_the_lock(tmp_path):

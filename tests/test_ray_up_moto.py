@@ -34,7 +34,10 @@ def standin_head(tmp_path):
     import subprocess
     import tempfile
 
+    import shutil
+
     dashboard = free_port()
+    private = tempfile.mkdtemp(prefix="raykit-")
     marker = local.cluster_id("standin-head", tmp_path)
     env = ray_env(None, {local.MARKER: marker,
                          "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"})
@@ -44,7 +47,7 @@ def standin_head(tmp_path):
                     f"--ray-client-server-port={free_port()}",
                     f"--dashboard-agent-listen-port={free_port()}",
                     f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
-                    f"--temp-dir={tempfile.mkdtemp(prefix='raykit-')}/ray", "--num-cpus=3",
+                    f"--temp-dir={private}/ray", "--num-cpus=3",
                     '--resources={"trainer": 1, "preprocess": 2}', "--object-store-memory=500000000"],
                    env=env, check=True, capture_output=True, timeout=120, start_new_session=True)
     try:
@@ -52,6 +55,7 @@ def standin_head(tmp_path):
     finally:
         local.stop_processes(local.cluster_processes("standin-head", build=tmp_path))
         assert local.cluster_processes("standin-head", build=tmp_path) == []
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def stand_in_autoscaler(endpoint: str, stop: threading.Event) -> None:
