@@ -20,6 +20,7 @@ NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 NAME_RULE = "lowercase letters, digits, '_' and '-', starting with a letter, at most 40"
 MAX_ARGS_CHARS = 4096
 MAX_TIMEOUT_S = 7 * 24 * 3600
+JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def check_name(variable: str, value: str) -> str:
@@ -86,3 +87,17 @@ def parse_timeout(text: str | None) -> float | None:
         raise KitError(f"TIMEOUT={short(text)} is not a number of seconds between 0 and "
                        f"{MAX_TIMEOUT_S}; set e.g. TIMEOUT=600, or leave it empty for no limit")
     return seconds
+
+
+def flag(variable: str, text: str) -> bool:
+    """A yes/no Make variable (DRY_RUN, PURGE, FOLLOW): 1, or 0/empty."""
+    if text not in ("", "0", "1"):
+        raise KitError(f"{variable}={text[:20]!r}: set {variable}=1, or leave it out")
+    return text == "1"
+
+
+def job_id(text: str) -> str:
+    """ID: a job's submission id, as `make jobs` lists it."""
+    if not JOB_ID.fullmatch(text):
+        raise KitError(f"ID={text[:40]!r} is not a job id; `make jobs` lists them")
+    return text

@@ -24,7 +24,6 @@ KIT_TIMEOUT), or from --cluster/--job/--args/--timeout; scripts/inputs.py checks
 import argparse
 import asyncio
 import os
-import re
 import shutil
 import signal
 import sys
@@ -38,13 +37,12 @@ import yaml
 from scripts import state, submit
 from scripts.build import build, build_text
 from scripts.errors import KitError
-from scripts.inputs import check_name, job_dir, parse_timeout, split_args, values_file
+from scripts.inputs import (check_name, flag, job_dir, job_id, parse_timeout, split_args,
+                            values_file)
 from scripts.paths import BUILD, LAUNCHED, LOGS, RENDERED, RESULTS
 from scripts.providers import PROVIDERS, local
 from scripts.ray_cli import use_auth_in_this_process
 from scripts.values import parse_yaml
-
-JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def cmd_validate(a) -> int:
@@ -95,13 +93,6 @@ def print_plan(built) -> int:
     print("\n".join(built.provider.plan(built.values, built.config)))
     print(f"total ~${low:.2f}/h with min_workers, up to ~${high:.2f}/h at max_workers")
     return 0
-
-
-def flag(variable: str, text: str) -> bool:
-    """A yes/no Make variable: 1, or 0/empty."""
-    if text not in ("", "0", "1"):
-        raise KitError(f"{variable}={text[:20]!r}: set {variable}=1, or leave it out")
-    return text == "1"
 
 
 def refuse_if_up(cluster: str) -> None:
@@ -199,12 +190,6 @@ def job_client(cluster: str):
             yield JobSubmissionClient(address)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise KitError(f"cluster '{cluster}': {str(e).splitlines()[0][:200]}") from None
-
-
-def job_id(text: str) -> str:
-    if not JOB_ID.fullmatch(text):
-        raise KitError(f"ID={text[:40]!r} is not a job id; `make jobs` lists them")
-    return text
 
 
 def cmd_jobs(a) -> int:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 
 from scripts import catalog, state
 from scripts.errors import KitError, short
+from scripts.providers.aws_preflight import NO_CREDENTIALS
 from scripts.paths import REPO
 from scripts.ray_cli import free_port, port_open, ray_cli, ray_env
 
@@ -440,8 +441,7 @@ def require_credentials() -> None:
     except botocore.exceptions.BotoCoreError as e:
         raise KitError(f"AWS credentials: {short(str(e), 120)}; fix your AWS configuration") from None
     if found is None:
-        raise KitError("no AWS credentials found; run `aws configure` (or set AWS_PROFILE), "
-                       "then try again")
+        raise KitError(NO_CREDENTIALS)
 
 
 def run_ray(args: list[str]) -> int:

@@ -20,6 +20,8 @@ from scripts import catalog
 from scripts.errors import KitError, short
 from scripts.values import joined
 
+NO_CREDENTIALS = "no AWS credentials found; run `aws configure` (or set AWS_PROFILE), then try again"
+
 # EC2's vCPU quotas (Service Quotas, service code "ec2") by instance family and market.
 VCPU_QUOTAS = {
     ("standard", "on-demand"): ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"),
@@ -133,8 +135,7 @@ def caller_account(sts) -> str:
     try:
         return sts.get_caller_identity()["Account"]
     except botocore.exceptions.NoCredentialsError:
-        raise KitError("no AWS credentials found; run `aws configure` (or set AWS_PROFILE), "
-                       "then try again") from None
+        raise KitError(NO_CREDENTIALS) from None
     except botocore.exceptions.EndpointConnectionError as e:
         raise KitError(f"could not reach AWS ({short(str(e), 160)[1:-1]}); check your "
                        "network and AWS_ENDPOINT_URL") from None

@@ -238,9 +238,7 @@ def wait_until_ready(record: dict) -> None:
 
 
 def status(record: dict) -> int:
-    if not is_running(record):
-        raise KitError(f"local cluster '{record['cluster']}' is not running (its record is "
-                       f"stale); run `make down CLUSTER={record['cluster']}` then `make up`")
+    require_running(record)
     result = subprocess.run([ray_cli(), "status", f"--address={record['gcs_address']}"],
                             env=ray_env(record["auth_token"]), capture_output=True, text=True,
                             timeout=60)
@@ -250,14 +248,18 @@ def status(record: dict) -> int:
 
 @contextmanager
 def job_address(record: dict):
-    if not cluster_processes(record["cluster"]):
-        raise KitError(f"local cluster '{record['cluster']}' is not running (its record is "
-                       f"stale); run `make down CLUSTER={record['cluster']}` then `make up`")
+    require_running(record)
     yield record["dashboard_url"], sys.executable, record["auth_token"]
 
 
 def is_running(record: dict) -> bool:
     return bool(cluster_processes(record["cluster"]))
+
+
+def require_running(record: dict) -> None:
+    if not is_running(record):
+        raise KitError(f"local cluster '{record['cluster']}' is not running (its record is "
+                       f"stale); run `make down CLUSTER={record['cluster']}` then `make up`")
 
 
 def down(cluster: str, record: dict | None, purge: bool = False) -> str:
