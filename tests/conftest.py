@@ -84,3 +84,26 @@ def local_cluster_up(build_dir: Path):
     assert processes_of(state) == []
     assert not (build_dir / "launched" / "local.json").exists()
     remove_private_dir(state["temp_dir"])
+
+
+def publish_dlami(ec2, release: str = "20261020") -> str:
+    """Register a Deep Learning Base AMI of that release in moto (in this process, or its
+    server thread) and publish its id as AWS's public SSM parameter, as AWS does in every
+    region. The parameter goes into moto's store directly: its API refuses /aws/ names, as
+    AWS's does. Returns the AMI id."""
+    from datetime import datetime, timezone
+
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ssm.models import Parameter, ssm_backends
+
+    from scripts import catalog
+
+    region = ec2.meta.region_name
+    image_id = ec2.register_image(Name=catalog.DLAMI_NAME + release,
+                                  Description="stand-in DLAMI")["ImageId"]
+    store = ssm_backends[DEFAULT_ACCOUNT_ID][region]._parameters
+    store[catalog.DLAMI_SSM_PARAMETER].append(Parameter(
+        account_id=DEFAULT_ACCOUNT_ID, name=catalog.DLAMI_SSM_PARAMETER, value=image_id,
+        parameter_type="String", description=None, allowed_pattern=None, keyid=None,
+        last_modified_date=datetime.now(timezone.utc), version=1, data_type="aws:ec2:image"))
+    return image_id

@@ -4,10 +4,12 @@ import copy
 
 import boto3
 import pytest
+import yaml
 from moto import mock_aws
 
-from conftest import load_example
-from scripts.build import build
+from conftest import load_example, publish_dlami
+from scripts import catalog
+from scripts.build import build, build_text
 
 
 @pytest.fixture
@@ -179,9 +181,13 @@ def test_down_reports_what_ray_left_behind_and_keeps_the_group_without_purge():
 
 # --- preflight: read-only checks of the account, in moto --------------------------------
 
-def preflight_of(values, **clients):
+def preflight_of(values, dlami: str | None = "20261020", **clients):
+    """The preflight in moto, where AWS's public DLAMI parameter names a release of
+    `dlami` (None: the parameter is missing)."""
     from scripts.providers.aws_preflight import preflight
 
+    if dlami and "ec2" not in clients:
+        publish_dlami(boto3.client("ec2", region_name=values["aws"]["region"]), dlami)
     return preflight(values, **clients)
 
 
@@ -334,6 +340,7 @@ def test_ssh_cidr_restricts_ssh_and_ray_adds_no_rule_of_its_own(home, hetero_val
 
     hetero_values["aws"]["ssh_cidr"] = "203.0.113.0/24"
     with mock_aws():
+        publish_dlami(boto3.client("ec2", region_name="us-east-1"))
         pinned, _ = aws.preflight(checked(hetero_values))
         assert pinned["aws"]["subnet_ids"]  # the group's VPC is the one Ray launches in
         ec2 = boto3.client("ec2", region_name="us-east-1")
@@ -351,3 +358,78 @@ def test_ssh_cidr_restricts_ssh_and_ray_adds_no_rule_of_its_own(home, hetero_val
         with pytest.raises(KitError, match="exists with SSH open to 203.0.113.0/24, not 198.51.100.0/24"):
             aws.create_ssh_group(ec2, pinned)
         provider.terminate_nodes(list(provider.non_terminated_nodes({})))
+
+
+# --- the AMI and its driver -------------------------------------------------------------
+
+def test_image_id_auto_resolves_the_current_dlami_from_aws_public_parameter(hetero_values):
+    with mock_aws():
+        found = preflight_of(checked(hetero_values))
+        image = boto3.client("ec2", region_name="us-east-1").describe_images(
+            ImageIds=[found["image_id"]])["Images"][0]
+        assert found["image_name"] == image["Name"] == catalog.DLAMI_NAME + "20261020"
+        assert not any("not checked" in note and "AMI" in note for note in found["notes"])
+
+
+def test_preflight_pins_the_resolved_ami_for_every_node(hetero_values):
+    from scripts.providers import aws
+
+    with mock_aws():
+        publish_dlami(boto3.client("ec2", region_name="us-east-1"))
+        pinned, lines = aws.preflight(checked(hetero_values))
+    assert pinned["aws"]["image_id"].startswith("ami-")
+    assert f"AMI {pinned['aws']['image_id']} ({catalog.DLAMI_NAME}20261020, the current" in lines[0]
+    config = build_text("hetero", yaml.safe_dump(pinned).encode()).config
+    assert {t["node_config"]["ImageId"] for t in config["available_node_types"].values()} == \
+        {pinned["aws"]["image_id"]}
+
+
+def test_a_current_dlami_with_an_old_driver_is_refused(hetero_values):
+    from scripts.errors import KitError
+
+    with mock_aws(), pytest.raises(KitError) as error:
+        preflight_of(checked(hetero_values), dlami="20250801")  # after 570's release, before 580's
+    assert ("(DLAMI 20250801) has NVIDIA driver 570; torch's CUDA 13.0 needs >= 580 (the Ray "
+            "image's CUDA 12.8 >= 570): set image_id: auto or pin a newer release") in str(error.value)
+
+
+def test_image_id_auto_without_the_parameter_says_what_to_do(hetero_values):
+    from scripts.errors import KitError
+
+    with mock_aws(), pytest.raises(KitError) as error:
+        preflight_of(checked(hetero_values), dlami=None)
+    assert f"aws.image_id: auto could not read {catalog.DLAMI_SSM_PARAMETER}" in str(error.value)
+    assert "ParameterNotFound" in str(error.value)
+
+
+def test_a_pinned_ami_must_exist_in_the_region(hetero_values):
+    from scripts.errors import KitError
+
+    hetero_values["aws"]["image_id"] = "ami-0123456789abcdef0"
+    with mock_aws(), pytest.raises(KitError) as error:
+        preflight_of(checked(hetero_values))
+    assert ("aws.image_id: AMI ami-0123456789abcdef0 does not exist in us-east-1 (or is not "
+            "shared with this account)") in str(error.value)
+
+
+def test_a_pinned_ami_of_another_line_is_noted_not_refused(hetero_values):
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        hetero_values["aws"]["image_id"] = ec2.register_image(Name="my-golden-image")["ImageId"]
+        found = preflight_of(checked(hetero_values))
+    assert found["image_id"] == hetero_values["aws"]["image_id"]
+    assert any("(my-golden-image) is not a Deep Learning Base AMI: its NVIDIA driver is not "
+               "checked; the GPU nodes need >= 580" in note for note in found["notes"])
+
+
+@pytest.mark.parametrize("release,driver", [
+    ("20240101", 570), ("20250505", 570), ("20251030", 570), ("20251031", 580),
+    ("20260106", 580), ("20260428", 595), ("20261020", 595),
+])
+def test_dlami_driver_by_release(release, driver):
+    assert catalog.dlami_driver(catalog.DLAMI_NAME + release) == driver
+
+
+def test_dlami_driver_is_unknown_for_other_names():
+    assert catalog.dlami_driver("Deep Learning AMI GPU PyTorch 2.7 (Ubuntu 22.04) 20251031") is None
+    assert catalog.dlami_driver(catalog.DLAMI_NAME + "2025") is None

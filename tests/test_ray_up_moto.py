@@ -12,7 +12,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from conftest import REPO, make
+from conftest import REPO, make, publish_dlami
 from scripts.providers import local
 from scripts.ray_cli import free_port, ray_cli, ray_env
 
@@ -88,6 +88,7 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
                STANDIN_LOG=str(log),
                STANDIN_DASHBOARD_PORT=str(standin_head),  # where the stand-in ssh -L leads
                PATH=f"{REPO / 'tests' / 'standins'}:{os.environ['PATH']}")
+    dlami = publish_dlami(boto3.client("ec2", endpoint_url=moto_server, region_name="us-east-1"))
     stop = threading.Event()
     autoscaler = threading.Thread(target=stand_in_autoscaler, args=(moto_server, stop))
     autoscaler.start()
@@ -106,6 +107,9 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
     assert "preflight: account 123456789012, zone us-east-1a" in up.stdout
     launched = (tmp_path / "build" / "launched" / "hetero.yaml").read_text()
     assert "availability_zone: \"us-east-1a\"" in launched
+    # image_id: auto was resolved once, from AWS's public parameter: every node boots that AMI
+    assert f"AMI {dlami} (Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20261020" in up.stdout
+    assert launched.count(f"ImageId: \"{dlami}\"") == 2 and "resolve:ssm" not in launched
 
     ec2 = boto3.client("ec2", endpoint_url=moto_server, region_name="us-east-1")
     instances = [i for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]]
@@ -113,7 +117,7 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
     # ray up launched the head; the (stand-in) autoscaler the workers
     assert sorted(i["InstanceType"] for i in running) == ["c5.4xlarge", "c5.4xlarge", "g5.xlarge"]
     head = next(i for i in running if i["InstanceType"] == "g5.xlarge")
-    assert head["Placement"]["AvailabilityZone"] == "us-east-1a"
+    assert head["Placement"]["AvailabilityZone"] == "us-east-1a" and head["ImageId"] == dlami
     tags = {t["Key"]: t["Value"] for t in head["Tags"]}
     assert tags["ray-node-type"] == "head" and tags["ray-cluster-name"] == "hetero"
     assert head["MetadataOptions"]["HttpTokens"] == "required"
@@ -123,7 +127,7 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
 
     remote = log.read_text()
     assert "sudo mkdir -p /mnt/data" in remote  # initialization command, on the host
-    assert "docker run" in remote and "rayproject/ray:2.60.0-py311-gpu" in remote
+    assert "docker run" in remote and "rayproject/ray:2.60.0-py311-cu128" in remote
     assert "-v /mnt/data:/data" in remote and "--shm-size=6g" in remote
     assert "pip install -q --no-cache-dir torch==2.14.1" in remote
     assert "--dashboard-host=127.0.0.1" in remote
@@ -194,6 +198,7 @@ def test_dry_run_says_what_would_launch_and_launches_nothing(moto_server, tmp_pa
     env = dict(os.environ, AWS_ENDPOINT_URL=moto_server, HOME=str(tmp_path),
                RAYKIT_BUILD_DIR=str(tmp_path / "build"))
     ec2 = boto3.client("ec2", endpoint_url=moto_server, region_name="us-east-1")
+    dlami = publish_dlami(ec2)
     before = str(ec2.describe_instances()["Reservations"])
     run = make("up", "CLUSTER=hetero", "DRY_RUN=1", env=env, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -201,8 +206,8 @@ def test_dry_run_says_what_would_launch_and_launches_nothing(moto_server, tmp_pa
         "preflight: account 123456789012, zone us-east-1a (picked: it offers every instance type)")
     assert [line for line in run.stdout.splitlines() if not line.startswith("preflight:")] == [
         "dry run: CLUSTER=hetero would launch (nothing is launched):",
-        "AWS us-east-1, zone us-east-1a, AMI ami-0bbdd5918468148eb",
-        "  ray.head.default: 1 x g5.xlarge, 150 GB gp3, rayproject/ray:2.60.0-py311-gpu, ~$1.02/h each",
+        f"AWS us-east-1, zone us-east-1a, AMI {dlami}",
+        "  ray.head.default: 1 x g5.xlarge, 150 GB gp3, rayproject/ray:2.60.0-py311-cu128, ~$1.02/h each",
         "  cpu_worker: 2-4 x c5.4xlarge, 100 GB gp3, rayproject/ray:2.60.0-py311-cpu, ~$0.69/h each",
         "total ~$2.40/h with min_workers, up to ~$3.79/h at max_workers"]
     assert str(ec2.describe_instances()["Reservations"]) == before

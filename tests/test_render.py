@@ -59,7 +59,7 @@ def test_defaults_come_from_the_schema():
     minimal = {"cluster_name": "mini", "provider": "aws",
                "head": {"instance_type": "g5.xlarge", "disk": {"root_gb": 150}}}
     built = build_text("mini", yaml.safe_dump(minimal).encode())
-    assert built.values["aws"] == {"region": "us-east-1", "availability_zone": None, "image_id": None,
+    assert built.values["aws"] == {"region": "us-east-1", "availability_zone": None, "image_id": "auto",
                                    "key_pair": None, "subnet_ids": [], "security_group_ids": [],
                                    "use_internal_ips": False, "ssh_cidr": None,
                                    "iam_instance_profile": None,
@@ -94,7 +94,9 @@ def test_secure_defaults():
         node_config = node_type["node_config"]
         assert node_config["MetadataOptions"]["HttpTokens"] == "required"
         assert all(m["Ebs"]["Encrypted"] for m in node_config["BlockDeviceMappings"])
-        assert node_config["ImageId"] == catalog.AMI_BY_REGION["us-east-1"]
+        # image_id: auto renders EC2's own reference to AWS's public parameter; `make up`
+        # resolves it once, so that every node of the cluster boots the same AMI
+        assert node_config["ImageId"] == f"resolve:ssm:{catalog.DLAMI_SSM_PARAMETER}"
     start = " ".join(config["head_start_ray_commands"])
     assert "--dashboard-host=127.0.0.1" in start and f"--port={aws.GCS_PORT}" in start
     assert f"RAY_AUTH_MODE={aws.AUTH_MODE}" in start

@@ -84,10 +84,13 @@ def value_problems(values: dict) -> list[str]:
     region = aws["region"]
     if region not in catalog.REGIONS:
         problems.append(f"aws.region: unknown region {short(region)}" + did_you_mean(region, catalog.REGIONS))
-    elif not aws["image_id"] and region not in catalog.AMI_BY_REGION:
-        problems.append(f"aws.image_id: the kit pins no AMI for {region} (only "
-                        f"{', '.join(catalog.AMI_BY_REGION)}); set aws.image_id "
-                        "(scripts/catalog.py says how to look one up)")
+    elif aws["image_id"] in catalog.KNOWN_AMIS:
+        ami_region, ami_name = catalog.KNOWN_AMIS[aws["image_id"]]
+        if ami_region != region:
+            problems.append(f"aws.image_id: {aws['image_id']} is an AMI of {ami_region}, not "
+                            f"{region}; set image_id: auto (the current DLAMI of the region)")
+        else:
+            problems += driver_problems(aws["image_id"], ami_name)
     zone = aws["availability_zone"]
     if zone and zone[:-1] != region:
         problems.append(f"aws.availability_zone: {zone} is not in region {region}; "
@@ -172,6 +175,16 @@ def mix_problems(values: dict, nodes: dict, specs: dict) -> list[str]:
     return problems
 
 
+def driver_problems(image_id: str, ami_name: str) -> list[str]:
+    """The AMI's NVIDIA driver must serve every CUDA on the GPU nodes (scripts/catalog.py)."""
+    driver = catalog.dlami_driver(ami_name)
+    need, why = catalog.gpu_driver_needed()
+    if driver is None or driver >= need:
+        return []
+    return [f"aws.image_id: {image_id} (DLAMI {ami_name[len(catalog.DLAMI_NAME):]}) has NVIDIA "
+            f"driver {driver}; {why}: set image_id: auto or pin a newer release"]
+
+
 def did_you_mean(word: str, choices) -> str:
     import difflib
 
@@ -185,7 +198,10 @@ def template_context(cluster: str, values: dict) -> dict:
     return {
         "region": aws["region"],
         "availability_zone": aws["availability_zone"],
-        "image_id": aws["image_id"] or catalog.AMI_BY_REGION[aws["region"]],
+        # `auto` until `make up` resolves it (the launched config records the id); a
+        # rendered file keeps EC2's own SSM reference, which RunInstances resolves itself.
+        "image_id": (f"resolve:ssm:{catalog.DLAMI_SSM_PARAMETER}" if aws["image_id"] == "auto"
+                     else aws["image_id"]),
         "key_pair": aws["key_pair"],
         "ssh_private_key": f"~/.ssh/{aws['key_pair']}.pem" if aws["key_pair"] else None,
         "ssh_user": aws["ssh_user"],
@@ -400,12 +416,15 @@ def preflight(values: dict) -> tuple[dict, list[str]]:
     found = check_account(values)
     pinned = copy.deepcopy(values)
     pinned["aws"]["availability_zone"] = found["availability_zone"]
+    pinned["aws"]["image_id"] = found["image_id"]
     if values["aws"]["ssh_cidr"] and not values["aws"]["subnet_ids"]:
         # the kit creates the SSH group in this subnet's VPC: Ray must launch there too
         pinned["aws"]["subnet_ids"] = [found["subnet"]]
     how = "as set" if values["aws"]["availability_zone"] else "picked: it offers every instance type"
     summary = (f"preflight: account {found['account']}, zone {found['availability_zone']} ({how}), "
                f"subnet {found['subnet']} usable"
+               + f", AMI {found['image_id']} ({found['image_name']}"
+               + (", the current Deep Learning Base AMI)" if values["aws"]["image_id"] == "auto" else ")")
                + (f", key pair {values['aws']['key_pair']} found" if values["aws"]["key_pair"] else "")
                + ("" if found["notes"] else ", vCPU quotas suffice"))
     return pinned, [summary] + [f"preflight: {note}" for note in found["notes"]]

@@ -9,7 +9,9 @@ zones, and Ray Data's images would then cross zones at a per-GB charge: the pref
 picks one zone that offers every instance type and a usable subnet, and `make up` pins it.
 The vCPU quotas of a new account are often 0 for G and P instances: the preflight counts
 the vCPUs the mix needs at max_workers, plus what already runs, against each quota.
-Not checked yet: the AMI.
+The AMI: `image_id: auto` is resolved from AWS's public SSM parameter; a resolved or
+pinned id must exist in the region, be x86_64, and (for a Deep Learning Base AMI, whose
+name dates the release) ship a driver that the GPU software needs.
 """
 
 from pathlib import Path
@@ -43,15 +45,16 @@ def family(instance_type: str) -> str | None:
     return "standard" if name[0] in "acdhimrtz" else None
 
 
-def preflight(values: dict, ec2=None, sts=None, quotas=None) -> dict:
+def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None) -> dict:
     """Check the account for `values`; return {"account", "availability_zone", "subnet",
-    "notes"} or raise one KitError listing every problem with its fix."""
+    "image_id", "image_name", "notes"} or raise one KitError listing every problem with its fix."""
     import boto3
 
     aws = values["aws"]
     ec2 = ec2 or boto3.client("ec2", region_name=aws["region"])
     sts = sts or boto3.client("sts", region_name=aws["region"])
     quotas = quotas or boto3.client("service-quotas", region_name=aws["region"])
+    ssm = ssm or boto3.client("ssm", region_name=aws["region"])
     account = caller_account(sts)
     types = sorted({values["head"]["instance_type"]}
                    | {w["instance_type"] for w in values["workers"].values()})
@@ -76,10 +79,47 @@ def preflight(values: dict, ec2=None, sts=None, quotas=None) -> dict:
     if aws["key_pair"]:
         problems += key_pair_problems(ec2, aws["key_pair"], aws["region"])
     notes = []
+    image_id, image_name = ami(ec2, ssm, aws, problems, notes)
     problems += quota_problems(ec2, quotas, values, notes)
     if problems:
         raise KitError(joined(f"AWS preflight ({aws['region']}, account {account})", problems))
-    return {"account": account, "availability_zone": zone, "subnet": subnet, "notes": notes}
+    return {"account": account, "availability_zone": zone, "subnet": subnet,
+            "image_id": image_id, "image_name": image_name, "notes": notes}
+
+
+def ami(ec2, ssm, aws: dict, problems: list[str], notes: list[str]) -> tuple:
+    """(image id, name): `auto` resolved from the public SSM parameter, then checked to
+    exist in the region with a driver the GPU software needs."""
+    from scripts.providers.aws import driver_problems
+
+    image_id = aws["image_id"]
+    if image_id == "auto":
+        try:
+            image_id = ssm.get_parameter(Name=catalog.DLAMI_SSM_PARAMETER)["Parameter"]["Value"]
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as e:
+            problems.append(f"aws.image_id: auto could not read {catalog.DLAMI_SSM_PARAMETER} "
+                            f"({short(str(e), 120)[1:-1]}); allow ssm:GetParameter, or pin an "
+                            "AMI id in aws.image_id")
+            return None, None
+    try:
+        images = ec2.describe_images(ImageIds=[image_id])["Images"]
+    except botocore.exceptions.ClientError:
+        images = []
+    if not images:
+        problems.append(f"aws.image_id: AMI {image_id} does not exist in {aws['region']} (or is "
+                        "not shared with this account); set image_id: auto, or an AMI of the region")
+        return image_id, None
+    image = images[0]
+    name = image.get("Name", "")
+    if image.get("Architecture", "x86_64") != "x86_64":
+        problems.append(f"aws.image_id: {image_id} ({name}) is {image['Architecture']}; the kit's "
+                        "instance types and images are x86_64: use an x86_64 AMI")
+    problems += driver_problems(image_id, name)
+    if catalog.dlami_driver(name) is None:
+        need, why = catalog.gpu_driver_needed()
+        notes.append(f"AMI {image_id} ({short(name, 80)[1:-1]}) is not a Deep Learning Base AMI: its "
+                     f"NVIDIA driver is not checked; the GPU nodes need >= {need} ({why})")
+    return image_id, name
 
 
 def vcpus_needed(values: dict) -> dict[tuple, int]:
