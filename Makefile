@@ -58,7 +58,7 @@ $(STAMP): requirements.txt jobs/adaptdl_mnist/requirements-nodeps.txt
 validate: $(STAMP) ## check CLUSTER's values file and rendered config; writes nothing, launches nothing
 	@$(KIT) validate
 
-render: $(STAMP) ## the same checks, then write build/clusters/CLUSTER.yaml (nothing running reads it)
+render: $(STAMP) ## the same checks, then write build/clusters/CLUSTER.yaml (AWS: + the head's IAM policy)
 	@$(KIT) render
 
 preflight: $(STAMP) ## check CLUSTER and, on AWS, the account (read-only: credentials, zone, subnet, key pair)

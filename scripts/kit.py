@@ -1,9 +1,10 @@
 """The kit's command line; the Makefile calls it (`python -m scripts.kit COMMAND`).
 
   validate  every check on CLUSTER's values file and its rendered config; writes nothing
-  render    the same checks, then write the config to build/clusters/<cluster>.yaml
+  render    the same checks, then write the config to build/clusters/<cluster>.yaml (AWS:
+            also <cluster>.head-policy.json, a least-privilege IAM policy for the head)
   preflight the same checks, then the provider's read-only checks of the account (AWS:
-            credentials, a zone offering every type, a usable subnet, the key pair)
+            credentials, a zone offering every type, a usable subnet, key pair, AMI, quotas)
   up        preflight, then start CLUSTER and wait until it is ready (DRY_RUN=1:
             print what would be launched, launch nothing)
   status    nodes and resources of a running CLUSTER
@@ -57,6 +58,10 @@ def cmd_render(a) -> int:
     path = RENDERED / f"{a.cluster}.yaml"
     state.write_atomic(path, built.text, mode=0o644)
     print(path)
+    for suffix, text in built.provider.companion_files(a.cluster, built.values).items():
+        companion = RENDERED / f"{a.cluster}.{suffix}"
+        state.write_atomic(companion, text, mode=0o644)
+        print(companion)
     return 0
 
 

@@ -433,3 +433,118 @@ def test_dlami_driver_by_release(release, driver):
 def test_dlami_driver_is_unknown_for_other_names():
     assert catalog.dlami_driver("Deep Learning AMI GPU PyTorch 2.7 (Ubuntu 22.04) 20251031") is None
     assert catalog.dlami_driver(catalog.DLAMI_NAME + "2025") is None
+
+
+# --- the head's least-privilege IAM policy ------------------------------------------------
+
+def allows(policy: dict, action: str, tags: dict | None = None, request_tags: dict | None = None,
+           resource: str = "instance", create_action: str | None = None) -> bool:
+    """Whether a statement of `policy` allows `action` on a resource of that kind, given
+    the resource's tags, the request's, and the call that tags at creation (the conditions
+    this policy uses)."""
+    for statement in policy["Statement"]:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        if action not in actions or not any(r == "*" or f":{resource}/" in r for r in resources):
+            continue
+        wanted = statement.get("Condition", {}).get("StringEquals", {})
+        if all((tags or {}).get(k.split("/", 1)[1]) == v for k, v in wanted.items()
+               if k.startswith("ec2:ResourceTag/")) and \
+           all((request_tags or {}).get(k.split("/", 1)[1]) == v for k, v in wanted.items()
+               if k.startswith("aws:RequestTag/")) and \
+           wanted.get("ec2:CreateAction", create_action) == create_action and \
+           all(k.startswith(("ec2:ResourceTag/", "aws:RequestTag/", "aws:RequestedRegion",
+                             "ec2:CreateAction")) for k in wanted):
+            return True
+    return False
+
+
+def test_the_head_policy_allows_what_the_autoscaler_does_to_its_own_cluster_only(home):
+    """Every EC2 call Ray's node provider makes to launch, tag and terminate a worker is
+    allowed by the policy `make render` writes; the same calls on another cluster's
+    instance are not."""
+    import boto3
+
+    from ray.autoscaler._private.aws import utils as ray_aws_utils
+
+    from scripts.providers import aws
+
+    values = build("hetero").values
+    policy = aws.head_policy(values)
+    calls = []
+    with mock_aws():
+        boto3.setup_default_session()
+        ray_aws_utils.resource_cache.cache_clear()
+        ray_aws_utils.client_cache.cache_clear()
+        try:
+            # `ray up` (the user's credentials) bootstraps and launches the head; from then
+            # on the head's autoscaler, on the policy's rights, manages the workers
+            config, provider, ec2, _ = launch_every_node_type("hetero")
+            for resource in {id(r): r for r in (provider.ec2, provider.ec2_fail_fast)}.values():
+                resource.meta.client.meta.events.register(
+                    "provide-client-params.ec2",
+                    lambda params, model, **_: calls.append((model.name, params)))
+            worker_type = config["available_node_types"]["cpu_worker"]
+            before = set(provider.non_terminated_nodes({}))
+            provider.create_node(copy.deepcopy(worker_type["node_config"]),
+                                 {"ray-node-kind": "worker", "ray-user-node-type": "cpu_worker",
+                                  "ray-node-name": "ray-hetero-worker"}, 1)
+            (worker,) = set(provider.non_terminated_nodes({})) - before
+            provider.set_node_tags(worker, {"ray-node-status": "up-to-date"})
+            provider.non_terminated_nodes({})  # flushes the batched tag update
+            provider.terminate_node(worker)
+            other = ec2.run_instances(ImageId="ami-12345678", InstanceType="c5.4xlarge", MinCount=1,
+                                      MaxCount=1)["Instances"][0]["InstanceId"]
+        finally:
+            ray_aws_utils.resource_cache.cache_clear()
+            ray_aws_utils.client_cache.cache_clear()
+            boto3.DEFAULT_SESSION = None
+        tags_of = {i["InstanceId"]: {t["Key"]: t["Value"] for t in i.get("Tags", [])}
+                   for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
+    ops = {name for name, _ in calls}
+    assert {"RunInstances", "CreateTags", "TerminateInstances", "DescribeInstances"} <= ops
+    for name, params in calls:
+        if name == "RunInstances":
+            for spec in params["TagSpecifications"]:
+                request_tags = {t["Key"]: t["Value"] for t in spec["Tags"]}
+                assert allows(policy, "ec2:RunInstances", request_tags=request_tags,
+                              resource=spec["ResourceType"]), spec
+                # tags given at launch need CreateTags with ec2:CreateAction RunInstances
+                assert allows(policy, "ec2:CreateTags", resource=spec["ResourceType"],
+                              create_action="RunInstances")
+        elif name in ("CreateTags", "TerminateInstances"):
+            ids = params.get("Resources") or params.get("InstanceIds")
+            assert all(allows(policy, f"ec2:{name}", tags=tags_of[i]) for i in ids), (name, ids)
+        else:
+            assert allows(policy, f"ec2:{name}"), name
+    # another cluster's (or anyone's) instance: no tagging, no terminating
+    assert not allows(policy, "ec2:TerminateInstances", tags=tags_of[other])
+    assert not allows(policy, "ec2:CreateTags", tags=tags_of[other])
+    assert not allows(policy, "ec2:RunInstances", request_tags={"ray-kit-cluster": "other"})
+    assert not any(s["Action"] == "iam:CreateServiceLinkedRole" for s in policy["Statement"])
+
+
+def test_make_render_writes_the_head_policy_beside_the_config(tmp_path):
+    import json
+    import os
+
+    from conftest import make
+
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path))
+    run = make("render", "CLUSTER=hetero", env=env)
+    assert run.returncode == 0, run.stderr
+    policy = json.loads((tmp_path / "clusters" / "hetero.head-policy.json").read_text())
+    assert policy["Version"] == "2012-10-17"
+    assert {"StringEquals": {"ec2:ResourceTag/ray-kit-cluster": "hetero"}} in \
+        [s.get("Condition") for s in policy["Statement"]]
+    assert run.stdout.split() == [str(tmp_path / "clusters" / "hetero.yaml"),
+                                  str(tmp_path / "clusters" / "hetero.head-policy.json")]
+
+
+def test_the_head_policy_lets_spot_workers_create_ec2s_spot_role_only_when_there_are_any():
+    from scripts.providers import aws
+
+    values = build("hetero").values
+    values["workers"]["cpu_worker"]["spot"] = True
+    spot = [s for s in aws.head_policy(values)["Statement"] if s["Action"] == "iam:CreateServiceLinkedRole"]
+    assert spot and spot[0]["Condition"] == {"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}}

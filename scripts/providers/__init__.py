@@ -26,6 +26,10 @@ class Provider(Protocol):
     def config_problems(self, config: dict) -> list[str]:
         """The provider's own checks on the rendered config (Ray's schema is checked for all)."""
 
+    def companion_files(self, cluster: str, values: dict) -> dict[str, str]:
+        """{file name suffix: text} that `make render` writes beside the config (AWS: the
+        head's least-privilege IAM policy); {} when there is none."""
+
     def preflight(self, values: dict) -> tuple[dict, list[str]]:
         """Read-only checks of the account or machine before anything is created; return
         the values with what they decided pinned (e.g. the zone), and lines saying what

@@ -448,6 +448,50 @@ def plan(values: dict, config: dict) -> list[str]:
     return lines
 
 
+def companion_files(cluster: str, values: dict) -> dict[str, str]:
+    import json
+
+    return {"head-policy.json": json.dumps(head_policy(values), indent=2) + "\n"}
+
+
+def head_policy(values: dict) -> dict:
+    """A least-privilege IAM policy for the head's instance profile (aws.iam_instance_profile).
+    The head's autoscaler describes, launches, tags, and terminates this cluster's workers
+    and nothing else: launches must carry the cluster's tag on the instance and its volumes,
+    and only instances with that tag may be tagged, stopped or terminated. Ray's default
+    role (ray-autoscaler-v1) gets AmazonEC2FullAccess and AmazonS3FullAccess instead.
+    Workers get no profile: they call no AWS API."""
+    region, name = values["aws"]["region"], values["cluster_name"]
+    arn = f"arn:aws:ec2:{region}"
+    in_region = {"StringEquals": {"aws:RequestedRegion": region}}
+    statements = [
+        {"Sid": "ReadTheCluster", "Effect": "Allow", "Resource": "*", "Condition": in_region,
+         "Action": ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeImages",
+                    "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"]},
+        {"Sid": "LaunchOnlyTaggedWorkers", "Effect": "Allow", "Action": "ec2:RunInstances",
+         "Resource": [f"{arn}:*:instance/*", f"{arn}:*:volume/*"],
+         "Condition": {"StringEquals": {"aws:RequestTag/ray-kit-cluster": name}}},
+        {"Sid": "LaunchFromTheClustersNetworkAndImage", "Effect": "Allow",
+         "Action": "ec2:RunInstances",
+         "Resource": [f"{arn}::image/*", f"{arn}:*:subnet/*", f"{arn}:*:network-interface/*",
+                      f"{arn}:*:security-group/*", f"{arn}:*:key-pair/*"]},
+        {"Sid": "TagAtLaunch", "Effect": "Allow", "Action": "ec2:CreateTags",
+         "Resource": [f"{arn}:*:instance/*", f"{arn}:*:volume/*"],
+         "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}}},
+        {"Sid": "ManageOnlyTheClustersNodes", "Effect": "Allow",
+         "Action": ["ec2:CreateTags", "ec2:TerminateInstances", "ec2:StopInstances",
+                    "ec2:StartInstances"],
+         "Resource": f"{arn}:*:instance/*",
+         "Condition": {"StringEquals": {"ec2:ResourceTag/ray-kit-cluster": name}}},
+    ]
+    if any(w["spot"] for w in values["workers"].values()):
+        # The first spot launch of an account creates EC2's spot service-linked role.
+        statements.append({"Sid": "SpotServiceLinkedRole", "Effect": "Allow",
+                           "Action": "iam:CreateServiceLinkedRole", "Resource": "*",
+                           "Condition": {"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}}})
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
 # --- lifecycle ----------------------------------------------------------------------
 
 def require_credentials() -> None:

@@ -110,6 +110,10 @@ def config_problems(config: dict) -> list[str]:
     return []
 
 
+def companion_files(cluster: str, values: dict) -> dict[str, str]:
+    return {}
+
+
 def preflight(values: dict) -> tuple[dict, list[str]]:
     return values, []  # value_problems already checked this machine's memory
 
