@@ -15,11 +15,11 @@ PYTHON  ?= python3#      the interpreter that creates .venv (3.11)
 # raw text ($(value ...): make expands nothing in it) is exported as KIT_*, so quotes, `$`,
 # backticks and `;` are data. The originals are not exported: make would expand them on
 # the way (running a `$(shell ...)` in them). scripts/inputs.py checks each one.
-unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW PYTHON
+unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW PROFILE PYTHON
 # Make exports every variable set on its command line, expanding it on the way: any other
 # name given there (or an attempt to replace the kit's own variables below) could run
 # shell code before a recipe starts. Refuse it before anything runs.
-USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW PYTHON
+USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW PROFILE PYTHON
 $(foreach v,$(.VARIABLES),$(if $(and $(filter command line,$(origin $(v))),$(filter-out $(USER_VARIABLES),$(v))),\
   $(error error: $(v) is not a variable of this Makefile; use $(USER_VARIABLES), see `make help`)))
 export KIT_CLUSTER := $(value CLUSTER)
@@ -30,6 +30,7 @@ export KIT_DRY_RUN := $(value DRY_RUN)
 export KIT_PURGE   := $(value PURGE)
 export KIT_ID      := $(value ID)
 export KIT_FOLLOW  := $(value FOLLOW)
+export KIT_PROFILE := $(value PROFILE)
 export KIT_PYTHON  := $(value PYTHON)
 
 VENV  := .venv
@@ -38,7 +39,7 @@ STAMP := $(VENV)/.installed
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render preflight up status submit jobs logs stop-job down run demo test test-adaptdl bench-data bench-wait clean
+.PHONY: help setup validate render preflight up status submit jobs logs stop-job down run demo cost plan test test-adaptdl bench-data bench-wait clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -61,7 +62,7 @@ validate: $(STAMP) ## check CLUSTER's values file and rendered config; writes no
 render: $(STAMP) ## the same checks, then write build/clusters/CLUSTER.yaml (AWS: + the head's IAM policy)
 	@$(KIT) render
 
-preflight: $(STAMP) ## check CLUSTER and, on AWS, the account (read-only: credentials, zone, subnet, key pair)
+preflight: $(STAMP) ## check CLUSTER and, on AWS, the account (read-only: credentials, zone, subnet, key pair, AMI, quotas)
 	@$(KIT) preflight
 
 up: $(STAMP) ## preflight, then start CLUSTER and wait until ready (DRY_RUN=1: only say what it would launch)
@@ -90,6 +91,12 @@ run: $(STAMP) ## up + submit + down; tears down only what it launched, through C
 
 demo: $(STAMP) ## the ViT job end to end on the local simulated cluster
 	@$(MAKE) --no-print-directory run CLUSTER=local JOB=vit_synthetic ARGS= TIMEOUT=
+
+cost: $(STAMP) ## CLUSTER's $/h per node type at min and max workers, EBS included, and totals
+	@$(KIT) cost
+
+plan: $(STAMP) ## cheapest mix feeding the GPUs, from PROFILE=<job summary> or ARGS (see ARGS=--help)
+	@$(KIT) plan
 
 test: $(STAMP) ## run every test (offline: moto for AWS, the local cluster for Ray), then test-adaptdl
 	$(PY) -m pytest tests

@@ -72,33 +72,100 @@ class InstanceType:
     vcpus: int
     gpus: int
     memory_gib: int
-    usd_per_hour: float
+    gpu_model: str | None  # NVIDIA model; None for CPU-only types
+    gpu_memory_gib: int    # per GPU
+    usd_per_hour: dict     # {region: on-demand Linux list price, USD}
+
+
+# On-demand Linux list prices, USD/hour, from aws.amazon.com/ec2/pricing/on-demand/ (and
+# the instance-type pages for vCPUs, memory and GPUs), as of 2026-11; us-east-2 lists the
+# same prices as us-east-1 for every type here. p5.48xlarge is after AWS's June 2025 cut
+# of P5 prices. Re-check before budgeting: prices change, and other regions differ.
+PRICED_REGIONS = ("us-east-1", "us-east-2")
+
+
+def _type(vcpus: int, memory_gib: int, usd: float, gpus: int = 0, gpu_model: str | None = None,
+          gpu_memory_gib: int = 0) -> InstanceType:
+    return InstanceType(vcpus, gpus, memory_gib, gpu_model, gpu_memory_gib,
+                        {region: usd for region in PRICED_REGIONS})
+
+
+def _family(prefix: str, sizes: dict) -> dict:
+    return {f"{prefix}.{size}": _type(*row) for size, row in sizes.items()}
 
 
 INSTANCE_TYPES = {
-    # GPU nodes (trainers)
-    "g4dn.xlarge": InstanceType(4, 1, 16, 0.526),
-    "g5.xlarge": InstanceType(4, 1, 16, 1.006),
-    "g5.2xlarge": InstanceType(8, 1, 32, 1.212),
-    "g5.12xlarge": InstanceType(48, 4, 192, 5.672),
-    "g6.xlarge": InstanceType(4, 1, 16, 0.805),
-    "p3.2xlarge": InstanceType(8, 1, 61, 3.06),
-    "p4d.24xlarge": InstanceType(96, 8, 1152, 32.773),
-    # CPU-only nodes (preprocessors)
-    "c5.2xlarge": InstanceType(8, 0, 16, 0.34),
-    "c5.4xlarge": InstanceType(16, 0, 32, 0.68),
-    "c5.9xlarge": InstanceType(36, 0, 72, 1.53),
-    "c5.18xlarge": InstanceType(72, 0, 144, 3.06),
-    "c6i.4xlarge": InstanceType(16, 0, 32, 0.68),
-    "m5.2xlarge": InstanceType(8, 0, 32, 0.384),
-    "m5.4xlarge": InstanceType(16, 0, 64, 0.768),
+    # GPU nodes (trainers): vCPUs, GiB, $/h, GPUs, model, GiB per GPU
+    **_family("g4dn", {"xlarge": (4, 16, 0.526, 1, "T4", 16)}),
+    **_family("g5", {  # NVIDIA A10G
+        "xlarge": (4, 16, 1.006, 1, "A10G", 24), "2xlarge": (8, 32, 1.212, 1, "A10G", 24),
+        "4xlarge": (16, 64, 1.624, 1, "A10G", 24), "8xlarge": (32, 128, 2.448, 1, "A10G", 24),
+        "16xlarge": (64, 256, 4.096, 1, "A10G", 24), "12xlarge": (48, 192, 5.672, 4, "A10G", 24),
+        "24xlarge": (96, 384, 8.144, 4, "A10G", 24), "48xlarge": (192, 768, 16.288, 8, "A10G", 24)}),
+    **_family("g6", {  # NVIDIA L4
+        "xlarge": (4, 16, 0.8048, 1, "L4", 24), "2xlarge": (8, 32, 0.9776, 1, "L4", 24),
+        "4xlarge": (16, 64, 1.3232, 1, "L4", 24), "8xlarge": (32, 128, 2.0144, 1, "L4", 24),
+        "16xlarge": (64, 256, 3.3968, 1, "L4", 24), "12xlarge": (48, 192, 4.6016, 4, "L4", 24),
+        "24xlarge": (96, 384, 6.6752, 4, "L4", 24), "48xlarge": (192, 768, 13.3504, 8, "L4", 24)}),
+    **_family("p3", {  # NVIDIA V100
+        "2xlarge": (8, 61, 3.06, 1, "V100", 16), "8xlarge": (32, 244, 12.24, 4, "V100", 16),
+        "16xlarge": (64, 488, 24.48, 8, "V100", 16)}),
+    **_family("p4d", {"24xlarge": (96, 1152, 32.7726, 8, "A100", 40)}),
+    **_family("p5", {"48xlarge": (192, 2048, 55.04, 8, "H100", 80)}),
+    # CPU-only nodes (preprocessors): vCPUs, GiB, $/h
+    **_family("c5", {"large": (2, 4, 0.085), "xlarge": (4, 8, 0.17), "2xlarge": (8, 16, 0.34),
+                     "4xlarge": (16, 32, 0.68), "9xlarge": (36, 72, 1.53),
+                     "12xlarge": (48, 96, 2.04), "18xlarge": (72, 144, 3.06),
+                     "24xlarge": (96, 192, 4.08)}),
+    **_family("c6i", {"large": (2, 4, 0.085), "xlarge": (4, 8, 0.17), "2xlarge": (8, 16, 0.34),
+                      "4xlarge": (16, 32, 0.68), "8xlarge": (32, 64, 1.36),
+                      "12xlarge": (48, 96, 2.04), "16xlarge": (64, 128, 2.72),
+                      "24xlarge": (96, 192, 4.08), "32xlarge": (128, 256, 5.44)}),
+    **_family("c7i", {"large": (2, 4, 0.08925), "xlarge": (4, 8, 0.1785),
+                      "2xlarge": (8, 16, 0.357), "4xlarge": (16, 32, 0.714),
+                      "8xlarge": (32, 64, 1.428), "12xlarge": (48, 96, 2.142),
+                      "16xlarge": (64, 128, 2.856), "24xlarge": (96, 192, 4.284),
+                      "48xlarge": (192, 384, 8.568)}),
+    **_family("c6a", {"large": (2, 4, 0.0765), "xlarge": (4, 8, 0.153), "2xlarge": (8, 16, 0.306),
+                      "4xlarge": (16, 32, 0.612), "8xlarge": (32, 64, 1.224),
+                      "12xlarge": (48, 96, 1.836), "16xlarge": (64, 128, 2.448),
+                      "24xlarge": (96, 192, 3.672), "32xlarge": (128, 256, 4.896),
+                      "48xlarge": (192, 384, 7.344)}),
+    **_family("m5", {"2xlarge": (8, 32, 0.384), "4xlarge": (16, 64, 0.768)}),
+    **_family("m6i", {"large": (2, 8, 0.096), "xlarge": (4, 16, 0.192), "2xlarge": (8, 32, 0.384),
+                      "4xlarge": (16, 64, 0.768), "8xlarge": (32, 128, 1.536),
+                      "12xlarge": (48, 192, 2.304), "16xlarge": (64, 256, 3.072),
+                      "24xlarge": (96, 384, 4.608), "32xlarge": (128, 512, 6.144)}),
 }
 
-# EBS list prices in us-east-1, USD per GB-month (aws.amazon.com/ebs/pricing, as of 2025;
-# not re-checked here). An hour is 1/730 of a month in AWS's own arithmetic.
-EBS_USD_PER_GB_MONTH = {"gp3": 0.08, "gp2": 0.10, "io1": 0.125, "io2": 0.125, "st1": 0.045,
-                        "sc1": 0.015, "standard": 0.05}
+# EBS list prices, USD per GB-month (aws.amazon.com/ebs/pricing, as of 2026-11), the same
+# in every region of PRICED_REGIONS. An hour is 1/730 of a month in AWS's own arithmetic.
+EBS_USD_PER_GB_MONTH = {region: {"gp3": 0.08, "gp2": 0.10, "io1": 0.125, "io2": 0.125,
+                                 "st1": 0.045, "sc1": 0.015, "standard": 0.05}
+                        for region in PRICED_REGIONS}
 HOURS_PER_MONTH = 730
+
+
+def preprocess_vcpus(instance_type: str) -> int:
+    """vCPUs of a node left to preprocessing. A GPU node keeps one per GPU for its training
+    process (the step loop, collation and host-to-GPU copies) and one for Ray's head
+    processes (GCS, dashboard, the job's driver); a CPU node keeps one for its raylet and
+    the object transfers that ship its images to the trainer. The AWS template offers the
+    rest as the `preprocess` resource, and the planner counts the same."""
+    spec = INSTANCE_TYPES[instance_type]
+    return max(0, spec.vcpus - (spec.gpus + 1 if spec.gpus else 1))
+
+
+def node_usd_per_hour(instance_type: str, region: str, volume_type: str = "gp3",
+                      disk_gb: int = 0) -> float | None:
+    """An instance's on-demand list price plus its EBS volumes', per hour; None where the
+    catalog lists no price for the region."""
+    price = INSTANCE_TYPES[instance_type].usd_per_hour.get(region)
+    if price is None:
+        return None
+    return price + disk_gb * EBS_USD_PER_GB_MONTH[region][volume_type] / HOURS_PER_MONTH
+
+
 AMI_ROOT_SNAPSHOT_GB = 75  # the AMI's root snapshot: a smaller root volume cannot launch
 
 # Disk a node needs on top of the AMI: the Ray image plus the jobs' pip packages

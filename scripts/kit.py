@@ -17,13 +17,17 @@
             also the cluster's security group)
   run       up + submit + down; down runs, through Ctrl-C and SIGTERM, if this run launched
   clean     remove build/, keeping the records of clusters that may be running
+  cost      CLUSTER's $/h per node type at min and max workers, with EBS, and totals
+  plan      the cheapest mix that feeds the trainers, from PROFILE=<job summary> or ARGS
+            (--gpu-instance, --trainer-images-per-s, --cpu-images-per-s; --json, --write NAME)
 
 Inputs come from the environment the Makefile exports (KIT_CLUSTER, KIT_JOB, KIT_ARGS,
-KIT_TIMEOUT), or from --cluster/--job/--args/--timeout; scripts/inputs.py checks them.
+KIT_TIMEOUT, KIT_PROFILE, ...), or from the flags below; scripts/inputs.py checks them.
 """
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -35,7 +39,7 @@ from contextlib import contextmanager
 
 import yaml
 
-from scripts import state, submit
+from scripts import catalog, state, submit
 from scripts.build import build, build_text
 from scripts.errors import KitError
 from scripts.inputs import (check_name, flag, job_dir, job_id, parse_timeout, split_args,
@@ -93,10 +97,11 @@ def cmd_up(a) -> int:
 
 
 def print_plan(built) -> int:
-    low, high = built.provider.hourly_cost(built.values)
+    cost = built.provider.hourly_cost(built.values)
     print(f"dry run: CLUSTER={built.cluster} would launch (nothing is launched):")
     print("\n".join(built.provider.plan(built.values, built.config)))
-    print(f"total ~${low:.2f}/h with min_workers, up to ~${high:.2f}/h at max_workers")
+    if cost:
+        print(f"total ~${cost[0]:.2f}/h with min_workers, up to ~${cost[1]:.2f}/h at max_workers")
     return 0
 
 
@@ -112,10 +117,10 @@ def refuse_if_up(cluster: str) -> None:
 
 
 def launch(built) -> dict:
-    low, high = built.provider.hourly_cost(built.values)
-    if high:
-        print(f"launching '{built.cluster}' on {built.provider.NAME.upper()}: ~${low:.2f}/h with "
-              f"min_workers, up to ~${high:.2f}/h at max_workers (on-demand list prices)",
+    cost = built.provider.hourly_cost(built.values)
+    if cost and cost[1]:
+        print(f"launching '{built.cluster}' on {built.provider.NAME.upper()}: ~${cost[0]:.2f}/h "
+              f"with min_workers, up to ~${cost[1]:.2f}/h at max_workers (on-demand list prices)",
               flush=True)
     record = built.provider.up(built.cluster, built.text, built.values)
     print(f"cluster '{built.cluster}' is up", flush=True)
@@ -269,10 +274,79 @@ def cmd_clean(a) -> int:
     return 0
 
 
+def cmd_cost(a) -> int:
+    built = build(a.cluster)
+    print("\n".join(built.provider.cost_table(built.values)))
+    return 0
+
+
+def cmd_plan(a) -> int:
+    from scripts import planner
+
+    profile, options = planner.profile_from(split_args(a.args), a.profile)
+    if options.help:
+        planner.parser().print_help()
+        return 0
+    ranked, alone = planner.options(profile, options.region)
+    chosen = ranked[0]
+    if options.write:
+        write_plan(options.write, chosen, options.region)
+    if options.json:
+        print(json.dumps(planner.plan_json(chosen, ranked)))
+        return 0
+    reserved = catalog.INSTANCE_TYPES[chosen.head].vcpus - catalog.preprocess_vcpus(chosen.head)
+    print(f"profile: {profile.gpu_instance} trains {profile.trainer_images_per_s:g} images/s "
+          f"when fed; one vCPU preprocesses {profile.cpu_images_per_s:g} images/s "
+          f"({options.region} on-demand prices + root EBS; a mix feeds the trainers when the "
+          f"predicted data wait is < {planner.MAX_DATA_WAIT:.0%})")
+    print(f"choice: {chosen.name}: ${chosen.usd_per_hour:.3f}/h, {chosen.images_per_s:.1f} images/s, "
+          f"{chosen.data_wait:.0%} data wait, ${chosen.usd_per_million_images:.2f} per million images")
+    print(f"  {chosen.preprocess_vcpus} vCPUs preprocess; the head keeps {reserved} for the "
+          "training processes (one per GPU) and Ray's own, each worker one for its raylet")
+    mix = planner.cheaper_mix_of_types(chosen, profile, options.region)
+    if mix:
+        print(f"  a mix of worker types would be cheaper still: {mix.name} "
+              f"(${mix.usd_per_hour:.3f}/h)")
+    print(f"the {min(len(ranked), planner.SHOWN_OPTIONS)} cheapest of {len(ranked)} options "
+          "that feed the trainers, and the GPU instance alone:")
+    rows = ranked[:planner.SHOWN_OPTIONS] + ([alone] if alone not in ranked[:planner.SHOWN_OPTIONS] else [])
+    print("\n".join("  " + line for line in planner.table(rows, alone)))
+    if options.write:
+        print(f"wrote cluster_templates/{options.write}.yaml (it validates); "
+              f"`make up CLUSTER={options.write}` launches it")
+    return 0
+
+
+def write_plan(name: str, chosen, region: str) -> None:
+    """cluster_templates/NAME.yaml for the chosen mix; refused if the file exists; removed
+    again if it does not validate (the planner's bug, said as such)."""
+    from scripts import planner
+    from scripts.paths import TEMPLATES
+
+    check_name("--write", name)
+    path = TEMPLATES / f"{name}.yaml"
+    if path.exists() or path.is_symlink():
+        raise KitError(f"ARGS: --write {name}: cluster_templates/{name}.yaml exists; pick "
+                       "another name, or remove that file first")
+    header = (f"# {name}: written by `make plan` on {time.strftime('%Y-%m-%d')}: {chosen.name}, "
+              f"~${chosen.usd_per_hour:.2f}/h,\n# predicted {chosen.images_per_s:.1f} images/s "
+              f"at {chosen.data_wait:.0%} data wait. Every key not shown takes the schema's "
+              "default\n# (schema/aws.schema.yaml); hetero.yaml documents each.\n")
+    text = header + yaml.safe_dump(planner.values_for(name, chosen, region), sort_keys=False)
+    with open(path, "x", encoding="utf-8") as f:
+        f.write(text)
+    try:
+        build(name)
+    except KitError:
+        path.unlink()
+        raise
+
+
 COMMANDS = {"validate": cmd_validate, "render": cmd_render, "preflight": cmd_preflight,
             "up": cmd_up, "status": cmd_status, "jobs": cmd_jobs, "logs": cmd_logs,
             "stop-job": cmd_stop_job,
-            "submit": cmd_submit, "down": cmd_down, "run": cmd_run, "clean": cmd_clean}
+            "submit": cmd_submit, "down": cmd_down, "run": cmd_run, "clean": cmd_clean,
+            "cost": cmd_cost, "plan": cmd_plan}
 
 
 class Parser(argparse.ArgumentParser):
@@ -298,6 +372,8 @@ def parse(argv) -> argparse.Namespace:
     p.add_argument("--id", default=env.get("KIT_ID", ""), help="a job's submission id (ID)")
     p.add_argument("--follow", default=env.get("KIT_FOLLOW", ""),
                    help="1: `logs` follows the job until it ends (FOLLOW)")
+    p.add_argument("--profile", default=env.get("KIT_PROFILE", ""),
+                   help="a job summary for `plan`, e.g. build/results/<id>.json (PROFILE)")
     return p.parse_args(argv)
 
 
@@ -332,6 +408,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader left (`make plan | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as e:  # a bug in the kit, not the user's input
         where = internal_error(e)
         print(f"error: internal error in the kit ({type(e).__name__}), not in your input; "

@@ -76,7 +76,8 @@ def test_hetero_head_is_gpu_trainer_and_workers_cpu_preprocessors():
     assert head["node_config"]["InstanceType"] == "g5.xlarge"
     assert head["resources"] == {"CPU": 4, "GPU": 1, "trainer": 1}
     assert worker["node_config"]["InstanceType"] == "c5.4xlarge"
-    assert worker["resources"] == {"CPU": 16, "preprocess": 16}
+    # a CPU worker keeps one vCPU for its raylet and object transfers (catalog.preprocess_vcpus)
+    assert worker["resources"] == {"CPU": 16, "preprocess": 15}
     assert (worker["min_workers"], worker["max_workers"]) == (2, 4)
     assert config["max_workers"] == 4
     assert config["docker"]["image"] == catalog.DOCKER_IMAGE["gpu"]
@@ -209,3 +210,10 @@ def test_validate_and_render_never_touch_a_launched_config(tmp_path, monkeypatch
     assert not (tmp_path / "clusters").exists()
     assert kit.main(["render", "--cluster", "local"]) == 0
     assert (tmp_path / "clusters" / "local.yaml").read_text() == build("local").text
+
+
+def test_a_preprocessing_gpu_head_keeps_a_vcpu_per_gpu_and_one_for_ray():
+    config = build("single").config
+    head = config["available_node_types"][aws.HEAD_TYPE]["resources"]
+    vcpus, gpus = head["CPU"], head["GPU"]
+    assert head["preprocess"] == vcpus - gpus - 1

@@ -55,8 +55,12 @@ class Provider(Protocol):
     def job_address(self, record: dict) -> AbstractContextManager:
         """Context yielding (dashboard URL, python, auth token) for job submission."""
 
-    def hourly_cost(self, values: dict) -> tuple[float, float]:
-        """USD per hour with min_workers and with max_workers of every worker type."""
+    def hourly_cost(self, values: dict) -> tuple[float, float] | None:
+        """USD per hour with min_workers and with max_workers of every worker type; None
+        where the catalog has no prices (a region it does not list)."""
+
+    def cost_table(self, values: dict) -> list[str]:
+        """`make cost`: per node type, count at min and max, $/h each with its EBS, totals."""
 
 
 PROVIDERS: dict[str, ModuleType] = {aws.NAME: aws, local.NAME: local}

@@ -249,7 +249,7 @@ def aws_node(name: str, node: dict, preprocess: bool, spot: bool) -> dict:
         # One training worker per GPU: `trainer` counts the slots the ViT job fills.
         resources |= {"GPU": spec.gpus, "trainer": spec.gpus}
     if preprocess:
-        resources["preprocess"] = spec.vcpus
+        resources["preprocess"] = catalog.preprocess_vcpus(node["instance_type"])
     volumes = [{"device": "/dev/sda1", "size_gb": disk["root_gb"], "type": disk["volume_type"]}]
     if disk["data_gb"]:
         volumes.append({"device": "/dev/sdf", "size_gb": disk["data_gb"],
@@ -395,18 +395,24 @@ def mount_problems(config: dict) -> list[str]:
     return problems
 
 
-def node_usd_per_hour(node: dict) -> float:
-    """The instance's on-demand price plus its EBS volumes' (billed per GB-month)."""
+def node_usd_per_hour(node: dict, region: str) -> float | None:
+    """The instance's on-demand price plus its EBS volumes' (billed per GB-month); None
+    where scripts/catalog.py lists no price for the region."""
     disk = node["disk"]
-    ebs = (disk["root_gb"] + disk["data_gb"]) * catalog.EBS_USD_PER_GB_MONTH[disk["volume_type"]]
-    return catalog.INSTANCE_TYPES[node["instance_type"]].usd_per_hour + ebs / catalog.HOURS_PER_MONTH
+    return catalog.node_usd_per_hour(node["instance_type"], region, disk["volume_type"],
+                                     disk["root_gb"] + disk["data_gb"])
 
 
-def hourly_cost(values: dict) -> tuple[float, float]:
-    low = high = node_usd_per_hour(values["head"])
+def hourly_cost(values: dict) -> tuple[float, float] | None:
+    """$/h with min_workers and with max_workers; None for a region without prices."""
+    region = values["aws"]["region"]
+    head = node_usd_per_hour(values["head"], region)
+    if head is None:
+        return None
+    low = high = head
     for w in values["workers"].values():
-        low += w["min_workers"] * node_usd_per_hour(w)
-        high += w["max_workers"] * node_usd_per_hour(w)
+        low += w["min_workers"] * node_usd_per_hour(w, region)
+        high += w["max_workers"] * node_usd_per_hour(w, region)
     return low, high
 
 
@@ -444,8 +450,45 @@ def plan(values: dict, config: dict) -> list[str]:
             node_types[name]["docker"]["worker_image"]
         lines.append(f"  {name}: {count} x {node['instance_type']}"
                      f"{' (spot)' if key != 'head' and node['spot'] else ''}, {volumes} {disk['volume_type']}, "
-                     f"{image}, ~${node_usd_per_hour(node):.2f}/h each")
+                     f"{image}, {usd(node_usd_per_hour(node, aws['region']), '~$%.2f/h each')}")
     return lines
+
+
+
+def cost_table(values: dict) -> list[str]:
+    """Per node type: instance, count at min..max, $/h each (EBS included, and shown), the
+    type's $/h at min and at max workers; the totals; a note per spot type."""
+    region = values["aws"]["region"]
+    if node_usd_per_hour(values["head"], region) is None:
+        return [f"no list prices for {region} in scripts/catalog.py (it prices "
+                f"{', '.join(catalog.PRICED_REGIONS)}); add the region's prices there"]
+    rows = [("node type", "instance", "count", "$/h each", "of it EBS", "$/h at min", "$/h at max")]
+    low = high = 0.0
+    spot = []
+    for key, node in nodes_of(values).items():
+        name = HEAD_TYPE if key == "head" else key.split(".", 1)[1]
+        each = node_usd_per_hour(node, region)
+        ebs = each - catalog.INSTANCE_TYPES[node["instance_type"]].usd_per_hour[region]
+        least, most = (1, 1) if key == "head" else (node["min_workers"], node["max_workers"])
+        low, high = low + least * each, high + most * each
+        rows.append((name, node["instance_type"], str(least) if least == most else f"{least}-{most}",
+                     f"{each:.4f}", f"{ebs:.4f}", f"{least * each:.2f}", f"{most * each:.2f}"))
+        if key != "head" and node["spot"]:
+            spot.append(name)
+    rows.append(("total", "", "", "", "", f"{low:.2f}", f"{high:.2f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [f"'{values['cluster_name']}' on AWS {region}: on-demand list prices and EBS "
+             "(scripts/catalog.py, as of 2026-11)"]
+    lines += ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w)
+                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    lines += [f"spot: {name} is billed at the spot price (varies, often well below on-demand; "
+              "not in the catalog) and may be reclaimed: the figures above are its on-demand "
+              "ceiling" for name in spot]
+    return lines
+
+
+def usd(value: float | None, form: str = "~$%.2f/h") -> str:
+    return form % value if value is not None else "no list price in scripts/catalog.py"
 
 
 def companion_files(cluster: str, values: dict) -> dict[str, str]:

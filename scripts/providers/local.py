@@ -62,6 +62,8 @@ RECORD_SCHEMA = {
 def value_problems(values: dict) -> list[str]:
     problems = []
     head, workers = values["head"], values["workers"]
+    if values["prices_as"]:
+        problems += prices_as_problems(values["prices_as"])
     if values["mix"] == "heterogeneous" and head["trainer_slots"] < 1:
         problems.append("head.trainer_slots: a heterogeneous mix trains on the head; "
                         "set trainer_slots: 1 (the stand-in for its GPU)")
@@ -130,7 +132,35 @@ def plan(values: dict, config: dict) -> list[str]:
 
 
 def hourly_cost(values: dict) -> tuple[float, float]:
-    return 0.0, 0.0
+    return 0.0, 0.0  # runs on this machine
+
+
+def prices_as_problems(name: str) -> list[str]:
+    from scripts.inputs import values_file
+    from scripts.values import parse_yaml
+
+    try:
+        data = parse_yaml(values_file(name).read_bytes(), f"cluster_templates/{name}.yaml")
+    except KitError:
+        return [f"prices_as: no values file cluster_templates/{name}.yaml (or it does not read); "
+                "name an AWS values file such as hetero"]
+    if not isinstance(data, dict) or data.get("provider") != "aws":
+        return [f"prices_as: cluster_templates/{name}.yaml is not an AWS values file; "
+                "name one such as hetero"]
+    return []
+
+
+def cost_table(values: dict) -> list[str]:
+    """A local cluster costs nothing; with `prices_as`, the AWS mix it stands for."""
+    if not values["prices_as"]:
+        return [f"'{values['cluster_name']}' runs on this machine: no cloud cost "
+                "(set prices_as to price it like an AWS values file)"]
+    from scripts.build import build
+    from scripts.providers import aws
+
+    return [f"'{values['cluster_name']}' runs on this machine; it stands for "
+            f"cluster_templates/{values['prices_as']}.yaml, priced:"] + aws.cost_table(
+        build(values["prices_as"]).values)
 
 
 # --- lifecycle ----------------------------------------------------------------------

@@ -1,0 +1,240 @@
+"""`make plan`: the cheapest mix whose preprocessing feeds the trainers.
+
+The model is a two-stage pipeline. The trainers consume T images/s when they never wait
+(all GPUs of the instance together); the CPUs that preprocess deliver S = vCPUs x C
+images/s (C per vCPU). The mix trains at min(T, S) images/s, and the trainers wait
+1 - min(T, S) / T of each step. A mix *feeds* the trainers when that predicted wait is
+below 5%. Preprocessing vCPUs are counted as scripts/catalog.py's preprocess_vcpus does:
+a GPU node keeps one per GPU and one for Ray's head processes, a CPU node one for its
+raylet and object transfers; the rest preprocess.
+
+Two levers are weighed, alone and together:
+  - CPU-only workers: for every CPU type in the catalog, the fewest nodes of that type
+    that cover the missing vCPUs (so never a whole node more than needed);
+  - a larger instance with the same GPUs (model and count): more vCPUs per GPU. The
+    trainers stay as profiled; a different GPU count would be a different training job.
+Options are ranked by $ per million images (a feeding mix trains at 95-100% of T), then
+$/h. Prices are on-demand list prices plus each node's minimal root EBS volume (gp3).
+"""
+
+import argparse
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from scripts import catalog
+from scripts.errors import KitError, short
+from scripts.priceperf import usd_per_million_images
+
+MAX_DATA_WAIT = 0.05
+ROOT_VOLUME_TYPE = "gp3"
+MAX_PROFILE_BYTES = 1 << 20
+SHOWN_OPTIONS = 10
+
+
+@dataclass(frozen=True)
+class Profile:
+    gpu_instance: str
+    trainer_images_per_s: float  # all GPUs of gpu_instance together, never waiting
+    cpu_images_per_s: float      # per vCPU
+
+
+@dataclass
+class Option:
+    head: str
+    workers: list = field(default_factory=list)  # [{"instance_type": t, "count": n}]
+    usd_per_hour: float = 0.0
+    preprocess_vcpus: int = 0
+    images_per_s: float = 0.0
+    data_wait: float = 0.0
+    usd_per_million_images: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return " + ".join([self.head] + [f"{w['count']} x {w['instance_type']}" for w in self.workers])
+
+
+def node_usd(instance_type: str, region: str) -> float:
+    gpu = catalog.INSTANCE_TYPES[instance_type].gpus > 0
+    return catalog.node_usd_per_hour(instance_type, region, ROOT_VOLUME_TYPE,
+                                     catalog.min_root_gb(gpu))
+
+
+def option(profile: Profile, head: str, workers: list, region: str) -> Option:
+    trainer = profile.trainer_images_per_s
+    vcpus = catalog.preprocess_vcpus(head) + sum(
+        w["count"] * catalog.preprocess_vcpus(w["instance_type"]) for w in workers)
+    rate = min(trainer, vcpus * profile.cpu_images_per_s)
+    usd = node_usd(head, region) + sum(w["count"] * node_usd(w["instance_type"], region) for w in workers)
+    return Option(head, workers, usd, vcpus, rate, 1 - rate / trainer,
+                  usd_per_million_images(usd, rate) if rate else math.inf)
+
+
+def vcpus_to_feed(trainer_images_per_s: float, cpu_images_per_s: float) -> int:
+    """The fewest vCPUs whose predicted data wait is below MAX_DATA_WAIT."""
+    return math.floor((1 - MAX_DATA_WAIT) * trainer_images_per_s / cpu_images_per_s) + 1
+
+
+def cpu_types() -> list[str]:
+    return [t for t, spec in catalog.INSTANCE_TYPES.items()
+            if spec.gpus == 0 and catalog.preprocess_vcpus(t) > 0]
+
+
+def same_gpus(instance_type: str) -> list[str]:
+    """The GPU instance and every other with the same GPU model and count."""
+    base = catalog.INSTANCE_TYPES[instance_type]
+    return [t for t, spec in catalog.INSTANCE_TYPES.items()
+            if (spec.gpu_model, spec.gpus) == (base.gpu_model, base.gpus)]
+
+
+def options(profile: Profile, region: str) -> tuple[list[Option], Option]:
+    """(every option that feeds the trainers, best first; the GPU instance alone)."""
+    need = vcpus_to_feed(profile.trainer_images_per_s, profile.cpu_images_per_s)
+    feeding = []
+    for head in same_gpus(profile.gpu_instance):
+        missing = need - catalog.preprocess_vcpus(head)
+        if missing <= 0:
+            feeding.append(option(profile, head, [], region))
+            continue
+        for cpu in cpu_types():
+            count = math.ceil(missing / catalog.preprocess_vcpus(cpu))
+            feeding.append(option(profile, head, [{"instance_type": cpu, "count": count}], region))
+    feeding.sort(key=lambda o: (o.usd_per_million_images, o.usd_per_hour, o.name))
+    return feeding, option(profile, profile.gpu_instance, [], region)
+
+
+def cheaper_mix_of_types(chosen: Option, profile: Profile, region: str) -> Option | None:
+    """Two CPU types together that cover the chosen option's worker vCPUs for less."""
+    if not chosen.workers:
+        return None
+    missing = (vcpus_to_feed(profile.trainer_images_per_s, profile.cpu_images_per_s)
+               - catalog.preprocess_vcpus(chosen.head))
+    best = None
+    for first in cpu_types():
+        per_first = catalog.preprocess_vcpus(first)
+        for n_first in range(1, math.ceil(missing / per_first)):
+            rest = missing - n_first * per_first
+            for second in cpu_types():
+                if second == first:
+                    continue
+                n_second = math.ceil(rest / catalog.preprocess_vcpus(second))
+                mix = option(profile, chosen.head, [{"instance_type": first, "count": n_first},
+                                                    {"instance_type": second, "count": n_second}], region)
+                if best is None or mix.usd_per_hour < best.usd_per_hour:
+                    best = mix
+    return best if best and best.usd_per_hour < chosen.usd_per_hour - 0.005 else None
+
+
+# --- inputs ---------------------------------------------------------------------------
+
+class ArgumentError(KitError):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, never argparse's usage dump and exit
+        raise ArgumentError(f"ARGS: {message}; see `make plan ARGS=--help`")
+
+
+def parser() -> Parser:
+    p = Parser(prog="make plan", add_help=False, description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpu-instance", help="the GPU instance the profile was measured on or is "
+                   "for (default: g5.xlarge)")
+    p.add_argument("--trainer-images-per-s", type=float,
+                   help="images/s all GPUs of the instance train when never waiting for data")
+    p.add_argument("--cpu-images-per-s", type=float, help="images/s one vCPU preprocesses")
+    p.add_argument("--region", default="us-east-1", help="whose prices (default us-east-1)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--write", metavar="NAME", help="write cluster_templates/NAME.yaml for the choice")
+    p.add_argument("--help", action="store_true", help="this help")
+    return p
+
+
+def positive(value, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value <= 0:
+        raise KitError(f"{what}: {short(value)} is not a positive number of images/s; "
+                       "measure it (PROFILE=build/results/<job>.json) or pass a figure > 0")
+    return float(value)
+
+
+def read_profile(path_text: str) -> dict:
+    """The figures of a job summary: build/results/<id>.json, the job's --results file, or
+    {"trainer_images_per_s": ..., "preprocess_images_per_s_per_cpu": ...}."""
+    path = Path(path_text)
+    if not path.is_file():
+        raise KitError(f"PROFILE={short(path_text)}: no such file; pass a job summary such as "
+                       "build/results/<submission id>.json")
+    if path.stat().st_size > MAX_PROFILE_BYTES:
+        raise KitError(f"PROFILE={short(path_text)}: over {MAX_PROFILE_BYTES} bytes; "
+                       "a job summary is a few KB")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"),
+                          parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise KitError(f"PROFILE={short(path_text)}: not JSON ({short(str(e), 80)[1:-1]}); "
+                       "pass a job summary such as build/results/<submission id>.json") from None
+    for key in ("result", "diagnosis"):  # build/results/ -> the job's summary -> its diagnosis
+        if isinstance(data, dict) and isinstance(data.get(key), dict):
+            data = data[key]
+    if not isinstance(data, dict) or not {"trainer_images_per_s",
+                                          "preprocess_images_per_s_per_cpu"} <= data.keys():
+        raise KitError(f"PROFILE={short(path_text)}: no trainer_images_per_s and "
+                       "preprocess_images_per_s_per_cpu in it; pass the summary of a "
+                       "vit_synthetic run (build/results/), or give both figures in ARGS")
+    return data
+
+
+def profile_from(args: list[str], profile_path: str) -> tuple[Profile, argparse.Namespace]:
+    a = parser().parse_args(args)
+    found = read_profile(profile_path) if profile_path else {}
+    gpu = a.gpu_instance or "g5.xlarge"
+    spec = catalog.INSTANCE_TYPES.get(gpu)
+    if spec is None or not spec.gpus:
+        raise KitError(f"ARGS: --gpu-instance {short(gpu)} is not a GPU type of scripts/catalog.py; "
+                       f"use one such as g5.xlarge")
+    if a.region not in catalog.PRICED_REGIONS:
+        raise KitError(f"ARGS: --region {short(a.region)} has no prices in scripts/catalog.py; "
+                       f"use one of {', '.join(catalog.PRICED_REGIONS)}")
+    trainer = a.trainer_images_per_s if a.trainer_images_per_s is not None else found.get("trainer_images_per_s")
+    cpu = a.cpu_images_per_s if a.cpu_images_per_s is not None else found.get("preprocess_images_per_s_per_cpu")
+    if trainer is None or cpu is None:
+        raise KitError("plan needs a profile: PROFILE=build/results/<id>.json, or "
+                       "ARGS=\"--trainer-images-per-s N --cpu-images-per-s M\"")
+    return Profile(gpu, positive(trainer, "trainer images/s"), positive(cpu, "CPU images/s per vCPU")), a
+
+
+# --- output ---------------------------------------------------------------------------
+
+def table(rows: list[Option], baseline: Option) -> list[str]:
+    cells = [("option", "$/h", "images/s", "data wait", "$/M images", "$/M vs alone")]
+    for o in rows:
+        cells.append((o.name, f"{o.usd_per_hour:.3f}", f"{o.images_per_s:.1f}", f"{o.data_wait:.0%}",
+                      f"{o.usd_per_million_images:.2f}",
+                      f"{o.usd_per_million_images / baseline.usd_per_million_images - 1:+.0%}"))
+    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
+    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+            for row in cells]
+
+
+def plan_json(chosen: Option, ranked: list[Option]) -> dict:
+    def public(o: Option) -> dict:
+        d = asdict(o)
+        return {"head": d.pop("head"), "workers": d.pop("workers"), **d}
+    return {"chosen": public(chosen), "options": [public(o) for o in ranked]}
+
+
+def values_for(name: str, chosen: Option, region: str) -> dict:
+    workers = {f"cpu_worker{'' if i == 0 else i + 1}": {
+        "instance_type": w["instance_type"], "min_workers": w["count"], "max_workers": w["count"],
+        "spot": False,
+        "disk": {"root_gb": catalog.min_root_gb(False), "volume_type": ROOT_VOLUME_TYPE, "data_gb": 0}}
+        for i, w in enumerate(chosen.workers)}
+    return {"cluster_name": name, "provider": "aws",
+            "mix": "heterogeneous" if workers else "homogeneous",
+            "aws": {"region": region},
+            "head": {"instance_type": chosen.head, "preprocess": True,
+                     "disk": {"root_gb": catalog.min_root_gb(True), "volume_type": ROOT_VOLUME_TYPE,
+                              "data_gb": 0}},
+            "workers": workers}

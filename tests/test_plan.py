@@ -1,0 +1,224 @@
+"""Price-performance: the published figures, `make cost` for every values file, and the
+planner (`make plan`) on explicit profiles and on a job's saved summary."""
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, make
+from scripts import catalog, planner
+from scripts.errors import KitError
+from scripts.priceperf import cost_change, usd_per_100_steps, usd_per_million_images
+
+
+# --- the formulas reproduce the published rows -------------------------------------------
+
+def test_the_published_tensorflow_row_exactly():
+    """p4d.24xlarge alone at $37.688/h and 192 ms/step, vs + 2 x c5.18xlarge at $45.032/h
+    and 86 ms: $0.201 and $0.108 per 100 steps, 46% cheaper."""
+    alone, mixed = usd_per_100_steps(37.688, 0.192), usd_per_100_steps(45.032, 0.086)
+    assert f"{alone:.3f}" == "0.201" and f"{mixed:.3f}" == "0.108"
+    assert f"{cost_change(mixed, alone):.0%}" == "46%"
+
+
+def test_cost_per_million_images_is_cost_per_second_over_throughput():
+    assert usd_per_million_images(3.6, 100) == pytest.approx(10.0)  # $0.001/s at 100 images/s
+
+
+# --- make cost ----------------------------------------------------------------------------
+
+VALUES_FILES = sorted(p.stem for p in (REPO / "cluster_templates").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("cluster", VALUES_FILES)
+def test_make_cost_for_every_values_file(cluster, tmp_path):
+    run = make("cost", f"CLUSTER={cluster}", env=dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path)))
+    assert run.returncode == 0, run.stderr
+    total = [line for line in run.stdout.splitlines() if line.startswith("total")]
+    if "no cloud cost" in run.stdout:
+        assert not total
+        return
+    (line,) = total
+    low, high = map(float, line.split()[-2:])
+    assert 0 < low <= high
+
+
+def test_cost_table_adds_ebs_and_counts_min_and_max_workers(hetero_values):
+    from scripts.providers import aws
+
+    lines = aws.cost_table(hetero_values | {"aws": hetero_values["aws"] | {"region": "us-east-1"}})
+    head = next(line.split() for line in lines if line.startswith("ray.head.default"))
+    worker = next(line.split() for line in lines if line.startswith("cpu_worker"))
+    # g5.xlarge $1.006 + 150 GB gp3 at $0.08/GB-month / 730 h
+    assert float(head[3]) == pytest.approx(1.006 + 150 * 0.08 / 730, abs=1e-4)
+    assert worker[2] == "2-4" and float(worker[5]) == pytest.approx(2 * float(worker[3]), abs=0.01)
+    assert float(worker[6]) == pytest.approx(4 * float(worker[3]), abs=0.01)
+
+
+def test_cost_notes_spot_workers_and_regions_without_prices(hetero_values):
+    from scripts.providers import aws
+
+    hetero_values["workers"]["cpu_worker"]["spot"] = True
+    assert any(line.startswith("spot: cpu_worker is billed at the spot price")
+               for line in aws.cost_table(hetero_values))
+    hetero_values["aws"]["region"] = "eu-west-1"
+    assert aws.cost_table(hetero_values)[0].startswith("no list prices for eu-west-1")
+
+
+def test_the_catalog_covers_the_families_with_a_price_in_each_listed_region():
+    families = {t.split(".")[0] for t in catalog.INSTANCE_TYPES}
+    assert {"g5", "g6", "p3", "p4d", "p5", "c5", "c6i", "c7i", "c6a", "m6i"} <= families
+    for name, spec in catalog.INSTANCE_TYPES.items():
+        assert set(spec.usd_per_hour) == set(catalog.PRICED_REGIONS), name
+        assert (spec.gpus > 0) == (spec.gpu_model is not None), name
+        assert spec.vcpus > 0 and spec.memory_gib > 0 and min(spec.usd_per_hour.values()) > 0
+
+
+# --- the planner ---------------------------------------------------------------------------
+
+def plan(gpu="g5.xlarge", trainer=300.0, cpu=12.0):
+    profile = planner.Profile(gpu, trainer, cpu)
+    ranked, alone = planner.options(profile, "us-east-1")
+    return profile, ranked, alone
+
+
+def test_a_profile_the_gpu_instance_feeds_alone_adds_no_workers():
+    # g5.xlarge preprocesses on 2 vCPUs: 2 x 50 = 100 images/s feeds a 90 images/s trainer
+    _, ranked, alone = plan(trainer=90, cpu=50)
+    assert ranked[0].head == "g5.xlarge" and ranked[0].workers == []
+    assert ranked[0] == alone and ranked[0].data_wait == 0
+
+
+@pytest.mark.parametrize("trainer,cpu", [(300, 12), (1000, 7.5), (150, 40), (2000, 3)])
+def test_a_profile_needing_more_vcpus_gets_them_and_not_a_whole_node_more(trainer, cpu):
+    profile, ranked, _ = plan(trainer=trainer, cpu=cpu)
+    need = planner.vcpus_to_feed(trainer, cpu)
+    assert (1 - planner.MAX_DATA_WAIT) * trainer < need * cpu  # the wait is under 5% ...
+    assert (need - 1) * cpu <= (1 - planner.MAX_DATA_WAIT) * trainer  # ... with no fewer vCPUs
+    for o in ranked:
+        assert o.preprocess_vcpus >= need and o.data_wait < planner.MAX_DATA_WAIT
+        for w in o.workers:  # one node fewer of its type would not cover the missing vCPUs
+            head_vcpus = catalog.preprocess_vcpus(o.head)
+            fewer = head_vcpus + (w["count"] - 1) * catalog.preprocess_vcpus(w["instance_type"])
+            assert fewer < need, o.name
+    assert ranked == sorted(ranked, key=lambda o: (o.usd_per_million_images, o.usd_per_hour, o.name))
+
+
+def test_a_larger_instance_with_the_same_gpu_wins_when_it_is_cheaper_than_workers():
+    # g6.xlarge keeps 2 of its 4 vCPUs; 6 are needed. g6.2xlarge (+$0.17/h) has 6 to
+    # spare, while the workers that add 4 vCPUs cost more: c6a.2xlarge (7 usable) $0.31/h
+    _, ranked, _ = plan(gpu="g6.xlarge", trainer=300, cpu=50)
+    assert ranked[0].head == "g6.2xlarge" and ranked[0].workers == []
+    with_workers = [o for o in ranked if o.head == "g6.xlarge"]
+    assert with_workers and all(o.usd_per_hour > ranked[0].usd_per_hour for o in with_workers)
+
+
+def test_only_instances_with_the_same_gpus_are_weighed():
+    _, ranked, _ = plan(gpu="g5.xlarge", trainer=3000, cpu=10)
+    heads = {o.head for o in ranked}
+    assert heads <= {"g5.xlarge", "g5.2xlarge", "g5.4xlarge", "g5.8xlarge", "g5.16xlarge"}
+
+
+def test_a_mix_of_worker_types_is_offered_only_when_cheaper():
+    profile, ranked, _ = plan(trainer=300, cpu=12)
+    mix = planner.cheaper_mix_of_types(ranked[0], profile, "us-east-1")
+    assert mix is not None and len(mix.workers) == 2
+    assert mix.usd_per_hour < ranked[0].usd_per_hour and mix.data_wait < planner.MAX_DATA_WAIT
+
+
+def test_make_plan_json_has_the_documented_shape():
+    run = make("plan", "ARGS=--gpu-instance g5.xlarge --trainer-images-per-s 300 --cpu-images-per-s 12 --json")
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)
+    chosen = found["chosen"]
+    assert {"head", "workers", "usd_per_hour", "preprocess_vcpus", "images_per_s"} <= chosen.keys()
+    assert all(set(w) == {"instance_type", "count"} for w in chosen["workers"])
+    assert found["options"][0] == chosen and len(found["options"]) > 10
+
+
+def test_make_plan_writes_a_values_file_that_validates(tmp_path):
+    name = "plan-test-written"
+    path = REPO / "cluster_templates" / f"{name}.yaml"
+    try:
+        run = make("plan", "ARGS=--trainer-images-per-s 300 --cpu-images-per-s 12 --write " + name,
+                   env=dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path)))
+        assert run.returncode == 0, run.stderr
+        assert f"wrote cluster_templates/{name}.yaml (it validates)" in run.stdout
+        check = make("validate", f"CLUSTER={name}", env=dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path)))
+        assert check.returncode == 0, check.stderr
+        chosen = json.loads(make("plan", "ARGS=--trainer-images-per-s 300 --cpu-images-per-s 12 "
+                                 "--json").stdout)["chosen"]
+        from scripts.build import build
+
+        values = build(name).values
+        assert values["head"]["instance_type"] == chosen["head"]
+        assert [(w["instance_type"], w["min_workers"]) for w in values["workers"].values()] == \
+            [(w["instance_type"], w["count"]) for w in chosen["workers"]]
+        again = make("plan", "ARGS=--trainer-images-per-s 300 --cpu-images-per-s 12 --write " + name)
+        assert again.returncode == 2 and "exists; pick another name" in again.stderr
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def summary(tmp_path: Path, body) -> str:
+    path = tmp_path / "summary.json"
+    path.write_text(body if isinstance(body, str) else json.dumps(body))
+    return str(path)
+
+
+def test_make_plan_reads_a_saved_job_summary(tmp_path):
+    saved = {"submission_id": "x", "result": {"diagnosis": {
+        "trainer_images_per_s": 90.0, "preprocess_images_per_s_per_cpu": 50.0}}}
+    run = make("plan", f"PROFILE={summary(tmp_path, saved)}")
+    assert run.returncode == 0, run.stderr
+    assert "profile: g5.xlarge trains 90 images/s when fed; one vCPU preprocesses 50 images/s" in run.stdout
+    assert run.stdout.splitlines()[1].startswith("choice: g5.xlarge: $")
+
+
+BAD_PROFILES = [
+    ("missing field", {"trainer_images_per_s": 90}, "no trainer_images_per_s and preprocess_images_per_s_per_cpu"),
+    ("zero rate", {"trainer_images_per_s": 0, "preprocess_images_per_s_per_cpu": 5}, "trainer images/s: 0 is not a positive"),
+    ("negative rate", {"trainer_images_per_s": 9, "preprocess_images_per_s_per_cpu": -5}, "CPU images/s per vCPU: -5 is not a positive"),
+    ("string rate", {"trainer_images_per_s": "9", "preprocess_images_per_s_per_cpu": 5}, "trainer images/s: '9' is not a positive"),
+    ("boolean rate", {"trainer_images_per_s": True, "preprocess_images_per_s_per_cpu": 5}, "trainer images/s: True is not a positive"),
+    ("infinite rate", '{"trainer_images_per_s": Infinity, "preprocess_images_per_s_per_cpu": 5}', "not JSON"),
+    ("not JSON", "trainer: 5", "not JSON"),
+    ("a list", "[1, 2]", "no trainer_images_per_s"),
+]
+
+
+@pytest.mark.parametrize("name,body,message", BAD_PROFILES, ids=[c[0] for c in BAD_PROFILES])
+def test_bad_profiles_get_one_line_errors(tmp_path, name, body, message):
+    run = make("plan", f"PROFILE={summary(tmp_path, body)}")
+    assert run.returncode == 2 and run.stdout == ""
+    (line,) = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert message in line and "Traceback" not in run.stderr
+
+
+BAD_ARGS = [
+    ("unknown type", "--gpu-instance g9.huge --trainer-images-per-s 9 --cpu-images-per-s 1", "not a GPU type"),
+    ("a CPU type as the GPU", "--gpu-instance c5.4xlarge --trainer-images-per-s 9 --cpu-images-per-s 1", "not a GPU type"),
+    ("negative figure", "--trainer-images-per-s -3 --cpu-images-per-s 1", "-3.0 is not a positive"),
+    ("NaN figure", "--trainer-images-per-s nan --cpu-images-per-s 1", "nan is not a positive"),
+    ("not a number", "--trainer-images-per-s lots --cpu-images-per-s 1", "invalid float value: 'lots'"),
+    ("no figures at all", "", "plan needs a profile"),
+    ("unknown flag", "--gpus 4", "unrecognized arguments: --gpus 4"),
+    ("unpriced region", "--region eu-west-1 --trainer-images-per-s 9 --cpu-images-per-s 1", "has no prices"),
+    ("bad write name", "--trainer-images-per-s 9 --cpu-images-per-s 1 --write ../x", "--write"),
+]
+
+
+@pytest.mark.parametrize("name,args,message", BAD_ARGS, ids=[c[0] for c in BAD_ARGS])
+def test_bad_plan_args_get_one_line_errors(name, args, message):
+    run = make("plan", f"ARGS={args}")
+    assert run.returncode == 2, run.stdout
+    (line,) = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert message in line and "Traceback" not in run.stderr and "usage:" not in run.stderr
+
+
+def test_missing_profile_file_is_one_line():
+    run = make("plan", "PROFILE=/nonexistent/summary.json")
+    assert run.returncode == 2 and "PROFILE='/nonexistent/summary.json': no such file" in run.stderr
