@@ -9,6 +9,7 @@ DRY_RUN ?=#              1: `make up` prints what it would launch, and launches 
 PURGE   ?=#              1: `make down` on AWS also deletes the cluster's security group
 ID      ?=#              a job's id, for `make logs` and `make stop-job` (`make jobs` lists them)
 FOLLOW  ?=#              1: `make logs` follows the job until it ends
+PROFILE ?=#              a job summary for `make plan`, e.g. build/results/<id>.json
 PYTHON  ?= python3#      the interpreter that creates .venv (3.11)
 
 # The variables reach the kit through its environment, never through a shell line: their

@@ -172,6 +172,9 @@ def read_profile(path_text: str) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"),
                           parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    except OSError as e:
+        raise KitError(f"PROFILE={short(path_text)}: cannot be read ({e.strerror}); pass a "
+                       "job summary you can read") from None
     except (UnicodeDecodeError, ValueError) as e:
         raise KitError(f"PROFILE={short(path_text)}: not JSON ({short(str(e), 80)[1:-1]}); "
                        "pass a job summary such as build/results/<submission id>.json") from None

@@ -305,6 +305,12 @@ MAKE_CASES = [
     ("shell in a job ID", "logs", [f"ID=x; touch {MARK}"], "ID="),
     ("stop-job without an ID", "stop-job", [], "set ID="),
     ("FOLLOW that is not 0 or 1", "logs", ["FOLLOW=always"], "FOLLOW="),
+    ("shell in PROFILE", "plan", [f"PROFILE=x; touch {MARK}"], "PROFILE="),
+    ("make function in PROFILE", "plan", [f"PROFILE=$(shell touch {MARK})"], "PROFILE="),
+    ("a device as PROFILE", "plan", ["PROFILE=/dev/zero"], "PROFILE="),
+    ("a directory as PROFILE", "plan", ["PROFILE=/tmp"], "PROFILE="),
+    ("an unreadable PROFILE", "plan", ["PROFILE=/proc/1/environ"], "PROFILE="),
+    ("shell in plan ARGS", "plan", [f"ARGS=--trainer-images-per-s 1 --cpu-images-per-s 1 --write x;touch{MARK}"], "--write"),
 ]
 
 
