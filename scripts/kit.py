@@ -325,16 +325,17 @@ def write_plan(name: str, chosen, region: str) -> None:
 
     check_name("--write", name)
     path = TEMPLATES / f"{name}.yaml"
-    if path.exists() or path.is_symlink():
-        raise KitError(f"ARGS: --write {name}: cluster_templates/{name}.yaml exists; pick "
-                       "another name, or remove that file first")
     header = (f"# {name}: written by `make plan` on {time.strftime('%Y-%m-%d')}: {chosen.name}, "
               f"~${chosen.usd_per_hour:.2f}/h,\n# predicted {chosen.images_per_s:.1f} images/s "
               f"at {chosen.data_wait:.0%} data wait. Every key not shown takes the schema's "
               "default\n# (schema/aws.schema.yaml); hetero.yaml documents each.\n")
     text = header + yaml.safe_dump(planner.values_for(name, chosen, region), sort_keys=False)
-    with open(path, "x", encoding="utf-8") as f:
-        f.write(text)
+    try:  # "x": never over an existing file, nor through a symlink at that name
+        with open(path, "x", encoding="utf-8") as f:
+            f.write(text)
+    except FileExistsError:
+        raise KitError(f"ARGS: --write {name}: cluster_templates/{name}.yaml exists; pick "
+                       "another name, or remove that file first") from None
     try:
         build(name)
     except KitError:

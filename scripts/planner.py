@@ -76,6 +76,12 @@ def vcpus_to_feed(trainer_images_per_s: float, cpu_images_per_s: float) -> int:
     return math.floor((1 - MAX_DATA_WAIT) * trainer_images_per_s / cpu_images_per_s) + 1
 
 
+def missing_vcpus(profile: Profile, head: str) -> int:
+    """Preprocessing vCPUs the head lacks to feed its trainers (<= 0: none)."""
+    return (vcpus_to_feed(profile.trainer_images_per_s, profile.cpu_images_per_s)
+            - catalog.preprocess_vcpus(head))
+
+
 def cpu_types() -> list[str]:
     return [t for t, spec in catalog.INSTANCE_TYPES.items()
             if spec.gpus == 0 and catalog.preprocess_vcpus(t) > 0]
@@ -90,10 +96,9 @@ def same_gpus(instance_type: str) -> list[str]:
 
 def options(profile: Profile, region: str) -> tuple[list[Option], Option]:
     """(every option that feeds the trainers, best first; the GPU instance alone)."""
-    need = vcpus_to_feed(profile.trainer_images_per_s, profile.cpu_images_per_s)
     feeding = []
     for head in same_gpus(profile.gpu_instance):
-        missing = need - catalog.preprocess_vcpus(head)
+        missing = missing_vcpus(profile, head)
         if missing <= 0:
             feeding.append(option(profile, head, [], region))
             continue
@@ -108,8 +113,7 @@ def cheaper_mix_of_types(chosen: Option, profile: Profile, region: str) -> Optio
     """Two CPU types together that cover the chosen option's worker vCPUs for less."""
     if not chosen.workers:
         return None
-    missing = (vcpus_to_feed(profile.trainer_images_per_s, profile.cpu_images_per_s)
-               - catalog.preprocess_vcpus(chosen.head))
+    missing = missing_vcpus(profile, chosen.head)
     best = None
     for first in cpu_types():
         per_first = catalog.preprocess_vcpus(first)
@@ -128,13 +132,9 @@ def cheaper_mix_of_types(chosen: Option, profile: Profile, region: str) -> Optio
 
 # --- inputs ---------------------------------------------------------------------------
 
-class ArgumentError(KitError):
-    pass
-
-
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, never argparse's usage dump and exit
-        raise ArgumentError(f"ARGS: {message}; see `make plan ARGS=--help`")
+        raise KitError(f"ARGS: {message}; see `make plan ARGS=--help`")
 
 
 def parser() -> Parser:

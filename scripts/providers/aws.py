@@ -463,18 +463,17 @@ def cost_table(values: dict) -> list[str]:
         return [f"no list prices for {region} in scripts/catalog.py (it prices "
                 f"{', '.join(catalog.PRICED_REGIONS)}); add the region's prices there"]
     rows = [("node type", "instance", "count", "$/h each", "of it EBS", "$/h at min", "$/h at max")]
-    low = high = 0.0
     spot = []
     for key, node in nodes_of(values).items():
         name = HEAD_TYPE if key == "head" else key.split(".", 1)[1]
         each = node_usd_per_hour(node, region)
         ebs = each - catalog.INSTANCE_TYPES[node["instance_type"]].usd_per_hour[region]
         least, most = (1, 1) if key == "head" else (node["min_workers"], node["max_workers"])
-        low, high = low + least * each, high + most * each
         rows.append((name, node["instance_type"], str(least) if least == most else f"{least}-{most}",
                      f"{each:.4f}", f"{ebs:.4f}", f"{least * each:.2f}", f"{most * each:.2f}"))
         if key != "head" and node["spot"]:
             spot.append(name)
+    low, high = hourly_cost(values)
     rows.append(("total", "", "", "", "", f"{low:.2f}", f"{high:.2f}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [f"'{values['cluster_name']}' on AWS {region}: on-demand list prices and EBS "
