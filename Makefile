@@ -1,7 +1,7 @@
 # The kit's front door. `make` or `make help` lists every target and variable.
 # Every target that needs Python depends on .venv (built from requirements.txt by `make setup`).
 
-CLUSTER ?= local#        a values file in cluster_templates/ (local, hetero, single, p4d_hetero)
+CLUSTER ?= local#        a values file in cluster_templates/ (local, local_single, local_hetero, hetero, single, p4d_hetero)
 JOB     ?= vit_synthetic#   a directory in jobs/ (vit_synthetic, adaptdl_mnist, smoke)
 ARGS    ?=#              flags for the job, split as a shell would: ARGS="--steps 20 --batch-size 16"
 TIMEOUT ?=#              stop a submitted job after this many seconds (empty: no limit)
@@ -10,17 +10,19 @@ PURGE   ?=#              1: `make down` on AWS also deletes the cluster's securi
 ID      ?=#              a job's id, for `make logs` and `make stop-job` (`make jobs` lists them)
 FOLLOW  ?=#              1: `make logs` follows the job until it ends
 PROFILE ?=#              a job summary for `make plan`, e.g. build/results/<id>.json
+CLUSTERS ?=#             values files `make bench` runs in turn (empty: local_single local_hetero)
+FROM    ?=#              rows.json for `make bench` to re-print and plot (saved or published rows)
 PYTHON  ?= python3#      the interpreter that creates .venv (3.11)
 
 # The variables reach the kit through its environment, never through a shell line: their
 # raw text ($(value ...): make expands nothing in it) is exported as KIT_*, so quotes, `$`,
 # backticks and `;` are data. The originals are not exported: make would expand them on
 # the way (running a `$(shell ...)` in them). scripts/inputs.py checks each one.
-unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW PROFILE PYTHON
+unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW PROFILE CLUSTERS FROM PYTHON
 # Make exports every variable set on its command line, expanding it on the way: any other
 # name given there (or an attempt to replace the kit's own variables below) could run
 # shell code before a recipe starts. Refuse it before anything runs.
-USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW PROFILE PYTHON
+USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW PROFILE CLUSTERS FROM PYTHON
 $(foreach v,$(.VARIABLES),$(if $(and $(filter command line,$(origin $(v))),$(filter-out $(USER_VARIABLES),$(v))),\
   $(error error: $(v) is not a variable of this Makefile; use $(USER_VARIABLES), see `make help`)))
 export KIT_CLUSTER := $(value CLUSTER)
@@ -32,6 +34,8 @@ export KIT_PURGE   := $(value PURGE)
 export KIT_ID      := $(value ID)
 export KIT_FOLLOW  := $(value FOLLOW)
 export KIT_PROFILE := $(value PROFILE)
+export KIT_CLUSTERS := $(value CLUSTERS)
+export KIT_FROM    := $(value FROM)
 export KIT_PYTHON  := $(value PYTHON)
 
 VENV  := .venv
@@ -40,7 +44,7 @@ STAMP := $(VENV)/.installed
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render preflight up status submit jobs logs stop-job down run demo cost plan test test-adaptdl bench-data bench-wait clean
+.PHONY: help setup validate render preflight up status submit jobs logs stop-job down run demo cost plan bench test test-adaptdl bench-data bench-wait clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -99,6 +103,9 @@ cost: $(STAMP) ## CLUSTER's $/h per node type at min and max workers, EBS includ
 plan: $(STAMP) ## cheapest mix feeding the GPUs, from PROFILE=<job summary> or ARGS (see ARGS=--help)
 	@$(KIT) plan
 
+bench: $(STAMP) ## ViT job on each of CLUSTERS (up, ARGS, down): $/100 steps table + JSON/CSV/PNG; FROM=rows.json
+	@$(KIT) bench
+
 test: $(STAMP) ## run every test (offline: moto for AWS, the local cluster for Ray), then test-adaptdl
 	$(PY) -m pytest tests
 	@$(MAKE) --no-print-directory test-adaptdl
@@ -122,5 +129,5 @@ bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataL
 bench-wait: $(STAMP) ## the trainer's data wait with light preprocessing on CLUSTER (< 5%, no stalls)
 	@$(PY) -m scripts.bench_wait
 
-clean: $(STAMP) ## remove build/, keeping records of clusters that may be running and job summaries
+clean: $(STAMP) ## remove build/, keeping records of clusters that may be running, job summaries and benches
 	@$(KIT) clean

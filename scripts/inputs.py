@@ -7,6 +7,7 @@ cluster_templates/ and jobs/; ARGS is split as a POSIX shell would split it; TIM
 positive, finite number of seconds.
 """
 
+import json
 import math
 import re
 import shlex
@@ -101,3 +102,23 @@ def job_id(text: str) -> str:
     if not JOB_ID.fullmatch(text):
         raise KitError(f"ID={text[:40]!r} is not a job id; `make jobs` lists them")
     return text
+
+
+def read_json(variable: str, path_text: str, hint: str, max_bytes: int = 1 << 20):
+    """The JSON in the file a Make variable names (PROFILE, FROM): a regular file of at
+    most max_bytes, strict JSON (no NaN or Infinity); anything else is one error line
+    ending in `hint`, the fix."""
+    path = Path(path_text)
+    if not path_text or not path.is_file():
+        raise KitError(f"{variable}={short(path_text)}: no such file; {hint}")
+    if path.stat().st_size > max_bytes:
+        raise KitError(f"{variable}={short(path_text)}: over {max_bytes} bytes; {hint}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"),
+                          parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    except OSError as e:
+        raise KitError(f"{variable}={short(path_text)}: cannot be read ({e.strerror}); "
+                       f"{hint}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise KitError(f"{variable}={short(path_text)}: not JSON ({short(str(e), 80)[1:-1]}); "
+                       f"{hint}") from None

@@ -20,6 +20,9 @@
   cost      CLUSTER's $/h per node type at min and max workers, with EBS, and totals
   plan      the cheapest mix that feeds the trainers, from PROFILE=<job summary> or ARGS
             (--gpu-instance, --trainer-images-per-s, --cpu-images-per-s; --json, --write NAME)
+  bench     the ViT job on each of CLUSTERS in turn (up, job with ARGS, down), then one
+            price-performance table, saved to build/bench/<time>/ (JSON, CSV, PNG);
+            FROM=rows.json prints and plots saved or published rows instead
 
 Inputs come from the environment the Makefile exports (KIT_CLUSTER, KIT_JOB, KIT_ARGS,
 KIT_TIMEOUT, KIT_PROFILE, ...), or from the flags below; scripts/inputs.py checks them.
@@ -44,7 +47,7 @@ from scripts.build import build, build_text
 from scripts.errors import KitError
 from scripts.inputs import (check_name, flag, job_dir, job_id, parse_timeout, split_args,
                             values_file)
-from scripts.paths import BUILD, LAUNCHED, LOGS, RENDERED, RESULTS
+from scripts.paths import BENCH, BUILD, LAUNCHED, LOGS, RENDERED, RESULTS
 from scripts.providers import PROVIDERS, local
 from scripts.ray_cli import use_auth_in_this_process
 from scripts.values import parse_yaml
@@ -178,10 +181,11 @@ def cmd_status(a) -> int:
 def cmd_submit(a) -> int:
     job_dir(a.job)  # a typo in JOB fails before any tunnel opens
     args, timeout = split_args(a.args), parse_timeout(a.timeout)
-    return submit_to(require_record(a.cluster), a.job, args, timeout)
+    return submit_to(require_record(a.cluster), a.job, args, timeout)[0]
 
 
-def submit_to(record: dict, job: str, args: list[str], timeout: float | None) -> int:
+def submit_to(record: dict, job: str, args: list[str], timeout: float | None) -> tuple[int, dict | None]:
+    """The job's exit code and summary (its RESULT line, None if it printed none)."""
     with PROVIDERS[record["provider"]].job_address(record) as (address, python, token):
         return submit.submit(address, job, args, python, token, timeout_s=timeout,
                              results_dir=RESULTS)
@@ -236,17 +240,56 @@ def cmd_run(a) -> int:
     built = build(a.cluster)  # a refused config launches nothing and tears nothing down
     if flag("DRY_RUN", a.dry_run):
         return print_plan(prepared(built))
-    with state.lock(a.cluster):
-        refuse_if_up(a.cluster)  # a cluster this run did not start is never torn down
+    return run_once(built, a.job, args, timeout)[0]
+
+
+def run_once(built, job: str, args: list[str], timeout: float | None) -> tuple[int, dict | None]:
+    """Up, submit, down: the job's exit code and summary. Down runs whatever happens."""
+    with state.lock(built.cluster):
+        refuse_if_up(built.cluster)  # a cluster this run did not start is never torn down
         built = prepared(built)  # refused: nothing launched, nothing torn down
         try:
             record = launch(built)
-            return submit_to(record, a.job, args, timeout)
+            return submit_to(record, job, args, timeout)
         finally:
-            if state.record_path(a.cluster).exists():  # only what this run launched
-                print(f"tearing down '{a.cluster}'", flush=True)
+            if state.record_path(built.cluster).exists():  # only what this run launched
+                print(f"tearing down '{built.cluster}'", flush=True)
                 with signals_deferred():
-                    print(teardown(a.cluster), flush=True)
+                    print(teardown(built.cluster), flush=True)
+
+
+def cmd_bench(a) -> int:
+    """Each of CLUSTERS in turn: up, the ViT job with ARGS, down; then one table, saved."""
+    from scripts import bench
+
+    if a.from_:
+        rows = bench.completed(bench.read_rows(a.from_))
+        print(f"rows from {a.from_}:")
+    else:
+        args, timeout = split_args(a.args), parse_timeout(a.timeout)
+        # Every values file checked and priced before the first cluster launches.
+        clusters = [build(name) for name in bench.cluster_names(a.clusters)]
+        prices = [bench.priced(built) for built in clusters]
+        for built in clusters:
+            refuse_if_up(built.cluster)
+        measured, profile = [], None
+        for built, (name, usd_per_hour) in zip(clusters, prices):
+            print(f"\n== bench {len(measured) + 1}/{len(clusters)}: {name} (${usd_per_hour:.3f}/h)",
+                  flush=True)
+            code, summary = run_once(built, "vit_synthetic", args, timeout)
+            if code != 0 or summary is None:
+                if measured:
+                    print(f"rows so far saved in {bench.save(bench.completed(measured), BENCH)}")
+                raise KitError(f"bench: the ViT job failed on '{built.cluster}' (exit {code}); "
+                               "its log is above")
+            profile = profile or summary
+            measured.append(bench.measured_row(name, usd_per_hour, summary, profile))
+        rows = bench.completed(measured)
+        print(f"\nthe ViT job with ARGS={' '.join(args) or '(the job defaults)'}; predicted "
+              "images/s from the first row's profile; change in $ per 100 steps vs the first row:")
+    print("\n".join("  " + line for line in bench.table(rows)))
+    print(f"saved in {bench.save(rows, BENCH)} (rows.json: `make bench FROM=` reads it back)")
+    return 0
 
 
 @contextmanager
@@ -265,7 +308,7 @@ def cmd_clean(a) -> int:
     kept = state.launched_clusters()
     if BUILD.is_dir():
         for child in BUILD.iterdir():
-            if (child == LAUNCHED and kept) or child == RESULTS:  # records and summaries stay
+            if (child == LAUNCHED and kept) or child in (RESULTS, BENCH):  # records and results stay
                 continue
             shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     if kept:
@@ -347,7 +390,7 @@ COMMANDS = {"validate": cmd_validate, "render": cmd_render, "preflight": cmd_pre
             "up": cmd_up, "status": cmd_status, "jobs": cmd_jobs, "logs": cmd_logs,
             "stop-job": cmd_stop_job,
             "submit": cmd_submit, "down": cmd_down, "run": cmd_run, "clean": cmd_clean,
-            "cost": cmd_cost, "plan": cmd_plan}
+            "cost": cmd_cost, "plan": cmd_plan, "bench": cmd_bench}
 
 
 class Parser(argparse.ArgumentParser):
@@ -375,6 +418,10 @@ def parse(argv) -> argparse.Namespace:
                    help="1: `logs` follows the job until it ends (FOLLOW)")
     p.add_argument("--profile", default=env.get("KIT_PROFILE", ""),
                    help="a job summary for `plan`, e.g. build/results/<id>.json (PROFILE)")
+    p.add_argument("--clusters", default=env.get("KIT_CLUSTERS", ""),
+                   help="values files `bench` runs in turn, space-separated (CLUSTERS)")
+    p.add_argument("--from", dest="from_", default=env.get("KIT_FROM", ""),
+                   help="rows.json for `bench` to print and plot instead of running (FROM)")
     return p.parse_args(argv)
 
 

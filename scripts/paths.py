@@ -1,6 +1,6 @@
 """Where the kit's files live. BUILD holds what the kit writes: rendered configs
 (build/clusters/), the records of launched clusters (build/launched/), jobs' summaries
-(build/results/) and logs; tests
+(build/results/), benches (build/bench/) and logs; tests
 point RAYKIT_BUILD_DIR elsewhere so that they never touch a cluster a user has up."""
 
 import os
@@ -15,3 +15,4 @@ RENDERED = BUILD / "clusters"
 LAUNCHED = BUILD / "launched"
 LOGS = BUILD / "logs"
 RESULTS = BUILD / "results"  # a copy of every submitted job's summary; `make clean` keeps it
+BENCH = BUILD / "bench"      # `make bench` tables (JSON, CSV, PNG); `make clean` keeps them

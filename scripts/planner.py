@@ -25,6 +25,7 @@ from pathlib import Path
 
 from scripts import catalog
 from scripts.errors import KitError, short
+from scripts.inputs import read_json
 from scripts.priceperf import usd_per_million_images
 
 MAX_DATA_WAIT = 0.05
@@ -162,22 +163,8 @@ def positive(value, what: str) -> float:
 def read_profile(path_text: str) -> dict:
     """The figures of a job summary: build/results/<id>.json, the job's --results file, or
     {"trainer_images_per_s": ..., "preprocess_images_per_s_per_cpu": ...}."""
-    path = Path(path_text)
-    if not path.is_file():
-        raise KitError(f"PROFILE={short(path_text)}: no such file; pass a job summary such as "
-                       "build/results/<submission id>.json")
-    if path.stat().st_size > MAX_PROFILE_BYTES:
-        raise KitError(f"PROFILE={short(path_text)}: over {MAX_PROFILE_BYTES} bytes; "
-                       "a job summary is a few KB")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"),
-                          parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
-    except OSError as e:
-        raise KitError(f"PROFILE={short(path_text)}: cannot be read ({e.strerror}); pass a "
-                       "job summary you can read") from None
-    except (UnicodeDecodeError, ValueError) as e:
-        raise KitError(f"PROFILE={short(path_text)}: not JSON ({short(str(e), 80)[1:-1]}); "
-                       "pass a job summary such as build/results/<submission id>.json") from None
+    data = read_json("PROFILE", path_text, "pass a job summary such as "
+                     "build/results/<submission id>.json", MAX_PROFILE_BYTES)
     for key in ("result", "diagnosis"):  # build/results/ -> the job's summary -> its diagnosis
         if isinstance(data, dict) and isinstance(data.get(key), dict):
             data = data[key]

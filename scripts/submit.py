@@ -26,9 +26,10 @@ FINAL_STATUS_WAIT_S = 30
 
 def submit(address: str, job: str, args: list[str], python: str, auth_token: str | None,
            timeout_s: float | None = None, env_vars: dict | None = None,
-           results_dir: Path | None = None) -> int:
-    """Run jobs/<job>/main.py on the cluster; block, streaming logs; return its exit code.
-    The job's RESULT line, if it printed one, is kept in results_dir/<submission id>.json."""
+           results_dir: Path | None = None) -> tuple[int, dict | None]:
+    """Run jobs/<job>/main.py on the cluster; block, streaming logs; return its exit code
+    and its summary (the RESULT line; None if it printed none). The summary is also kept
+    in results_dir/<submission id>.json."""
     from ray.job_submission import JobSubmissionClient
 
     workdir = job_dir(job)
@@ -60,20 +61,20 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
         code = exit_code(client, submission_id)
     except Exception as e:  # ... or right after the logs ended
         raise lost(submission_id, e) from None
-    if results_dir is not None:
-        keep_result(results_dir, submission_id, job, args, code, "".join(seen))
-    return code
+    try:
+        result = result_line("".join(seen))
+    except KitError:
+        result = None  # the job printed no summary (it failed early, or prints none)
+    if results_dir is not None and result is not None:
+        keep_result(results_dir, submission_id, job, args, code, result)
+    return code, result
 
 
 def keep_result(results_dir: Path, submission_id: str, job: str, args: list[str], code: int,
-                output: str) -> None:
+                result: dict) -> None:
     """A copy of the job's summary on this machine, even when the job ran on AWS."""
     from scripts.state import write_atomic
 
-    try:
-        result = result_line(output)
-    except KitError:
-        return  # the job printed no summary (it failed early, or prints none)
     path = results_dir / f"{submission_id}.json"
     write_atomic(path, json.dumps({"submission_id": submission_id, "job": job, "args": args,
                                    "exit_code": code, "result": result}, indent=2) + "\n", 0o644)

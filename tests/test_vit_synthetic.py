@@ -35,16 +35,19 @@ def test_transform_gives_chw_float_and_blurs():
     assert float(blurred.std()) < float(plain.std())  # blurring smooths random noise
 
 
-def test_preprocess_stage_records_node_and_time():
-    out = Preprocess(blur_count=1, blur_kernel=3)(make_images({"id": np.arange(3)}, image_size=32))
+def test_preprocess_stage_records_node_and_cpu_time_of_both_stages():
+    images = make_images({"id": np.arange(3)}, image_size=32)
+    out = Preprocess(blur_count=1, blur_kernel=3)(images)
     assert out["image"].shape == (3, 3, 32, 32) and out["image"].dtype == np.float32
-    assert len(out["node"]) == 3 and (out["preprocess_s"] > 0).all()
+    assert len(out["node"]) == 3
+    assert (images["preprocess_cpu_s"] > 0).all()  # generating counts as reading
+    assert (out["preprocess_cpu_s"] > images["preprocess_cpu_s"]).all()  # plus the transforms
 
 
 def test_diagnosis_data_bound_asks_for_more_cpu_workers():
     # trainer: 64 images in 0.1 s of compute -> 640 images/s; one CPU makes 20 images/s,
     # so 32 CPUs are needed; with 16, 16 more = 1 more c5.4xlarge-sized worker.
-    d = diagnose(mean_step_s=0.2, mean_wait_s=0.1, images_per_step=64,
+    d = diagnose(mean_step_s=0.2, mean_wait_s=0.1, mean_compute_s=0.1, images_per_step=64,
                  preprocess_s_per_image=0.05, preprocess_cpus=16,
                  worker_type="cpu_worker", cpus_per_worker=16)
     assert d["verdict"] == "data-bound"
@@ -55,7 +58,7 @@ def test_diagnosis_data_bound_asks_for_more_cpu_workers():
 
 
 def test_diagnosis_compute_bound():
-    d = diagnose(mean_step_s=1.0, mean_wait_s=0.01, images_per_step=16,
+    d = diagnose(mean_step_s=1.0, mean_wait_s=0.01, mean_compute_s=0.99, images_per_step=16,
                  preprocess_s_per_image=0.05, preprocess_cpus=4,
                  worker_type="cpu_worker", cpus_per_worker=16)
     assert d["verdict"] == "compute-bound" and d["add_cpus"] == 0
@@ -103,6 +106,14 @@ def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
     expected = "data-bound" if summary["data_wait_fraction"] > DATA_BOUND_WAIT_FRACTION else "compute-bound"
     assert summary["diagnosis"]["verdict"] == expected
     assert "=== vit_synthetic summary ===" in run.stdout and "step 4/6" in run.stdout
+    # CPU use per node type: the head trains, the two workers preprocess
+    use = summary["cpu_use_by_node_type"]
+    assert {t: row["nodes"] for t, row in use.items()} == {"head": 1, "cpu_worker": 2}
+    assert use["cpu_worker"]["busy_cpu_s"] > 0 and use["head"]["busy_cpu_s"] > 0
+    assert all(0 < row["utilization"] <= 1 for row in use.values())
+    assert summary["trainer_utilization_source"] == "busy share"  # no GPU here
+    assert summary["trainer_utilization"] == pytest.approx(1 - summary["data_wait_fraction"])
+    assert summary["preprocess_shares_trainer_cpus"] is False
 
 
 def test_bad_flag_fails_the_job_and_make_submit(cluster):

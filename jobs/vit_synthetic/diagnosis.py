@@ -9,13 +9,15 @@ import math
 DATA_BOUND_WAIT_FRACTION = 0.10  # the trainer idles >10% of each step waiting for data
 
 
-def diagnose(*, mean_step_s: float, mean_wait_s: float, images_per_step: int,
+def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, images_per_step: int,
              preprocess_s_per_image: float, preprocess_cpus: float,
              worker_type: str, cpus_per_worker: float) -> dict:
-    """mean_step_s: wall time per step (wait + compute); preprocess_s_per_image: CPU
-    seconds one preprocessing CPU spends per image; preprocess_cpus: CPUs Ray Data may use."""
+    """mean_step_s: wall time per step (wait + compute); mean_compute_s: the trainer's
+    compute per step had it the hardware to itself (GPU: wall time; CPU: its CPU time);
+    preprocess_s_per_image: CPU seconds one preprocessing CPU spends per image;
+    preprocess_cpus: CPUs Ray Data may use."""
     wait_fraction = mean_wait_s / mean_step_s if mean_step_s > 0 else 0.0
-    compute_s = max(mean_step_s - mean_wait_s, 1e-9)
+    compute_s = max(mean_compute_s, 1e-9)
     demand = images_per_step / compute_s            # images/s the trainer could consume
     per_cpu = 1.0 / preprocess_s_per_image if preprocess_s_per_image > 0 else math.inf
     supply = per_cpu * preprocess_cpus              # images/s preprocessing can deliver

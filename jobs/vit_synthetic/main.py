@@ -80,12 +80,19 @@ def train_loop(config: dict) -> None:
     rank = ray.train.get_context().get_world_rank()
     shard = ray.train.get_dataset_shard("train")
 
-    waits, steps_s, nodes, preprocess_s = [], [], {}, 0.0
+    # The trainer's compute per step had it the hardware to itself: wall time on a GPU;
+    # on a CPU its thread's CPU time (torch runs one thread there), which a core shared
+    # with preprocessing (a one-core local head) does not inflate.
+    compute_clock = time.perf_counter if device.type == "cuda" else time.thread_time
+    gpu_busy = GpuUtilization(device) if device.type == "cuda" else None
+    waits, steps_s, computes_s, nodes, preprocess_cpu_s = [], [], [], {}, {}
     batches = shard.iter_batches(batch_size=config["batch_size"], batch_format="numpy",
                                  prefetch_batches=config["prefetch_batches"], drop_last=True)
     start = last = time.perf_counter()
+    cpu_start = time.process_time()
     for batch in batches:
         got_data = time.perf_counter()
+        compute_start = compute_clock()
         images = torch.from_numpy(batch["image"].copy()).to(device, non_blocking=True)
         labels = torch.from_numpy(batch["label"]).to(device, non_blocking=True)
         optimizer.zero_grad()
@@ -94,13 +101,16 @@ def train_loop(config: dict) -> None:
         optimizer.step()
         if device.type == "cuda":
             torch.cuda.synchronize()
+        computes_s.append(compute_clock() - compute_start)
         done = time.perf_counter()
         waits.append(got_data - last)
         steps_s.append(done - last)
         last = done
-        for node, count in zip(*np.unique(batch["node"], return_counts=True)):
-            nodes[str(node)] = nodes.get(str(node), 0) + int(count)
-        preprocess_s += float(batch["preprocess_s"].sum())
+        for node in np.unique(batch["node"]):
+            here, ip = batch["node"] == node, str(node)
+            nodes[ip] = nodes.get(ip, 0) + int(here.sum())
+            preprocess_cpu_s[ip] = (preprocess_cpu_s.get(ip, 0.0)
+                                    + float(batch["preprocess_cpu_s"][here].sum()))
         step = len(steps_s)
         if rank == 0 and step % config["log_every"] == 0:
             recent = steps_s[-config["log_every"]:]
@@ -109,16 +119,21 @@ def train_loop(config: dict) -> None:
                   f"loss {loss.item():.3f}", flush=True)
     # The first step includes the pipeline's start-up: keep it out of the means.
     steady = slice(1, None) if len(steps_s) > 1 else slice(None)
+    images_seen = int(sum(nodes.values()))
     metrics = {
         "steps": len(steps_s),
         "train_s": last - start,
+        "trainer_cpu_s": time.process_time() - cpu_start,
+        "gpu_utilization": gpu_busy.stop() if gpu_busy else None,
         "warmup_s": steps_s[0] if steps_s else 0.0,
         "mean_step_s": float(np.mean(steps_s[steady])),
         "mean_data_wait_s": float(np.mean(waits[steady])),
         "max_data_wait_s": float(np.max(waits[steady])),
-        "images_seen": int(sum(nodes.values())),
-        "preprocess_s_per_image": preprocess_s / max(1, sum(nodes.values())),
+        "mean_trainer_compute_s": float(np.mean(computes_s[steady])),
+        "images_seen": images_seen,
+        "preprocess_s_per_image": sum(preprocess_cpu_s.values()) / max(1, images_seen),
         "preprocess_nodes": nodes,
+        "preprocess_cpu_s": preprocess_cpu_s,
         "trainer_node": ray.util.get_node_ip_address(),
         "device": str(device),
         "final_loss": float(loss.item()),
@@ -133,21 +148,78 @@ def train_loop(config: dict) -> None:
         ray.train.report(metrics, checkpoint=checkpoint)
 
 
+class GpuUtilization:
+    """The GPU's mean utilization (NVML, as nvidia-smi shows it) while training: a thread
+    samples it every 0.1 s. The one way to see a starved GPU from its own side."""
+
+    def __init__(self, device):
+        import threading
+
+        import torch
+
+        self.samples, self.stopped = [], threading.Event()
+
+        def sample():
+            while not self.stopped.wait(0.1):
+                self.samples.append(torch.cuda.utilization(device))
+        self.thread = threading.Thread(target=sample, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> float | None:
+        self.stopped.set()
+        self.thread.join()
+        return sum(self.samples) / len(self.samples) / 100 if self.samples else None
+
+
 def cluster_shape(resource: str) -> dict:
-    """What the cluster offers: trainer slots, GPUs, preprocessing CPUs and worker nodes."""
+    """What the cluster offers: trainer slots, GPUs, preprocessing CPUs and its nodes."""
     import ray
 
     total = ray.cluster_resources()
-    workers = [n for n in ray.nodes() if n["Alive"] and resource and n["Resources"].get(resource)]
-    labels = workers[0].get("Labels", {}) if workers else {}
+    nodes = {}  # ip -> what the summary needs of each node
+    for n in ray.nodes():
+        if not n["Alive"]:
+            continue
+        labels, res = n.get("Labels", {}), n["Resources"]
+        # the local provider labels its nodes with their type; elsewhere, head or worker
+        node_type = (labels.get("raykit-node-type") or labels.get("ray.io/node-group")
+                     or ("head" if "node:__internal_head__" in res else "worker"))
+        nodes[n["NodeManagerAddress"]] = {
+            "type": node_type, "cpus": res.get("CPU", 0), "trainer_slots": res.get("trainer", 0),
+            "preprocess_cpus": res.get(resource, 0) if resource else res.get("CPU", 0)}
+    workers = [n for n in nodes.values() if n["preprocess_cpus"] and not n["trainer_slots"]]
     return {
         "trainer_slots": int(total.get("trainer", 0)),
         "gpus": int(total.get("GPU", 0)),
-        "preprocess_cpus": total.get(resource, 0) if resource else total.get("CPU", 0),
-        "cpus_per_worker": max((n["Resources"].get("CPU", 0) for n in workers), default=0),
-        "worker_type": labels.get("ray.io/node-type-name") or labels.get("ray.io/node-group")
-        or "CPU worker",
+        "preprocess_cpus": sum(n["preprocess_cpus"] for n in nodes.values()),
+        # Where a node's trainers (one CPU each) and its preprocessing CPUs add up to more
+        # than it has, they share cores: the planner's model, which counts preprocessing
+        # CPUs as the trainers' suppliers, does not describe that mix.
+        "preprocess_shares_trainer_cpus": any(
+            n["trainer_slots"] + n["preprocess_cpus"] > n["cpus"] for n in nodes.values()
+            if n["trainer_slots"] and n["preprocess_cpus"]),
+        "cpus_per_worker": max((n["cpus"] for n in workers), default=0),
+        "worker_type": workers[0]["type"] if workers else "CPU worker",
+        "nodes": nodes,
     }
+
+
+def cpu_use_by_node_type(nodes: dict, metrics: dict) -> dict:
+    """Per node type: the share of its CPUs the job's work kept busy while training
+    (preprocessing CPU seconds on its nodes, plus the trainer's own where it ran), out of
+    CPUs x training seconds. Ray's own daemons are not counted."""
+    out = {}
+    for ip, node in nodes.items():
+        row = out.setdefault(node["type"], {"nodes": 0, "cpus": 0.0, "busy_cpu_s": 0.0})
+        row["nodes"] += 1
+        row["cpus"] += node["cpus"]
+        row["busy_cpu_s"] += metrics["preprocess_cpu_s"].get(ip, 0.0)
+        if ip == metrics["trainer_node"]:
+            row["busy_cpu_s"] += metrics["trainer_cpu_s"]
+    for row in out.values():
+        window = row["cpus"] * metrics["train_s"]
+        row["utilization"] = min(1.0, row["busy_cpu_s"] / window) if window > 0 else 0.0
+    return out
 
 
 def main(argv=None) -> int:
@@ -206,11 +278,20 @@ def main(argv=None) -> int:
                                    "final_loss")},
         "images_per_s": images_per_step / metrics["mean_step_s"],
         "mean_compute_s": metrics["mean_step_s"] - metrics["mean_data_wait_s"],
+        "mean_trainer_compute_s": metrics["mean_trainer_compute_s"],
         "data_wait_fraction": metrics["mean_data_wait_s"] / metrics["mean_step_s"],
+        # GPU utilization (NVML) where the trainer has a GPU; else the share of each step
+        # it spent computing rather than waiting for data.
+        "trainer_utilization": (metrics["gpu_utilization"] if metrics["gpu_utilization"] is not None
+                                else 1 - metrics["mean_data_wait_s"] / metrics["mean_step_s"]),
+        "trainer_utilization_source": "nvml" if metrics["gpu_utilization"] is not None else "busy share",
+        "cpu_use_by_node_type": cpu_use_by_node_type(shape["nodes"], metrics),
+        "preprocess_cpus": shape["preprocess_cpus"],
+        "preprocess_shares_trainer_cpus": shape["preprocess_shares_trainer_cpus"],
         "wall_s": time.perf_counter() - started,
         "diagnosis": diagnose(
             mean_step_s=metrics["mean_step_s"], mean_wait_s=metrics["mean_data_wait_s"],
-            images_per_step=images_per_step,
+            mean_compute_s=metrics["mean_trainer_compute_s"], images_per_step=images_per_step,
             preprocess_s_per_image=metrics["preprocess_s_per_image"],
             preprocess_cpus=shape["preprocess_cpus"], worker_type=shape["worker_type"],
             cpus_per_worker=shape["cpus_per_worker"] or 1),

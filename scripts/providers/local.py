@@ -7,8 +7,10 @@ has a private temp dir (mode 0700, random name), its own ports and Ray's token
 authentication. Every process it starts carries RAYKIT_CLUSTER_ID in its environment, a
 marker derived from this checkout's build dir and the cluster's name: `down` stops the
 processes that carry it (and their children), and nothing else; it never runs `ray stop`.
+With `pin_cpus` (the default), each node runs on cores of its own (cpu_sets.py).
 """
 
+import copy
 import hashlib
 import json
 import os
@@ -26,6 +28,7 @@ import psutil
 from scripts import state
 from scripts.errors import KitError
 from scripts.paths import BUILD
+from scripts.providers import cpu_sets
 from scripts.ray_cli import free_port, ray_cli, ray_env, use_auth_in_this_process
 
 NAME = "local"
@@ -63,10 +66,14 @@ def value_problems(values: dict) -> list[str]:
     problems = []
     head, workers = values["head"], values["workers"]
     if values["prices_as"]:
-        problems += prices_as_problems(values["prices_as"])
+        problems += prices_as_problems(values)
     if values["mix"] == "heterogeneous" and head["trainer_slots"] < 1:
         problems.append("head.trainer_slots: a heterogeneous mix trains on the head; "
                         "set trainer_slots: 1 (the stand-in for its GPU)")
+    if head["preprocess"] and head["trainer_slots"] and head["cpus"] <= head["trainer_slots"]:
+        # each training worker holds a CPU: none would be left for a preprocessing task
+        problems.append(f"head.cpus: a head that trains and preprocesses needs a CPU per "
+                        f"trainer slot plus one; set cpus: {head['trainer_slots'] + 1} or more")
     # Simulated nodes all draw on this machine's RAM: more than it has would be killed
     # by the OOM killer mid-job instead of refused here.
     declared = head["memory_mb"] + head["object_store_mb"] + sum(
@@ -76,7 +83,32 @@ def value_problems(values: dict) -> list[str]:
         problems.append(f"workers: the nodes declare {declared} MiB of memory and object store "
                         f"at max_workers, more than this machine's {host} MiB; lower "
                         "memory_mb, object_store_mb or max_workers")
+    cores = len(cpu_sets.host_cores())
+    if values["pin_cpus"] and cores_needed(values) > cores:
+        problems.append(f"pin_cpus: the nodes need {cores_needed(values)} cores of their own at "
+                        f"max_workers, this machine has {cores}; lower cpus or max_workers, "
+                        "or set pin_cpus: false (nodes then share cores)")
     return problems
+
+
+def cores(node: dict) -> int:
+    """The cores a node runs on with pin_cpus: `cores`, or as many as its `cpus`."""
+    return node["cores"] or node["cpus"]
+
+
+def cores_needed(values: dict) -> int:
+    return cores(values["head"]) + sum(w["max_workers"] * cores(w)
+                                       for w in values["workers"].values())
+
+
+def core_sets(values: dict) -> tuple[list[int] | None, list[int]]:
+    """(the head's cores, the cores its autoscaler hands to workers); (None, []) when the
+    nodes share every core (pin_cpus: false)."""
+    if not values["pin_cpus"]:
+        return None, []
+    host = cpu_sets.host_cores()
+    head = cores(values["head"])
+    return host[:head], host[head:cores_needed(values)]
 
 
 def template_context(cluster: str, values: dict) -> dict:
@@ -87,7 +119,9 @@ def template_context(cluster: str, values: dict) -> dict:
                  "resources": resources(head, head["trainer_slots"], head["preprocess"])},
         "workers": [
             {"name": name, "min_workers": w["min_workers"], "max_workers": w["max_workers"],
-             "resources": resources(w, trainer_slots=0, preprocess=True)}
+             "resources": resources(w, trainer_slots=0, preprocess=True),
+             # read by loopback_node_provider.py (Ray's schema leaves node_config alone)
+             "node_config": {"cores": cores(w) if values["pin_cpus"] else None}}
             for name, w in values["workers"].items()
         ],
     }
@@ -122,23 +156,32 @@ def preflight(values: dict) -> tuple[dict, list[str]]:
 
 def plan(values: dict, config: dict) -> list[str]:
     head = values["head"]
-    lines = ["simulated on this machine (loopback addresses), $0/h",
-             f"  {HEAD_TYPE}: 1 x {head['cpus']} CPUs, {head['trainer_slots']} trainer slot(s), "
+    head_cores, worker_cores = core_sets(values)
+    lines = ["simulated on this machine (loopback addresses), $0/h; "
+             + (f"head on cores {cpu_sets.to_text(head_cores)}, workers on cores "
+                f"{cpu_sets.to_text(worker_cores) or '(none)'}" if head_cores is not None
+                else "every node sharing every core (pin_cpus: false)"),
+             f"  {HEAD_TYPE}: 1 x {head['cpus']} CPUs{on_cores(values, head)}, {head['trainer_slots']} trainer slot(s), "
              f"{head['memory_mb']} MiB + {head['object_store_mb']} MiB object store"]
     for name, w in values["workers"].items():
-        lines.append(f"  {name}: {w['min_workers']}-{w['max_workers']} x {w['cpus']} CPUs, "
+        lines.append(f"  {name}: {w['min_workers']}-{w['max_workers']} x {w['cpus']} CPUs{on_cores(values, w)}, "
                      f"{w['memory_mb']} MiB + {w['object_store_mb']} MiB object store")
     return lines
+
+
+def on_cores(values: dict, node: dict) -> str:
+    return f" on {cores(node)} core(s) of its own" if values["pin_cpus"] else ""
 
 
 def hourly_cost(values: dict) -> tuple[float, float]:
     return 0.0, 0.0  # runs on this machine
 
 
-def prices_as_problems(name: str) -> list[str]:
+def prices_as_problems(values: dict) -> list[str]:
     from scripts.inputs import values_file
     from scripts.values import parse_yaml
 
+    name = values["prices_as"]
     try:
         data = parse_yaml(values_file(name).read_bytes(), f"cluster_templates/{name}.yaml")
     except KitError:
@@ -147,7 +190,23 @@ def prices_as_problems(name: str) -> list[str]:
     if not isinstance(data, dict) or data.get("provider") != "aws":
         return [f"prices_as: cluster_templates/{name}.yaml is not an AWS values file; "
                 "name one such as hetero"]
-    return []
+    theirs = data.get("workers") if isinstance(data.get("workers"), dict) else {}
+    return [f"workers.{worker}: {name}.yaml has no worker type '{worker}' to price it as; "
+            f"name the local worker types as in {name}.yaml"
+            for worker in values["workers"] if worker not in theirs]
+
+
+def stand_in_values(values: dict) -> dict:
+    """The AWS values this cluster stands for: `prices_as`'s file with this file's node
+    counts, each local worker type priced as the AWS worker type of the same name."""
+    from scripts.build import build
+
+    aws_values = copy.deepcopy(build(values["prices_as"]).values)
+    aws_values["workers"] = {
+        name: dict(aws_values["workers"][name], min_workers=w["min_workers"],
+                   max_workers=w["max_workers"])
+        for name, w in values["workers"].items()}
+    return aws_values
 
 
 def cost_table(values: dict) -> list[str]:
@@ -155,12 +214,11 @@ def cost_table(values: dict) -> list[str]:
     if not values["prices_as"]:
         return [f"'{values['cluster_name']}' runs on this machine: no cloud cost "
                 "(set prices_as to price it like an AWS values file)"]
-    from scripts.build import build
     from scripts.providers import aws
 
     return [f"'{values['cluster_name']}' runs on this machine; it stands for "
-            f"cluster_templates/{values['prices_as']}.yaml, priced:"] + aws.cost_table(
-        build(values["prices_as"]).values)
+            f"cluster_templates/{values['prices_as']}.yaml's node types with its own counts, "
+            "priced:"] + aws.cost_table(stand_in_values(values))
 
 
 # --- lifecycle ----------------------------------------------------------------------
@@ -214,10 +272,14 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         "RAYKIT_TEMP_DIR": record["temp_dir"],
         "AUTOSCALER_UPDATE_INTERVAL_S": "1",  # launch the workers within seconds
     })
+    head_cores, worker_cores = core_sets(values)
+    env[cpu_sets.WORKER_CORES_ENV] = cpu_sets.to_text(worker_cores)
     state.save(cluster, record, config_text)
     try:
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120,
-                                start_new_session=True)  # the terminal's Ctrl-C is ours to handle
+        with cpu_sets.pinned_to(head_cores or cpu_sets.host_cores()):
+            result = subprocess.run(command, env=env, capture_output=True, text=True,
+                                    timeout=120,
+                                    start_new_session=True)  # the terminal's Ctrl-C is ours
         if result.returncode != 0:
             tail = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["no output"]
             raise KitError(f"`ray start --head` failed for local cluster '{cluster}': {tail[0]} "

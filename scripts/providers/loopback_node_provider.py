@@ -11,6 +11,9 @@ the head's autoscaler process, which inherits the environment that scripts/provi
 sets: RAYKIT_GCS_ADDRESS, RAYKIT_TEMP_DIR, the cluster's marker and its auth token. The
 nodes it starts inherit them in turn, so `down` finds them and they can reach the GCS.
 This module imports Ray; nothing else of the kit imports it but Ray's autoscaler.
+
+With pin_cpus, RAYKIT_WORKER_CORES lists the cores the workers may take: each node gets
+as many free ones as its node_config's `cores`, and gives them back when it is terminated.
 """
 
 import copy
@@ -20,6 +23,7 @@ import os
 import ray
 from ray._private import ray_constants
 from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
+from scripts.providers import cpu_sets
 from ray.autoscaler.tags import (
     NODE_KIND_WORKER,
     STATUS_UP_TO_DATE,
@@ -29,6 +33,7 @@ from ray.autoscaler.tags import (
     TAG_RAY_USER_NODE_TYPE,
 )
 
+NODE_TYPE_LABEL = "raykit-node-type"
 MAX_WORKERS = 250  # 127.0.0.3 .. 127.0.0.252; the local schema allows far fewer
 
 
@@ -43,12 +48,27 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
         provider_config = dict(provider_config, gcs_address=os.environ["RAYKIT_GCS_ADDRESS"])
         super().__init__(provider_config, cluster_name)
         self._temp_dir = os.environ["RAYKIT_TEMP_DIR"]
+        self._worker_cores = cpu_sets.from_text(os.environ.get(cpu_sets.WORKER_CORES_ENV, ""))
+
+    def _free_cores(self, count: int) -> list[int] | None:
+        """`count` worker cores no live node holds; None when nodes are not pinned. The
+        values check (local.py) keeps max_workers within the cores, so they are there."""
+        if not self._worker_cores or not count:
+            return None
+        held = {core for node in self._nodes.values() for core in node.get("cores", ())}
+        free = [core for core in self._worker_cores if core not in held]
+        if len(free) < count:
+            raise RuntimeError(f"{count} cores wanted, {len(free)} free of {self._worker_cores}")
+        return free[:count]
 
     def _create_node_with_resources_and_labels(self, node_config, tags, count, resources, labels):
         resources = copy.deepcopy(resources)  # the pops below must not leak to the caller
         with self.lock:
             node_type = tags[TAG_RAY_USER_NODE_TYPE]
+            # Jobs tell node types apart by this label (the ViT job's CPU use per type).
+            labels = dict(labels or {}, **{NODE_TYPE_LABEL: node_type})
             node_id = self._next_hex_node_id()
+            cores = self._free_cores(node_config.get("cores") or 0)
             params = ray._private.parameter.RayParams(
                 node_ip_address=worker_ip(self._next_node_id),
                 gcs_address=self._gcs_address,
@@ -78,9 +98,10 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
                     ray_constants.LABELS_ENVIRONMENT_VARIABLE: json.dumps(labels),
                 },
             )
-            node = ray._private.node.Node(
-                params, head=False, shutdown_at_exit=False, spawn_reaper=False
-            )
+            with cpu_sets.pinned_to(cores or cpu_sets.host_cores()):
+                node = ray._private.node.Node(
+                    params, head=False, shutdown_at_exit=False, spawn_reaper=False
+                )
             self._nodes[node_id] = {
                 "tags": {
                     TAG_RAY_NODE_KIND: NODE_KIND_WORKER,
@@ -90,4 +111,5 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
                     **tags,
                 },
                 "node": node,
+                "cores": cores or [],
             }

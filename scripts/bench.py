@@ -1,0 +1,240 @@
+"""`make bench`: does a heterogeneous mix pay? One table in the published results' shape.
+
+Each row is one mix that ran the ViT job (the same ARGS for every mix), or a row read
+back with FROM=rows.json (measured earlier, or published). A row holds:
+
+  name                    the mix (local mixes: "local_hetero as hetero")
+  usd_per_hour            on-demand $/h with the nodes it ran with (min_workers)
+  mean_step_s             the trainer's mean step, wall time
+  data_wait_share         the share of each step the trainer waited for data
+  trainer_utilization     NVML's GPU utilization where there is a GPU, else the busy
+                          share of the trainer's step (1 - data_wait_share)
+  cpu_utilization         per node type, the share of its CPUs the job kept busy
+  images_per_s            images trained per second, all trainers together
+  predicted_images_per_s  the planner's model (scripts/planner.py) from the FIRST row's
+                          profile: min(trainer rate, preprocessing CPUs x rate per CPU);
+                          empty where preprocessing shares the trainer's CPUs (a one-core
+                          head), which the model does not describe
+  usd_per_100_steps, usd_per_million_images, change (1 - $ per 100 steps / the first
+                          row's: positive is cheaper per unit of training)
+
+Only name, usd_per_hour and mean_step_s are required in a FROM file; the arithmetic is
+scripts/priceperf.py's, so a measured row and a published one mean the same thing.
+"""
+
+import csv
+import json
+import math
+import re
+import time
+from pathlib import Path
+
+from scripts.errors import KitError, short
+from scripts.inputs import read_json
+from scripts.priceperf import cost_change, usd_per_100_steps, usd_per_million_images
+
+FIELDS = ["name", "usd_per_hour", "mean_step_s", "data_wait_share", "trainer_utilization",
+          "cpu_utilization", "images_per_s", "predicted_images_per_s", "usd_per_100_steps",
+          "usd_per_million_images", "change"]
+REQUIRED = ("name", "usd_per_hour", "mean_step_s")
+SHARES = ("data_wait_share", "trainer_utilization")
+DERIVED = ("usd_per_100_steps", "usd_per_million_images", "change")  # recomputed, never read
+# Starts with a letter or digit: a name can never be a spreadsheet formula in the CSV.
+ROW_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.,:+()/-]{0,79}")
+MAX_ROWS = 50
+DEFAULT_CLUSTERS = "local_single local_hetero"  # the homogeneous baseline, then the mix
+
+
+def cluster_names(text: str) -> list[str]:
+    from scripts.inputs import check_name
+
+    names = (text or DEFAULT_CLUSTERS).split()
+    if not 1 <= len(names) <= 10:
+        raise KitError(f"CLUSTERS={short(text)}: name 1 to 10 values files, separated by "
+                       'spaces, e.g. CLUSTERS="single hetero"')
+    return [check_name("CLUSTERS", name) for name in names]
+
+
+def priced(built) -> tuple[str, float]:
+    """The row's name and $/h: an AWS mix at its own prices; a local one as the AWS mix
+    its `prices_as` names, with its own node counts (what it stands for)."""
+    from scripts.providers import aws, local
+
+    values, name = built.values, built.cluster
+    if built.provider is local:
+        if not values["prices_as"]:
+            raise KitError(f"CLUSTERS: cluster_templates/{name}.yaml sets no prices_as; set it "
+                           "to the AWS values file it stands for, e.g. prices_as: hetero")
+        name = f"{name} as {values['prices_as']}"
+        values = local.stand_in_values(values)
+    cost = aws.hourly_cost(values)
+    if cost is None:
+        raise KitError(f"CLUSTERS: {built.cluster}: region {values['aws']['region']} has no "
+                       "prices in scripts/catalog.py; bench in a region it lists")
+    return name, cost[0]
+
+
+def measured_row(name: str, usd_per_hour: float, summary: dict, profile: dict | None) -> dict:
+    """A row from the job's summary (its RESULT line); `profile` is the first row's
+    summary, whose measured rates predict this mix's images/s."""
+    return {
+        "name": name,
+        "usd_per_hour": usd_per_hour,
+        "mean_step_s": summary["mean_step_s"],
+        "data_wait_share": summary["data_wait_fraction"],
+        "trainer_utilization": summary["trainer_utilization"],
+        "cpu_utilization": {node_type: use["utilization"]
+                            for node_type, use in summary["cpu_use_by_node_type"].items()},
+        "images_per_s": summary["images_per_s"],
+        "predicted_images_per_s": predicted_images_per_s(profile or summary, summary),
+    }
+
+
+def predicted_images_per_s(profile: dict, summary: dict) -> float | None:
+    if summary["preprocess_shares_trainer_cpus"]:
+        return None
+    rates = profile["diagnosis"]
+    return min(rates["trainer_images_per_s"],
+               summary["preprocess_cpus"] * rates["preprocess_images_per_s_per_cpu"])
+
+
+def completed(rows: list[dict]) -> list[dict]:
+    """The rows with the price-performance figures computed, in FIELDS order."""
+    out = []
+    for row in rows:
+        full = {field: row.get(field) for field in FIELDS}
+        full["usd_per_100_steps"] = usd_per_100_steps(row["usd_per_hour"], row["mean_step_s"])
+        rate = row.get("images_per_s")
+        full["usd_per_million_images"] = usd_per_million_images(row["usd_per_hour"], rate) if rate else None
+        baseline = out[0]["usd_per_100_steps"] if out else full["usd_per_100_steps"]
+        full["change"] = cost_change(full["usd_per_100_steps"], baseline) if baseline else None
+        out.append(full)
+    return out
+
+
+# --- FROM=rows.json ------------------------------------------------------------------
+
+def read_rows(path_text: str) -> list[dict]:
+    """Rows from a file `make bench` saved (rows.json) or one written by hand: a list of
+    objects, or {"rows": [...]}. Every problem is one line naming the row and field."""
+    hint = 'pass a rows.json from build/bench/, or a list of {"name", "usd_per_hour", "mean_step_s"}'
+    data = read_json("FROM", path_text, hint)
+    if isinstance(data, dict) and "rows" in data:
+        data = data["rows"]
+    if not isinstance(data, list) or not 1 <= len(data) <= MAX_ROWS:
+        raise KitError(f"FROM={short(path_text)}: not a list of 1 to {MAX_ROWS} rows; {hint}")
+    return [checked_row(i, row) for i, row in enumerate(data)]
+
+
+def checked_row(i: int, row) -> dict:
+    where = f"FROM: rows[{i}]"
+    if not isinstance(row, dict):
+        raise KitError(f"{where}: not an object; give name, usd_per_hour and mean_step_s")
+    unknown = sorted(set(row) - set(FIELDS))
+    if unknown:
+        raise KitError(f"{where}.{short(unknown[0], 40)[1:-1]}: not a field; the fields are "
+                       f"{', '.join(FIELDS)}")
+    for field in REQUIRED:
+        if row.get(field) is None:
+            raise KitError(f"{where}.{field}: missing; every row needs {', '.join(REQUIRED)}")
+    if not isinstance(row["name"], str) or not ROW_NAME.fullmatch(row["name"]):
+        raise KitError(f"{where}.name: {short(row['name'])} is not a name (letters, digits, "
+                       "spaces and _.,:+()/x-, starting with a letter or digit, at most 80)")
+    number(row, "usd_per_hour", where, low=0.0)
+    number(row, "mean_step_s", where, low=0.0, open_low=True)
+    for field in ("images_per_s", "predicted_images_per_s"):
+        number(row, field, where, low=0.0, open_low=True, optional=True)
+    for field in SHARES:
+        number(row, field, where, low=0.0, high=1.0, optional=True)
+    use = row.get("cpu_utilization")
+    if use is not None:
+        if not isinstance(use, dict) or len(use) > 20 or not all(
+                isinstance(k, str) and ROW_NAME.fullmatch(k) for k in use):
+            raise KitError(f"{where}.cpu_utilization: not an object of up to 20 node types "
+                           "(names as for `name`) to shares from 0 to 1")
+        for node_type in use:
+            number(use, node_type, f"{where}.cpu_utilization", low=0.0, high=1.0)
+    return {field: row.get(field) for field in FIELDS if field not in DERIVED}
+
+
+def number(row: dict, field: str, where: str, low: float, high: float = math.inf,
+           open_low: bool = False, optional: bool = False) -> None:
+    value = row.get(field)
+    if value is None and optional:
+        return
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+          and (value > low if open_low else value >= low) and value <= high)
+    if not ok:
+        bound = f"{'above' if open_low else 'at least'} {low:g}" + (f" and at most {high:g}" if high != math.inf else "")
+        raise KitError(f"{where}.{field}: {short(value, 40)} is not a number {bound}")
+
+
+# --- output --------------------------------------------------------------------------
+
+def table(rows: list[dict]) -> list[str]:
+    def f(value, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    cells = [("mix", "$/h", "step s", "data wait", "trainer", "CPU use by node type",
+              "images/s", "predicted", "$/100 steps", "$/M images", "change")]
+    for r in rows:
+        use = ", ".join(f"{t} {u:.0%}" for t, u in sorted((r["cpu_utilization"] or {}).items())) or "-"
+        cells.append((r["name"], f(r["usd_per_hour"], ".3f"), f(r["mean_step_s"], ".3f"),
+                      f(r["data_wait_share"], ".0%"), f(r["trainer_utilization"], ".0%"), use,
+                      f(r["images_per_s"], ".1f"), f(r["predicted_images_per_s"], ".1f"),
+                      f(r["usd_per_100_steps"], ".4f"), f(r["usd_per_million_images"], ".2f"),
+                      f(r["change"], "+.0%")))
+    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
+    return ["  ".join(c.ljust(w) if i in (0, 5) else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(row, widths))) for row in cells]
+
+
+def save(rows: list[dict], bench_dir: Path) -> Path:
+    """build/bench/<timestamp>/: rows.json (FROM= reads it back), rows.csv, chart.png."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for attempt in range(100):  # two benches in one second each get a directory
+        out = bench_dir / (stamp if attempt == 0 else f"{stamp}-{attempt}")
+        try:
+            out.mkdir(parents=True)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise KitError(f"could not create a new directory under {bench_dir}")
+    (out / "rows.json").write_text(json.dumps({"rows": rows}, indent=2) + "\n")
+    with open(out / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow(r | {"cpu_utilization": "; ".join(
+                f"{t}={u:.3f}" for t, u in sorted((r["cpu_utilization"] or {}).items()))})
+    chart(rows, out / "chart.png")
+    return out
+
+
+def chart(rows: list[dict], path: Path) -> None:
+    """$ per 100 steps and images/s per mix, side by side, the change written on the bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a server
+    import matplotlib.pyplot as plt
+
+    names = [r["name"] for r in rows]
+    fig, (cost_ax, rate_ax) = plt.subplots(1, 2, figsize=(4 + 1.6 * len(rows), 4.5))
+    bars = cost_ax.bar(names, [r["usd_per_100_steps"] for r in rows], color="#4c72b0")
+    cost_ax.bar_label(bars, labels=[f"{r['change']:+.0%}" if r["change"] is not None else ""
+                                    for r in rows])
+    cost_ax.set_title("$ per 100 steps (lower is better)")
+    measured = [r["images_per_s"] or 0 for r in rows]
+    rate_ax.bar(names, measured, color="#55a868", label="measured")
+    predicted = [(i, r["predicted_images_per_s"]) for i, r in enumerate(rows)
+                 if r["predicted_images_per_s"] is not None]
+    if predicted:
+        rate_ax.scatter(*zip(*predicted), color="black", marker="_", s=600, label="predicted")
+        rate_ax.legend()
+    rate_ax.set_title("images/s (higher is better)")
+    for ax in (cost_ax, rate_ax):
+        ax.tick_params(axis="x", labelrotation=20)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

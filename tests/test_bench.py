@@ -1,0 +1,170 @@
+"""`make bench`: the table's arithmetic on published rows, FROM= files as hostile input,
+a small real bench of local_single vs local_hetero, and the CPU sets that make it honest."""
+
+import csv
+import json
+import os
+
+import psutil
+import pytest
+import yaml
+
+from conftest import load_example, make
+from scripts import bench, kit
+from scripts.build import build, build_text
+from scripts.errors import KitError
+from scripts.providers import aws as aws_provider, local
+
+# The published TensorFlow row (p4d.24xlarge alone vs + 2 x c5.18xlarge), in FROM's shape.
+PUBLISHED = [{"name": "p4d.24xlarge", "usd_per_hour": 37.688, "mean_step_s": 0.192},
+             {"name": "p4d.24xlarge + 2 x c5.18xlarge", "usd_per_hour": 45.032, "mean_step_s": 0.086}]
+
+
+def test_published_rows_reproduce_the_paper_and_are_saved(tmp_path):
+    rows_file = tmp_path / "published.json"
+    rows_file.write_text(json.dumps(PUBLISHED))
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"))
+    run = make("bench", f"FROM={rows_file}", env=env, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    alone, mixed = [next(line for line in lines if line.strip().startswith(r["name"] + " "))
+                    for r in PUBLISHED]
+    assert "0.2010" in alone and "+0%" in alone
+    assert "0.1076" in mixed and "+46%" in mixed
+    (saved,) = (tmp_path / "build" / "bench").iterdir()
+    assert {p.name for p in saved.iterdir()} == {"rows.json", "rows.csv", "chart.png"}
+    assert (saved / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with open(saved / "rows.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [r["name"] for r in table] == [r["name"] for r in PUBLISHED]
+    assert float(table[1]["change"]) == pytest.approx(0.4648, abs=1e-4)
+    # what was saved reads back to the same rows
+    assert bench.completed(bench.read_rows(str(saved / "rows.json"))) == json.loads(
+        (saved / "rows.json").read_text())["rows"]
+
+
+def row(**changes):
+    return [dict(PUBLISHED[0], **changes)]
+
+
+BAD_ROWS = [
+    ("no name", [{"usd_per_hour": 1, "mean_step_s": 1}], "rows[0].name: missing"),
+    ("a formula as name", row(name="=HYPERLINK(\"x\")"), "rows[0].name"),
+    ("a newline in a name", row(name="a\nb"), "rows[0].name"),
+    ("negative price", row(usd_per_hour=-1), "rows[0].usd_per_hour"),
+    ("a zero step", row(mean_step_s=0), "rows[0].mean_step_s"),
+    ("a string step", row(mean_step_s="0.1"), "rows[0].mean_step_s"),
+    ("a boolean price", row(usd_per_hour=True), "rows[0].usd_per_hour"),
+    ("a share over 1", row(data_wait_share=1.5), "rows[0].data_wait_share"),
+    ("a CPU share over 1", row(cpu_utilization={"head": 2}), "rows[0].cpu_utilization.head"),
+    ("a formula as node type", row(cpu_utilization={"=cmd": 0.5}), "rows[0].cpu_utilization"),
+    ("an unknown field", row(colour="red"), "rows[0].colour: not a field"),
+    ("a list of numbers", [1, 2], "rows[0]: not an object"),
+    ("no rows", [], "not a list of 1 to 50 rows"),
+    ("too many rows", PUBLISHED * 30, "not a list of 1 to 50 rows"),
+    ("an object without rows", {"name": "x"}, "not a list"),
+]
+
+
+@pytest.mark.parametrize("name,data,message", BAD_ROWS, ids=[c[0] for c in BAD_ROWS])
+def test_bad_rows_are_one_line_naming_the_row_and_field(tmp_path, capsys, name, data, message):
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(data))
+    code = kit.main(["bench", "--from", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: FROM"), err
+    assert message in err
+    assert "Traceback" not in out + err
+
+
+def test_nan_and_infinity_are_not_json(tmp_path, capsys):
+    path = tmp_path / "rows.json"
+    path.write_text('[{"name": "x", "usd_per_hour": NaN, "mean_step_s": Infinity}]')
+    assert kit.main(["bench", "--from", str(path)]) == 2
+    assert "not JSON" in capsys.readouterr().err
+
+
+def test_a_local_mix_is_priced_as_the_aws_mix_it_stands_for_with_its_own_counts():
+    name, usd = bench.priced(build("local_hetero"))
+    aws = build("hetero").values
+    assert name == "local_hetero as hetero"
+    one_worker = dict(aws, workers={"cpu_worker": dict(aws["workers"]["cpu_worker"], min_workers=1)})
+    assert usd == pytest.approx(aws_provider.hourly_cost(one_worker)[0])
+    assert bench.priced(build("local_single"))[1] == pytest.approx(aws_provider.hourly_cost(build("single").values)[0])
+    unpriced = dict(load_example("local_single"), prices_as=None)
+    with pytest.raises(KitError, match="sets no prices_as"):
+        bench.priced(build_text("local_single", yaml.safe_dump(unpriced).encode()))
+
+
+def test_the_planners_prediction_needs_dedicated_preprocessing_cpus():
+    profile = {"diagnosis": {"trainer_images_per_s": 30.0, "preprocess_images_per_s_per_cpu": 12.0}}
+    fed = {"preprocess_cpus": 4, "preprocess_shares_trainer_cpus": False}
+    starved = {"preprocess_cpus": 1, "preprocess_shares_trainer_cpus": False}
+    shared = {"preprocess_cpus": 2, "preprocess_shares_trainer_cpus": True}
+    assert bench.predicted_images_per_s(profile, fed) == 30.0       # the trainer bounds it
+    assert bench.predicted_images_per_s(profile, starved) == 12.0   # one CPU bounds it
+    assert bench.predicted_images_per_s(profile, shared) is None    # the model does not apply
+
+
+def marked(build_dir):
+    """Processes of any cluster started from build_dir (their marker says so)."""
+    markers = {local.cluster_id(name, build_dir) for name in ("local_single", "local_hetero")}
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(local.MARKER) in markers:
+                found.append(proc)
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            pass
+    return found
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="local_hetero needs 2 cores")
+def test_each_pinned_node_runs_on_cores_of_its_own(tmp_path):
+    build_dir = tmp_path / "build"
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir))
+    try:
+        up = make("up", "CLUSTER=local_hetero", env=env, timeout=300)
+        assert up.returncode == 0, up.stdout + up.stderr
+        cores = sorted(os.sched_getaffinity(0))
+        by_address = {}
+        for proc in marked(build_dir.resolve()):
+            try:
+                args = " ".join(proc.cmdline())
+                if "raylet" in proc.name() and "--node_ip_address=" in args:
+                    address = args.split("--node_ip_address=")[1].split()[0]
+                    by_address[address] = proc.cpu_affinity()
+            except psutil.NoSuchProcess:
+                pass
+        assert by_address == {"127.0.0.2": [cores[0]], "127.0.0.3": [cores[1]]}
+    finally:
+        down = make("down", "CLUSTER=local_hetero", env=env, timeout=120)
+    assert down.returncode == 0 and not marked(build_dir.resolve())
+
+
+def test_a_small_bench_runs_each_mix_and_tears_each_down(tmp_path):
+    build_dir = tmp_path / "build"
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir))
+    run = make("bench", "CLUSTERS=local_single local_hetero",
+               "ARGS=--steps 4 --batch-size 8 --image-size 64 --blur-count 2", env=env, timeout=900)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr
+    assert run.stdout.count("tearing down") == 2
+    assert not marked(build_dir.resolve()) and not list(build_dir.glob("launched/*.json"))
+    (saved,) = (build_dir / "bench").iterdir()
+    rows = json.loads((saved / "rows.json").read_text())["rows"]
+    assert [r["name"] for r in rows] == ["local_single as single", "local_hetero as hetero"]
+    single, hetero = rows
+    assert single["usd_per_hour"] == pytest.approx(bench.priced(build("local_single"))[1])
+    assert hetero["usd_per_hour"] == pytest.approx(bench.priced(build("local_hetero"))[1])
+    for r in rows:
+        assert all(r[field] is not None for field in bench.FIELDS if field != "predicted_images_per_s")
+        assert r["images_per_s"] == pytest.approx(8 / r["mean_step_s"])
+        assert 0 <= r["data_wait_share"] < 1 and 0 < r["trainer_utilization"] <= 1
+    # node types as the values files name them; one core does it all on the single head
+    assert set(single["cpu_utilization"]) == {"head"}
+    assert set(hetero["cpu_utilization"]) == {"head", "cpu_worker"}
+    assert single["predicted_images_per_s"] is None  # trainer and preprocessing share a core
+    assert hetero["predicted_images_per_s"] > 0
+    assert single["change"] == 0 and hetero["change"] == pytest.approx(
+        1 - hetero["usd_per_100_steps"] / single["usd_per_100_steps"])
+    assert "local_hetero as hetero" in run.stdout and f"saved in {saved}" in run.stdout
