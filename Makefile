@@ -4,7 +4,7 @@
 CLUSTER ?= local#        a values file in cluster_templates/ (local, local_single, local_hetero, hetero, single, p4d_hetero)
 JOB     ?= vit_synthetic#   a directory in jobs/ (vit_synthetic, adaptdl_mnist, smoke)
 ARGS    ?=#              flags for the job, split as a shell would: ARGS="--steps 20 --batch-size 16"
-TIMEOUT ?=#              stop a submitted job after this many seconds (empty: no limit)
+TIMEOUT ?=#              stop a submitted job after this many seconds (empty: 6 h on AWS, no limit locally)
 DRY_RUN ?=#              1: `make up` prints what it would launch, and launches nothing
 PURGE   ?=#              1: `make down` on AWS also deletes the cluster's security group
 ID      ?=#              a job's id, for `make logs` and `make stop-job` (`make jobs` lists them)

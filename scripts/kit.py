@@ -186,7 +186,12 @@ def cmd_submit(a) -> int:
 
 def submit_to(record: dict, job: str, args: list[str], timeout: float | None) -> tuple[int, dict | None]:
     """The job's exit code and summary (its RESULT line, None if it printed none)."""
-    with PROVIDERS[record["provider"]].job_address(record) as (address, python, token):
+    provider = PROVIDERS[record["provider"]]
+    if timeout is None and provider.DEFAULT_JOB_TIMEOUT_S:
+        timeout = provider.DEFAULT_JOB_TIMEOUT_S
+        print(f"TIMEOUT is not set: on {provider.NAME.upper()} the job is stopped after "
+              f"{timeout / 3600:g} h; set TIMEOUT=<seconds> (up to 7 days) to change it", flush=True)
+    with provider.job_address(record) as (address, python, token):
         return submit.submit(address, job, args, python, token, timeout_s=timeout,
                              results_dir=RESULTS)
 

@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 from scripts import catalog
 from scripts.errors import KitError, short

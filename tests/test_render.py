@@ -36,8 +36,8 @@ def test_every_values_file_shows_the_whole_surface(cluster):
 
 
 def test_every_provider_offers_the_whole_interface():
-    wanted = {name for name in dir(Provider) if not name.startswith("_")} | {"NAME", "HEAD_TYPE",
-                                                                           "RECORD_SCHEMA", "is_running"}
+    wanted = {name for name in dir(Provider) if not name.startswith("_")} | {
+        "NAME", "HEAD_TYPE", "RECORD_SCHEMA", "is_running", "DEFAULT_JOB_TIMEOUT_S"}
     for name, module in PROVIDERS.items():
         assert module.NAME == name
         assert wanted <= set(dir(module)), f"{name} lacks {wanted - set(dir(module))}"

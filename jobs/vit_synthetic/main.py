@@ -10,6 +10,7 @@ CPU workers (in a heterogeneous mix) declare, so they never take the trainer's C
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -40,6 +41,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--prefetch-batches", type=int, default=4, help="batches buffered ahead of the trainer")
     p.add_argument("--preprocess-resource", default="preprocess",
                    help="custom resource preprocessing tasks need ('' lets them run anywhere)")
+    p.add_argument("--storage-path", default="",
+                   help="where Ray Train keeps the run's checkpoints; a path every training "
+                        "node can reach (or s3://...); empty: a fresh private temp dir, removed "
+                        "after the run")
     p.add_argument("--results", default="~/raykit-results/vit_synthetic.json",
                    help="where the summary JSON is written")
     args = p.parse_args(argv)
@@ -186,7 +191,9 @@ def cluster_shape(resource: str) -> dict:
                      or ("head" if "node:__internal_head__" in res else "worker"))
         nodes[n["NodeManagerAddress"]] = {
             "type": node_type, "cpus": res.get("CPU", 0), "trainer_slots": res.get("trainer", 0),
-            "preprocess_cpus": res.get(resource, 0) if resource else res.get("CPU", 0)}
+            "preprocess_cpus": res.get(resource, 0) if resource else res.get("CPU", 0),
+            # a pinned local node's real cores, where Ray's CPU slots differ from them
+            "cores": float(labels.get("raykit-cores") or res.get("CPU", 0))}
     workers = [n for n in nodes.values() if n["preprocess_cpus"] and not n["trainer_slots"]]
     return {
         "trainer_slots": int(total.get("trainer", 0)),
@@ -205,19 +212,19 @@ def cluster_shape(resource: str) -> dict:
 
 
 def cpu_use_by_node_type(nodes: dict, metrics: dict) -> dict:
-    """Per node type: the share of its CPUs the job's work kept busy while training
+    """Per node type: the share of its cores the job's work kept busy while training
     (preprocessing CPU seconds on its nodes, plus the trainer's own where it ran), out of
-    CPUs x training seconds. Ray's own daemons are not counted."""
+    cores x training seconds. Ray's own daemons are not counted."""
     out = {}
     for ip, node in nodes.items():
-        row = out.setdefault(node["type"], {"nodes": 0, "cpus": 0.0, "busy_cpu_s": 0.0})
+        row = out.setdefault(node["type"], {"nodes": 0, "cores": 0.0, "busy_cpu_s": 0.0})
         row["nodes"] += 1
-        row["cpus"] += node["cpus"]
+        row["cores"] += node["cores"]
         row["busy_cpu_s"] += metrics["preprocess_cpu_s"].get(ip, 0.0)
         if ip == metrics["trainer_node"]:
             row["busy_cpu_s"] += metrics["trainer_cpu_s"]
     for row in out.values():
-        window = row["cpus"] * metrics["train_s"]
+        window = row["cores"] * metrics["train_s"]
         row["utilization"] = min(1.0, row["busy_cpu_s"] / window) if window > 0 else 0.0
     return out
 
@@ -256,6 +263,9 @@ def main(argv=None) -> int:
           f"preprocessed on {shape['preprocess_cpus']:g} CPUs", flush=True)
 
     resources = {"CPU": 1, "trainer": 1} | ({"GPU": 1} if use_gpu else {})
+    # A fixed shared path (/tmp/raykit-train) would mix concurrent runs' checkpoints and
+    # could be planted by another user; the default is this run's own, mode 0700.
+    storage = args.storage_path or tempfile.mkdtemp(prefix="raykit-train-")
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={"model": model, "image_size": args.image_size,
@@ -265,10 +275,14 @@ def main(argv=None) -> int:
                                      resources_per_worker=resources),
         datasets={"train": dataset},
         dataset_config=DataConfig(datasets_to_split=["train"]),
-        run_config=RunConfig(name="vit_synthetic", storage_path="/tmp/raykit-train"),
+        run_config=RunConfig(name="vit_synthetic", storage_path=storage),
     )
     started = time.perf_counter()
-    metrics = trainer.fit().metrics
+    try:
+        metrics = trainer.fit().metrics
+    finally:
+        if not args.storage_path:  # the checkpoint holds only the summary, printed below
+            shutil.rmtree(storage, ignore_errors=True)
     images_per_step = args.batch_size * workers
     summary = {
         "model": model, "workers": workers, "batch_size": args.batch_size,

@@ -16,6 +16,9 @@ from scripts.providers import aws, local
 
 class Provider(Protocol):
     NAME: str  # as written in `provider:`; the template and schema carry the same name
+    # A job's time limit when TIMEOUT is empty (None: none): a forgotten job on a cloud
+    # cluster bills until it ends.
+    DEFAULT_JOB_TIMEOUT_S: float | None
 
     def value_problems(self, values: dict) -> list[str]:
         """The provider's own rules on schema-checked values: 'key: problem; fix' each."""

@@ -21,6 +21,7 @@ from scripts.ray_cli import free_port, port_open, ray_cli, ray_env
 
 NAME = "aws"
 HEAD_TYPE = "ray.head.default"
+DEFAULT_JOB_TIMEOUT_S = 6 * 3600  # TIMEOUT= overrides it (up to 7 days)
 # Ports of the head's GCS and every node's object manager; the cluster's security group
 # opens all traffic between its own nodes, so any fixed ports do.
 GCS_PORT = 6379

@@ -35,6 +35,7 @@ NAME = "local"
 # Ray's fake multi-node provider, which loopback_node_provider.py extends, registers the
 # head under this node type name; the rendered config must use the same one.
 HEAD_TYPE = "ray.head.default"
+DEFAULT_JOB_TIMEOUT_S = None  # it runs on this machine: no bill to cap
 PROVIDER_CLASS = "scripts.providers.loopback_node_provider.LoopbackNodeProvider"
 # Ray rewrites 127.0.0.1 to the host's network address; any other 127.x address stays on
 # loopback. Workers take 127.0.0.3, 127.0.0.4, ... (loopback_node_provider.py).
@@ -262,6 +263,9 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         f"--autoscaling-config={state.config_path(cluster)}",
         f"--num-cpus={head['cpus']}", "--num-gpus=0",
         f"--resources={json.dumps(head_resources)}",
+        # what jobs read to tell node types apart and, pinned, the cores a node really has
+        "--labels=raykit-node-type=head"
+        + (f",raykit-cores={cores(head)}" if values["pin_cpus"] else ""),
         f"--object-store-memory={head['object_store_mb'] * MIB}",
         f"--memory={head['memory_mb'] * MIB}",
     ]
