@@ -175,7 +175,23 @@ def require_record(cluster: str) -> dict:
 
 def cmd_status(a) -> int:
     record = require_record(a.cluster)
-    return PROVIDERS[record["provider"]].status(record)
+    code = PROVIDERS[record["provider"]].status(record)
+    if record.get("autostop_minutes"):
+        print(autostop_status(a.cluster, record))
+    return code
+
+
+def autostop_status(cluster: str, record: dict) -> str:
+    """The watchdog's own arithmetic on the same jobs: the time left, or what holds it."""
+    from scripts.autostop import job_states, seconds_left
+
+    minutes = record["autostop_minutes"]
+    with job_client(cluster) as client:
+        left = seconds_left(job_states(client), record["up_at"], time.time(), minutes * 60)
+    if left is None:
+        return f"autostop: held up by a running job (then {minutes} min with no job)"
+    return (f"autostop: the cluster stops itself in {max(left, 0) / 60:.0f} min unless a job "
+            f"starts ({minutes} min with no job; autostop_minutes in its values file)")
 
 
 def cmd_submit(a) -> int:

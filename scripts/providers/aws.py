@@ -30,6 +30,11 @@ OBJECT_MANAGER_PORT = 8076
 # it yet, so auth stays off on AWS: the dashboard binds to the head's 127.0.0.1 (reached
 # through an SSH tunnel) and the security group admits only SSH and the cluster's nodes.
 AUTH_MODE = "disabled"
+DASHBOARD_PORT = 8265  # Ray's default; the head binds it to 127.0.0.1
+# The kit's scripts/ as Ray's file_mounts puts them in the head's container (Ray wants a
+# directory, not a file): head_start_ray_commands starts the autostop watchdog
+# (scripts/autostop.py, standalone) from there after Ray.
+SCRIPTS_REMOTE_DIR = "~/raykit_scripts"
 MAX_TUNNEL_WAIT_S = 60
 READY_POLL_S = 10
 # Tags Ray's autoscaler puts on every instance it launches (ray.autoscaler.tags); a worker
@@ -68,6 +73,8 @@ RECORD_SCHEMA = {
         "security_group": {"type": ["string", "null"], "pattern": "^ray-[a-z][a-z0-9_-]{0,39}$"},
         "ray_key_pair": {"type": "boolean"},
         "ray_role": {"type": "boolean"},
+        "up_at": {"type": "number", "minimum": 0},  # epoch seconds; autostop counts from it
+        "autostop_minutes": {"type": "integer", "minimum": 0, "maximum": 10080},
     },
 }
 
@@ -228,11 +235,26 @@ def template_context(cluster: str, values: dict) -> dict:
             f"--object-manager-port={OBJECT_MANAGER_PORT} "
             "--autoscaling-config=~/ray_bootstrap_config.yaml "
             "--dashboard-host=127.0.0.1 --disable-usage-stats"),
+        "file_mounts": ({SCRIPTS_REMOTE_DIR: str(REPO / "scripts")}
+                        if values["autostop_minutes"] else {}),
+        "autostop_command": autostop_command(values),
         "worker_start_ray_command": (
             f"ulimit -n 65536; RAY_AUTH_MODE={AUTH_MODE} ray start "
             f"--address=$RAY_HEAD_IP:{GCS_PORT} --object-manager-port={OBJECT_MANAGER_PORT} "
             "--disable-usage-stats"),
     }
+
+
+def autostop_command(values: dict) -> str | None:
+    """The head's watchdog: after autostop_minutes with no job it terminates every instance
+    tagged with this cluster, its own head included (the head policy allows just that)."""
+    if not values["autostop_minutes"]:
+        return None
+    return (f"nohup python {SCRIPTS_REMOTE_DIR}/autostop.py " + shlex.join([
+        "--address", f"http://127.0.0.1:{DASHBOARD_PORT}",
+        "--minutes", str(values["autostop_minutes"]),
+        "--aws", values["cluster_name"], values["aws"]["region"]])
+        + " > /tmp/raykit-autostop.log 2>&1 &")
 
 
 def iam_profile(name_or_arn: str | None) -> dict | None:
@@ -574,7 +596,8 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
               "security_group": None if values["aws"]["security_group_ids"]
               else f"ray-{values['cluster_name']}",
               "ray_key_pair": values["aws"]["key_pair"] is None,
-              "ray_role": values["aws"]["iam_instance_profile"] is None}
+              "ray_role": values["aws"]["iam_instance_profile"] is None,
+              "up_at": time.time(), "autostop_minutes": values["autostop_minutes"]}
     state.save(cluster, record, config_text)  # from here on, `make down` can stop it
     stop_hint = f"instances of '{cluster}' may be running: `make down CLUSTER={cluster}` stops them"
     if values["aws"]["ssh_cidr"]:

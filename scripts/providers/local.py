@@ -57,6 +57,8 @@ RECORD_SCHEMA = {
         "temp_dir": {"type": "string", "pattern": r"^/tmp/raykit-[A-Za-z0-9_]{8}/ray$"},
         "auth_token": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
         "expected_nodes": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "up_at": {"type": "number", "minimum": 0},  # epoch seconds; autostop counts from it
+        "autostop_minutes": {"type": "integer", "minimum": 0, "maximum": 10080},
     },
 }
 
@@ -247,6 +249,8 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         "temp_dir": tempfile.mkdtemp(prefix="raykit-", dir="/tmp") + "/ray",
         "auth_token": secrets.token_hex(32),
         "expected_nodes": 1 + sum(w["min_workers"] for w in values["workers"].values()),
+        "up_at": time.time(),
+        "autostop_minutes": values["autostop_minutes"],
     }
     head_resources = {key: value for key, value in resources(head, head["trainer_slots"],
                                                               head["preprocess"]).items()
@@ -289,12 +293,31 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
             raise KitError(f"`ray start --head` failed for local cluster '{cluster}': {tail[0]} "
                            f"(logs: {record['temp_dir']}/session_latest/logs)")
         wait_until_ready(record)
+        if values["autostop_minutes"]:
+            with cpu_sets.pinned_to(head_cores or cpu_sets.host_cores()):
+                start_autostop(record, env)
     except BaseException:
         down(cluster, record)
         raise
     print(f"dashboard {record['dashboard_url']} (token auth: `make` reads the token from "
           f"{state.record_path(cluster)}), logs {record['temp_dir']}/session_latest/logs", flush=True)
     return record
+
+
+def start_autostop(record: dict, env: dict) -> None:
+    """The watchdog (scripts/autostop.py) beside the head: it carries the cluster's marker,
+    so `down` stops it with the rest; its log sits beside Ray's."""
+    from scripts.paths import REPO
+
+    log = Path(record["temp_dir"]).parent / "autostop.log"
+    with open(log, "w") as out:
+        subprocess.Popen([sys.executable, "-m", "scripts.autostop", "--local", record["cluster"],
+                          "--address", record["dashboard_url"],
+                          "--minutes", str(record["autostop_minutes"])],
+                         env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    print(f"autostop: the cluster stops after {record['autostop_minutes']} min with no job "
+          f"(log {log})", flush=True)
 
 
 def alive_nodes(record: dict) -> int:

@@ -1,0 +1,125 @@
+"""The autostop watchdog: a cluster tears itself down after `autostop_minutes` with no job.
+
+Ray's head never stops by itself (ray-project/ray#13839): a forgotten g5.xlarge + 2 x
+c5.4xlarge bills ~$57 a day. This small process runs beside the head (locally `make up`
+starts it, carrying the cluster's marker) and every POLL_S lists the cluster's jobs through
+Ray's job API. A job PENDING or RUNNING holds the cluster up; once none has been for the
+limit (counted from the last job's end, or from the watchdog's start), it tears the whole
+cluster down and exits:
+
+  local  every process carrying the cluster's marker (scripts/providers/local.py's down)
+  aws    every instance carrying the cluster's `ray-kit-cluster` tag in its region,
+         its own head included (terminate_tagged; the head's IAM policy allows exactly that)
+
+While the job API cannot be reached, no job is seen to start: the clock runs on from the
+last one seen, so a head whose dashboard died does not bill forever either.
+
+`make status` shows the time left, computed by the same seconds_left from the same jobs.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+BUSY = ("PENDING", "RUNNING")
+POLL_S = 10  # RAYKIT_AUTOSTOP_POLL_S overrides it (tests)
+
+
+def seconds_left(jobs: list[tuple[str, float | None]], idle_from: float, now: float,
+                 limit_s: float) -> float | None:
+    """Seconds until autostop; None while a job holds the cluster up. `jobs`: (status,
+    end time in epoch seconds or None) of every job; `idle_from`: when the cluster (or
+    the watchdog) started."""
+    if any(status in BUSY for status, _ in jobs):
+        return None
+    ends = [end for _, end in jobs if end]
+    return limit_s - (now - max([idle_from, *ends]))
+
+
+def job_states(client) -> list[tuple[str, float | None]]:
+    """(status, end time) of every job, from Ray's JobSubmissionClient."""
+    return [(info.status.value, info.end_time / 1000 if info.end_time else None)
+            for info in client.list_jobs()]
+
+
+def watch(address: str, limit_s: float, teardown, poll_s: float = POLL_S) -> None:
+    from ray.job_submission import JobSubmissionClient  # the token comes from the environment
+
+    started = last_busy = time.time()
+    while True:
+        now = time.time()
+        try:
+            jobs = job_states(JobSubmissionClient(address))
+        except Exception as e:  # the dashboard is down: count on from the last job seen
+            print(f"autostop: job API unreachable ({type(e).__name__}); idle since "
+                  f"{time.ctime(last_busy)}", flush=True)
+            jobs = [("UNKNOWN", last_busy)]
+        left = seconds_left(jobs, started, now, limit_s)
+        if left is None:
+            last_busy = now
+        elif left <= 0:
+            print(f"autostop: no job for {limit_s / 60:g} min; tearing the cluster down",
+                  flush=True)
+            teardown()
+            return
+        else:
+            last_busy = max([last_busy, *[end for _, end in jobs if end]])
+        time.sleep(poll_s)
+
+
+def terminate_tagged(ec2, cluster_name: str) -> list[str]:
+    """Terminate every instance of the cluster (by its tag), whatever its state; return
+    their ids. Instances of other clusters or without the tag are never touched."""
+    filters = [{"Name": "tag:ray-kit-cluster", "Values": [cluster_name]},
+               {"Name": "instance-state-name",
+                "Values": ["pending", "running", "stopping", "stopped"]}]
+    ids = [i["InstanceId"] for page in ec2.get_paginator("describe_instances").paginate(Filters=filters)
+           for r in page["Reservations"] for i in r["Instances"]]
+    if ids:
+        ec2.terminate_instances(InstanceIds=ids)
+    return ids
+
+
+def local_teardown(cluster: str):
+    def teardown() -> None:
+        from scripts import state
+        from scripts.errors import KitError
+        from scripts.providers import local
+
+        try:
+            with state.lock(cluster):  # not while a `make down` of it runs
+                print(local.down(cluster, state.load(cluster)), flush=True)
+        except KitError as e:
+            print(f"autostop: {e}", flush=True)
+    return teardown
+
+
+def aws_teardown(cluster_name: str, region: str):
+    def teardown() -> None:
+        import boto3
+
+        ids = terminate_tagged(boto3.client("ec2", region_name=region), cluster_name)
+        print(f"autostop: terminated {', '.join(ids) or 'nothing'}", flush=True)
+    return teardown
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--address", required=True, help="the dashboard's URL (Ray's job API)")
+    p.add_argument("--minutes", type=float, required=True, help="idle minutes before teardown")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--local", metavar="CLUSTER", help="a local cluster of this checkout")
+    where.add_argument("--aws", nargs=2, metavar=("CLUSTER_NAME", "REGION"),
+                       help="the AWS cluster whose instances carry this tag")
+    a = p.parse_args(argv)
+    teardown = local_teardown(a.local) if a.local else aws_teardown(*a.aws)
+    poll_s = float(os.environ.get("RAYKIT_AUTOSTOP_POLL_S") or POLL_S)
+    print(f"autostop: the cluster stops after {a.minutes:g} min with no job "
+          f"(checked every {poll_s:g} s)", flush=True)
+    watch(a.address, a.minutes * 60, teardown, poll_s)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Autostop: the watchdog's arithmetic, its AWS teardown in moto, where the template starts
+it, and a real local cluster that a running job holds up and that is gone after its limit."""
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+from moto import mock_aws
+
+from conftest import REPO, load_example, make
+from scripts.autostop import seconds_left, terminate_tagged
+from scripts.build import build, build_text
+from scripts.providers.local import cluster_processes
+
+
+def test_a_running_or_pending_job_holds_the_cluster_up():
+    assert seconds_left([("SUCCEEDED", 100.0), ("RUNNING", None)], 0, 10_000, 60) is None
+    assert seconds_left([("PENDING", None)], 0, 10_000, 60) is None
+
+
+def test_the_clock_starts_at_the_start_or_the_last_jobs_end():
+    assert seconds_left([], idle_from=1000, now=1030, limit_s=60) == 30
+    assert seconds_left([("SUCCEEDED", 1020.0), ("FAILED", 1010.0)], 1000, 1050, 60) == 30
+    assert seconds_left([("STOPPED", 1000.0)], 900, 1100, 60) == -40  # past due
+
+
+@mock_aws
+def test_teardown_terminates_every_instance_of_the_cluster_and_nothing_else():
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+
+    def launch(tags: dict, count: int = 1) -> list[str]:
+        spec = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}] if tags else []
+        out = ec2.run_instances(ImageId=image, MinCount=count, MaxCount=count, InstanceType="c5.large",
+                                TagSpecifications=spec)
+        return [i["InstanceId"] for i in out["Instances"]]
+
+    ours = launch({"ray-kit-cluster": "hetero", "ray-node-type": "head"}) + launch(
+        {"ray-kit-cluster": "hetero", "ray-node-type": "worker"}, count=2)
+    stopped = launch({"ray-kit-cluster": "hetero"})
+    ec2.stop_instances(InstanceIds=stopped)  # stopped instances bill for their EBS
+    others = launch({"ray-kit-cluster": "hetero2"}) + launch({})
+
+    assert sorted(terminate_tagged(ec2, "hetero")) == sorted(ours + stopped)
+    states = {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"]
+              for i in r["Instances"]}
+    assert all(states[i] == "terminated" for i in ours + stopped)
+    assert all(states[i] == "running" for i in others)
+    assert terminate_tagged(ec2, "hetero") == []  # nothing left: a second run does nothing
+
+
+def test_the_aws_head_starts_the_watchdog_with_the_clusters_tag_and_region():
+    config = build("hetero").config
+    command = config["head_start_ray_commands"][-1]
+    assert command.startswith("nohup python ~/raykit_scripts/autostop.py ")
+    assert "--minutes 60 --aws hetero us-east-1 " in command
+    assert config["file_mounts"] == {"~/raykit_scripts": str(REPO / "scripts")}
+    off = dict(load_example("hetero"), autostop_minutes=0)
+    config = build_text("hetero", yaml.safe_dump(off).encode()).config
+    assert config["file_mounts"] == {} and len(config["head_start_ray_commands"]) == 2
+
+
+def test_every_aws_mix_autostops_by_default_and_local_ones_do_not():
+    for name in ("hetero", "single", "p4d_hetero"):
+        assert build(name).values["autostop_minutes"] == 60
+    for name in ("local", "local_single", "local_hetero"):
+        assert build(name).values["autostop_minutes"] == 0
+
+
+@pytest.fixture
+def autostop_cluster(tmp_path):
+    """A values file `local` with autostop_minutes: 1 (removed afterwards)."""
+    name = f"autostop_{uuid.uuid4().hex[:8]}"
+    values = dict(load_example("local"), cluster_name=name, autostop_minutes=1)
+    path = REPO / "cluster_templates" / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"), RAYKIT_AUTOSTOP_POLL_S="2")
+    try:
+        yield name, env
+    finally:
+        make("down", f"CLUSTER={name}", env=env, timeout=120)
+        path.unlink()
+
+
+def test_a_job_holds_the_local_cluster_up_and_then_it_stops_itself(autostop_cluster):
+    name, env = autostop_cluster
+    build_dir = Path(env["RAYKIT_BUILD_DIR"]).resolve()
+    up = make("up", f"CLUSTER={name}", env=env, timeout=300)
+    assert up.returncode == 0 and "autostop: the cluster stops after 1 min" in up.stdout, up.stdout + up.stderr
+    status = make("status", f"CLUSTER={name}", env=env, timeout=120)
+    assert "autostop: the cluster stops itself in 1 min" in status.stdout, status.stdout + status.stderr
+    # a job longer than the limit: the cluster stays up through it
+    started = time.monotonic()
+    run = make("submit", f"CLUSTER={name}", "JOB=smoke", "ARGS=--tasks 2 --sleep 70", env=env, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert time.monotonic() - started > 60 and cluster_processes(name, build_dir)
+    # then, with no job, it is gone within the limit and a few polls
+    job_ended = time.monotonic()
+    while cluster_processes(name, build_dir) and time.monotonic() - job_ended < 120:
+        time.sleep(2)
+    gone_after = time.monotonic() - job_ended
+    print(f"autostop: gone {gone_after:.0f} s after the last job (limit 60 s)")
+    assert not cluster_processes(name, build_dir)
+    assert 50 < gone_after < 100
+    assert not (build_dir / "launched" / f"{name}.json").exists()  # its record is cleared
+    status = make("status", f"CLUSTER={name}", env=env, timeout=60)
+    assert status.returncode != 0 and f"cluster '{name}' is not up" in status.stderr
