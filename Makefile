@@ -8,7 +8,7 @@ TIMEOUT ?=#              stop a submitted job after this many seconds (empty: 6 
 DRY_RUN ?=#              1: `make up` prints what it would launch, and launches nothing
 PURGE   ?=#              1: `make down` on AWS also deletes the cluster's security group
 ID      ?=#              a job's id, for `make logs` and `make stop-job` (`make jobs` lists them)
-FOLLOW  ?=#              1: `make logs` follows the job until it ends
+FOLLOW  ?=#              1: `make logs` follows the job until it ends, `make monitor` the autoscaler
 PROFILE ?=#              a job summary for `make plan`, e.g. build/results/<id>.json
 CLUSTERS ?=#             values files `make bench` runs in turn (empty: local_single local_hetero)
 FROM    ?=#              rows.json for `make bench` to re-print and plot (saved or published rows)
@@ -44,7 +44,7 @@ STAMP := $(VENV)/.installed
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render preflight up status submit jobs logs stop-job down run demo cost plan bench test test-adaptdl bench-data bench-wait clean
+.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo cost plan bench test test-adaptdl bench-data bench-wait clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -87,6 +87,15 @@ logs: $(STAMP) ## a job's logs: the latest, or ID=...; FOLLOW=1 follows it
 
 stop-job: $(STAMP) ## stop the job ID=... on CLUSTER
 	@$(KIT) stop-job
+
+dashboard: $(STAMP) ## CLUSTER's dashboard URL (AWS: opens an SSH tunnel, kept until Ctrl-C)
+	@$(KIT) dashboard
+
+attach: $(STAMP) ## a shell on CLUSTER's head (local: a shell aimed at the cluster)
+	@$(KIT) attach
+
+monitor: $(STAMP) ## the autoscaler's log of CLUSTER: the last lines; FOLLOW=1 follows it
+	@$(KIT) monitor
 
 down: $(STAMP) ## stop what `make up` started, check nothing runs (AWS: PURGE=1 deletes its security group)
 	@$(KIT) down

@@ -13,6 +13,9 @@
   jobs      the jobs of CLUSTER: id, status, start, duration
   logs      a job's logs (ID=..., default the latest; FOLLOW=1 follows it)
   stop-job  stop the job ID=...
+  dashboard the dashboard's URL (AWS: through an SSH tunnel kept open until Ctrl-C)
+  attach    a shell on the head (local: a shell aimed at the cluster)
+  monitor   the autoscaler's log (FOLLOW=1 follows it)
   down      stop what `up` started (local: its processes; aws: `ray down`, checked; PURGE=1:
             also the cluster's security group)
   run       up + submit + down; down runs, through Ctrl-C and SIGTERM, if this run launched
@@ -227,6 +230,22 @@ def job_client(cluster: str):
             raise KitError(f"cluster '{cluster}': {str(e).splitlines()[0][:200]}") from None
 
 
+def cmd_dashboard(a) -> int:
+    record = require_record(a.cluster)
+    return PROVIDERS[record["provider"]].dashboard(record)
+
+
+def cmd_attach(a) -> int:
+    record = require_record(a.cluster)
+    return PROVIDERS[record["provider"]].attach(record)
+
+
+def cmd_monitor(a) -> int:
+    follow = flag("FOLLOW", a.follow)
+    record = require_record(a.cluster)
+    return PROVIDERS[record["provider"]].monitor(record, follow)
+
+
 def cmd_jobs(a) -> int:
     with job_client(a.cluster) as client:
         print("\n".join(submit.job_table(client)))
@@ -409,7 +428,8 @@ def write_plan(name: str, chosen, region: str) -> None:
 
 COMMANDS = {"validate": cmd_validate, "render": cmd_render, "preflight": cmd_preflight,
             "up": cmd_up, "status": cmd_status, "jobs": cmd_jobs, "logs": cmd_logs,
-            "stop-job": cmd_stop_job,
+            "stop-job": cmd_stop_job, "dashboard": cmd_dashboard, "attach": cmd_attach,
+            "monitor": cmd_monitor,
             "submit": cmd_submit, "down": cmd_down, "run": cmd_run, "clean": cmd_clean,
             "cost": cmd_cost, "plan": cmd_plan, "bench": cmd_bench}
 

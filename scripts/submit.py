@@ -40,8 +40,11 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     use_auth_in_this_process(auth_token)
     entrypoint = shlex.join([python, ENTRYPOINT, *args])
     # Every log line, in full: Ray's dedup would fold a job's periodic progress lines.
+    # RAY_TRAIN_ENABLE_PRINT_PATCH=0: Ray Train (V2) re-routes a training worker's print()
+    # through its logger and also prints it, so every line of it reached the log twice.
     runtime_env = {"working_dir": str(workdir), "excludes": EXCLUDES,
-                   "env_vars": {"RAY_DEDUP_LOGS": "0"} | (env_vars or {})}
+                   "env_vars": {"RAY_DEDUP_LOGS": "0", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+                   | (env_vars or {})}
     try:
         client = JobSubmissionClient(address)
         submission_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,

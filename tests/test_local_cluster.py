@@ -234,3 +234,25 @@ def test_a_corrupt_record_is_one_line_and_down_still_stops_nothing_else(tmp_path
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_day2_dashboard_monitor_and_attach(cluster_env):
+    env, state = cluster_env
+    dashboard = make("dashboard", "CLUSTER=local", env=env)
+    assert dashboard.returncode == 0 and state["dashboard_url"] in dashboard.stdout
+    monitor = make("monitor", "CLUSTER=local", env=env)
+    assert monitor.returncode == 0 and re.search(r"INFO (monitor|autoscaler)\.py", monitor.stdout)
+    # the shell `make attach` opens reaches the cluster with its own Ray CLI
+    attach = subprocess.run(["make", "--no-print-directory", "attach", "CLUSTER=local"], cwd=REPO,
+                            env=dict(env, SHELL="/bin/bash"), input='ray status\nexit 7\n',
+                            capture_output=True, text=True, timeout=120)
+    assert attach.returncode != 0 and "Error 7" in attach.stderr  # the shell's own exit code
+    assert " 1 ray.head.default" in attach.stdout, attach.stdout + attach.stderr
+
+
+@pytest.mark.parametrize("target", ["dashboard", "attach", "monitor", "status", "jobs", "logs"])
+def test_day2_commands_say_when_the_cluster_is_not_up(tmp_path, target):
+    run = make(target, "CLUSTER=local", env=dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path)))
+    assert run.returncode != 0
+    assert "error: cluster 'local' is not up; run `make up CLUSTER=local`" in run.stderr
+    assert "Traceback" not in run.stdout + run.stderr

@@ -4,9 +4,14 @@ A stand-in `ssh`/`rsync` (tests/standins) is first on PATH: it records what Ray 
 on the head and never connects anywhere. Every AWS call goes to AWS_ENDPOINT_URL.
 """
 
+import json
 import os
+import re
+import signal
+import subprocess
 import threading
 import time
+import urllib.request
 
 import boto3
 import pytest
@@ -133,9 +138,27 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
     assert "--dashboard-host=127.0.0.1" in remote
 
     # status and jobs go to the head over SSH: `ray exec`, and the kit's `ray dashboard` tunnel
+    # the autostop watchdog starts on the head, aimed at the cluster's tag and region
+    assert ("raykit_scripts/autostop.py --address http://127.0.0.1:8265 --minutes 60 "
+            "--aws hetero us-east-1") in remote
     status = make("status", "CLUSTER=hetero", env=env, timeout=300)
     assert status.returncode == 0, status.stderr[-3000:]
-    assert "ray status" in log.read_text().splitlines()[-1]
+    assert any("ray status" in line for line in log.read_text().splitlines()[-3:])
+    assert "autostop: the cluster stops itself in" in status.stdout, status.stdout[-2000:]
+    # day 2: the autoscaler's log and a shell on the head, over SSH; the dashboard's tunnel
+    monitor = make("monitor", "CLUSTER=hetero", env=env, timeout=300)
+    assert monitor.returncode == 0 and "monitor.log" in log.read_text().splitlines()[-1]
+    attach = make("attach", "CLUSTER=hetero", env=env, timeout=300)
+    assert attach.returncode == 0 and "docker exec -it" in log.read_text().splitlines()[-1]
+    dashboard = subprocess.Popen(["make", "--no-print-directory", "dashboard", "CLUSTER=hetero"],
+                                 cwd=REPO, env=env, text=True, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    url = re.search(r"dashboard of 'hetero': (http://127\.0\.0\.1:\d+)", dashboard.stdout.readline())
+    assert url, "no URL"
+    with urllib.request.urlopen(url.group(1) + "/api/version", timeout=30) as answer:
+        assert json.loads(answer.read())["ray_version"] == "2.60.0"  # a dashboard at the end
+    os.killpg(dashboard.pid, signal.SIGINT)
+    assert dashboard.wait(timeout=60) == 0
     run = make("submit", "CLUSTER=hetero", "JOB=smoke", "ARGS=--tasks 2 --fail-with 3",
                env=env, timeout=300)
     assert run.returncode != 0 and "FAILED" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]

@@ -71,6 +71,8 @@ def test_diagnosis_compute_bound():
     (["--blur-kernel", "4"], "--blur-kernel must be odd"),
     (["--blur-count", "99"], "--blur-count must be between 0 and 50"),
     (["--workers", "-1"], "--workers must be 0 (auto) or more"),
+    (["--checkpoint-every", "-5"], "--checkpoint-every must be 0 or more"),
+    (["--max-failures", "-1"], "--max-failures must be 0 or more"),
     (["--model", "huge"], "invalid choice: 'huge'"),
 ])
 def test_bad_flags_are_refused_before_ray_starts(flags, message, capsys):
@@ -105,7 +107,10 @@ def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
     # the verdict follows from the job's own measured wait share
     expected = "data-bound" if summary["data_wait_fraction"] > DATA_BOUND_WAIT_FRACTION else "compute-bound"
     assert summary["diagnosis"]["verdict"] == expected
-    assert "=== vit_synthetic summary ===" in run.stdout and "step 4/6" in run.stdout
+    assert "=== vit_synthetic summary ===" in run.stdout
+    # progress: steps done, rate and time left, each line once (Ray Train printed it twice)
+    progress = [line for line in run.stdout.splitlines() if "step 4/6:" in line]
+    assert len(progress) == 1 and " images/s, ~" in progress[0] and " s left, loss " in progress[0]
     # CPU use per node type: the head trains, the two workers preprocess
     use = summary["cpu_use_by_node_type"]
     assert {t: row["nodes"] for t, row in use.items()} == {"head": 1, "cpu_worker": 2}

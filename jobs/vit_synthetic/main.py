@@ -41,6 +41,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--prefetch-batches", type=int, default=4, help="batches buffered ahead of the trainer")
     p.add_argument("--preprocess-resource", default="preprocess",
                    help="custom resource preprocessing tasks need ('' lets them run anywhere)")
+    p.add_argument("--checkpoint-every", type=int, default=50,
+                   help="save model, optimizer and step every N steps (0: never); a "
+                        "training worker that dies restarts from the last one")
+    p.add_argument("--max-failures", type=int, default=2,
+                   help="training-worker failures Ray Train recovers from before the job fails")
     p.add_argument("--storage-path", default="",
                    help="where Ray Train keeps the run's checkpoints; a path every training "
                         "node can reach (or s3://...); empty: a fresh private temp dir, removed "
@@ -60,6 +65,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         problems.append(f"--blur-count must be between 0 and 50 (got {args.blur_count})")
     if args.workers < 0:
         problems.append(f"--workers must be 0 (auto) or more (got {args.workers})")
+    for name in ("checkpoint_every", "max_failures"):
+        if getattr(args, name) < 0:
+            problems.append(f"--{name.replace('_', '-')} must be 0 or more (got {getattr(args, name)})")
     if problems:
         p.error("; ".join(problems))  # exits 2 before Ray starts any work
     return args
@@ -84,6 +92,11 @@ def train_loop(config: dict) -> None:
     loss_fn = torch.nn.CrossEntropyLoss()
     rank = ray.train.get_context().get_world_rank()
     shard = ray.train.get_dataset_shard("train")
+    resumed = load_checkpoint(model, optimizer)  # after a failure: the last checkpoint
+    first_step = resumed["step"] if resumed else 0
+    restarts = resumed["restarts"] + 1 if resumed else 0
+    if rank == 0 and resumed:
+        print(f"restart {restarts}: resuming from the checkpoint of step {first_step}", flush=True)
 
     # The trainer's compute per step had it the hardware to itself: wall time on a GPU;
     # on a CPU its thread's CPU time (torch runs one thread there), which a core shared
@@ -116,17 +129,27 @@ def train_loop(config: dict) -> None:
             nodes[ip] = nodes.get(ip, 0) + int(here.sum())
             preprocess_cpu_s[ip] = (preprocess_cpu_s.get(ip, 0.0)
                                     + float(batch["preprocess_cpu_s"][here].sum()))
-        step = len(steps_s)
+        step = first_step + len(steps_s)
+        if config["checkpoint_every"] and step % config["checkpoint_every"] == 0 \
+                and step < config["steps"]:
+            save_checkpoint(model, optimizer, step, restarts, rank)
+            last = time.perf_counter()  # the save is neither data wait nor a step
         if rank == 0 and step % config["log_every"] == 0:
-            recent = steps_s[-config["log_every"]:]
-            print(f"step {step}/{config['steps']}: mean step {np.mean(recent):.3f} s "
+            recent = float(np.mean(steps_s[-config["log_every"]:]))
+            print(f"step {step}/{config['steps']}: mean step {recent:.3f} s "
                   f"(data wait {np.mean(waits[-config['log_every']:]):.3f} s), "
-                  f"loss {loss.item():.3f}", flush=True)
+                  f"{config['batch_size'] / recent:.1f} images/s, "
+                  f"~{(config['steps'] - step) * recent:.0f} s left, loss {loss.item():.3f}",
+                  flush=True)
+        if step >= config["steps"]:  # after a restart the shard starts over: stop at the total
+            break
     # The first step includes the pipeline's start-up: keep it out of the means.
     steady = slice(1, None) if len(steps_s) > 1 else slice(None)
     images_seen = int(sum(nodes.values()))
     metrics = {
-        "steps": len(steps_s),
+        "steps": first_step + len(steps_s),
+        "restarts": restarts,
+        "resumed_from_step": first_step,
         "train_s": last - start,
         "trainer_cpu_s": time.process_time() - cpu_start,
         "gpu_utilization": gpu_busy.stop() if gpu_busy else None,
@@ -151,6 +174,41 @@ def train_loop(config: dict) -> None:
             Path(tmp, "metrics.json").write_text(json.dumps(metrics))
             checkpoint = ray.train.Checkpoint.from_directory(tmp)
         ray.train.report(metrics, checkpoint=checkpoint)
+
+
+def save_checkpoint(model, optimizer, step: int, restarts: int, rank: int) -> None:
+    """Model, optimizer and step, reported to Ray Train, which keeps it in the run's
+    storage; every rank reports (Train V2's report is collective), rank 0 with the files."""
+    import ray.train
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = None
+        if rank == 0:
+            torch.save({"model": getattr(model, "module", model).state_dict(),
+                        "optimizer": optimizer.state_dict(), "step": step, "restarts": restarts},
+                       Path(tmp, "state.pt"))
+            checkpoint = ray.train.Checkpoint.from_directory(tmp)
+        ray.train.report({"step": step}, checkpoint=checkpoint)
+
+
+def load_checkpoint(model, optimizer) -> dict | None:
+    """The last checkpoint's step and restart count, with model and optimizer restored;
+    None on a first start."""
+    import ray.train
+    import torch
+
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as directory:
+        path = Path(directory, "state.pt")
+        if not path.exists():  # the summary-only checkpoint of a finished run
+            return None
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    getattr(model, "module", model).load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return {"step": state["step"], "restarts": state["restarts"]}
 
 
 class GpuUtilization:
@@ -232,7 +290,7 @@ def cpu_use_by_node_type(nodes: dict, metrics: dict) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     import ray
-    from ray.train import DataConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from pipeline import build_dataset
@@ -270,12 +328,15 @@ def main(argv=None) -> int:
         train_loop,
         train_loop_config={"model": model, "image_size": args.image_size,
                            "batch_size": args.batch_size, "steps": args.steps,
-                           "log_every": args.log_every, "prefetch_batches": args.prefetch_batches},
+                           "log_every": args.log_every, "prefetch_batches": args.prefetch_batches,
+                           "checkpoint_every": args.checkpoint_every},
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu,
                                      resources_per_worker=resources),
         datasets={"train": dataset},
         dataset_config=DataConfig(datasets_to_split=["train"]),
-        run_config=RunConfig(name="vit_synthetic", storage_path=storage),
+        run_config=RunConfig(name="vit_synthetic", storage_path=storage,
+                             failure_config=FailureConfig(max_failures=args.max_failures),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
     )
     started = time.perf_counter()
     try:
@@ -284,10 +345,12 @@ def main(argv=None) -> int:
         if not args.storage_path:  # the checkpoint holds only the summary, printed below
             shutil.rmtree(storage, ignore_errors=True)
     images_per_step = args.batch_size * workers
+    alive = {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
     summary = {
         "model": model, "workers": workers, "batch_size": args.batch_size,
         "image_size": args.image_size, "blur_count": args.blur_count,
-        **{k: metrics[k] for k in ("steps", "device", "trainer_node", "warmup_s", "mean_step_s",
+        **{k: metrics[k] for k in ("steps", "restarts", "resumed_from_step", "device",
+                                   "trainer_node", "warmup_s", "mean_step_s",
                                    "mean_data_wait_s", "max_data_wait_s", "preprocess_nodes",
                                    "final_loss")},
         "images_per_s": images_per_step / metrics["mean_step_s"],
@@ -303,6 +366,8 @@ def main(argv=None) -> int:
         "preprocess_cpus": shape["preprocess_cpus"],
         "preprocess_shares_trainer_cpus": shape["preprocess_shares_trainer_cpus"],
         "wall_s": time.perf_counter() - started,
+        # nodes that died during the run; Ray Data re-ran their lost preprocessing elsewhere
+        "lost_nodes": sorted(ip for ip in shape["nodes"] if ip not in alive),
         "diagnosis": diagnose(
             mean_step_s=metrics["mean_step_s"], mean_wait_s=metrics["mean_data_wait_s"],
             mean_compute_s=metrics["mean_trainer_compute_s"], images_per_step=images_per_step,
@@ -331,6 +396,11 @@ def print_summary(s: dict) -> None:
           f"(longest wait {s['max_data_wait_s']:.2f} s)")
     nodes = ", ".join(f"{ip}: {n} images" for ip, n in sorted(s["preprocess_nodes"].items()))
     print(f"preprocessed on  {nodes}")
+    if s["restarts"]:
+        print(f"restarts         {s['restarts']} (the last resumed from the checkpoint of step "
+              f"{s['resumed_from_step']}; its means cover the steps after it)")
+    if s["lost_nodes"]:
+        print(f"lost nodes       {', '.join(s['lost_nodes'])} (their preprocessing was re-run)")
     print(f"diagnosis        {s['diagnosis']['text']}\n")
 
 

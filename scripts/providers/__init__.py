@@ -55,6 +55,15 @@ class Provider(Protocol):
     def status(self, record: dict) -> int:
         """Print the cluster's nodes and resources; return an exit code."""
 
+    def dashboard(self, record: dict) -> int:
+        """Print the dashboard's URL; where that needs a tunnel, keep it open until Ctrl-C."""
+
+    def attach(self, record: dict) -> int:
+        """An interactive shell on the head (locally: one aimed at the head)."""
+
+    def monitor(self, record: dict, follow: bool) -> int:
+        """The autoscaler's log: its last lines, or followed until Ctrl-C."""
+
     def job_address(self, record: dict) -> AbstractContextManager:
         """Context yielding (dashboard URL, python, auth token) for job submission."""
 

@@ -772,6 +772,30 @@ def status(record: dict) -> int:
     return run_ray(["exec", str(state.config_path(record["cluster"])), "ray status"])
 
 
+def dashboard(record: dict) -> int:
+    with job_address(record) as (address, _, _):
+        print(f"dashboard of '{record['cluster']}': {address} (an SSH tunnel to the head; "
+              "Ctrl-C closes it)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            return 0
+
+
+def attach(record: dict) -> int:
+    # in this terminal's session: the remote shell needs it
+    return subprocess.call([ray_cli(), "attach", str(state.config_path(record["cluster"]))],
+                           env=ray_env())
+
+
+def monitor(record: dict, follow: bool) -> int:
+    config = str(state.config_path(record["cluster"]))
+    if follow:
+        return run_ray(["monitor", config])
+    return run_ray(["exec", config, "tail -n 100 /tmp/ray/session_latest/logs/monitor.log"])
+
+
 def is_running(record: dict) -> bool:
     return True  # a record exists until `ray down` succeeded
 

@@ -369,6 +369,43 @@ def status(record: dict) -> int:
     return result.returncode
 
 
+def dashboard(record: dict) -> int:
+    require_running(record)
+    print(f"dashboard of '{record['cluster']}': {record['dashboard_url']} (token auth: the "
+          f"token is auth_token in {state.record_path(record['cluster'])})")
+    return 0
+
+
+def attach(record: dict) -> int:
+    """The head runs on this machine: a shell whose Ray CLI and scripts reach the cluster
+    (the kit's `ray` and `python` first on PATH, RAY_ADDRESS and its token set), in the
+    directory of its logs."""
+    require_running(record)
+    print(f"a shell aimed at local cluster '{record['cluster']}' (RAY_ADDRESS="
+          f"{record['gcs_address']}, the kit's ray and python on PATH); `exit` leaves it, "
+          "the cluster keeps running", flush=True)
+    env = ray_env(record["auth_token"], {"RAY_ADDRESS": record["gcs_address"]})
+    env["PATH"] = os.pathsep.join(filter(None, [os.path.dirname(sys.executable), env.get("PATH")]))
+    return subprocess.call([os.environ.get("SHELL") or "/bin/sh"], env=env,
+                           cwd=Path(record["temp_dir"]) / "session_latest" / "logs")
+
+
+def monitor(record: dict, follow: bool) -> int:
+    require_running(record)
+    log = Path(record["temp_dir"]) / "session_latest" / "logs" / "monitor.log"
+    with open(log, errors="replace") as f:
+        print("".join(f.readlines()[-100:]), end="", flush=True)
+        while follow:  # like tail -f, until Ctrl-C or the cluster stops
+            line = f.readline()
+            if line:
+                print(line, end="", flush=True)
+            elif not is_running(record):
+                return 0
+            else:
+                time.sleep(0.5)
+    return 0
+
+
 @contextmanager
 def job_address(record: dict):
     require_running(record)
