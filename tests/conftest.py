@@ -107,3 +107,15 @@ def publish_dlami(ec2, release: str = "20261020") -> str:
         parameter_type="String", description=None, allowed_pattern=None, keyid=None,
         last_modified_date=datetime.now(timezone.utc), version=1, data_type="aws:ec2:image"))
     return image_id
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: runs a real cluster for a minute or more (chaos, autostop, bench); "
+        "CI runs them, `pytest -m 'not slow'` skips them")
+
+
+def report(capsys, text: str) -> None:
+    """A figure the test measured (what a fault cost), shown even when the test passes."""
+    with capsys.disabled():
+        print(f"\n  [{text}]", flush=True)

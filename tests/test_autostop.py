@@ -11,7 +11,7 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from conftest import REPO, load_example, make
+from conftest import report, REPO, load_example, make
 from scripts.autostop import seconds_left, terminate_tagged
 from scripts.build import build, build_text
 from scripts.providers.local import cluster_processes
@@ -86,7 +86,8 @@ def autostop_cluster(tmp_path):
         path.unlink()
 
 
-def test_a_job_holds_the_local_cluster_up_and_then_it_stops_itself(autostop_cluster):
+@pytest.mark.slow
+def test_a_job_holds_the_local_cluster_up_and_then_it_stops_itself(autostop_cluster, capsys):
     name, env = autostop_cluster
     build_dir = Path(env["RAYKIT_BUILD_DIR"]).resolve()
     up = make("up", f"CLUSTER={name}", env=env, timeout=300)
@@ -95,7 +96,7 @@ def test_a_job_holds_the_local_cluster_up_and_then_it_stops_itself(autostop_clus
     assert "autostop: the cluster stops itself in 1 min" in status.stdout, status.stdout + status.stderr
     # a job longer than the limit: the cluster stays up through it
     started = time.monotonic()
-    run = make("submit", f"CLUSTER={name}", "JOB=smoke", "ARGS=--tasks 2 --sleep 70", env=env, timeout=300)
+    run = make("submit", f"CLUSTER={name}", "JOB=smoke", "ARGS=--tasks 2 --sleep 64", env=env, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:]
     assert time.monotonic() - started > 60 and cluster_processes(name, build_dir)
     # then, with no job, it is gone within the limit and a few polls
@@ -103,7 +104,7 @@ def test_a_job_holds_the_local_cluster_up_and_then_it_stops_itself(autostop_clus
     while cluster_processes(name, build_dir) and time.monotonic() - job_ended < 120:
         time.sleep(2)
     gone_after = time.monotonic() - job_ended
-    print(f"autostop: gone {gone_after:.0f} s after the last job (limit 60 s)")
+    report(capsys, f"autostop: gone {gone_after:.0f} s after the last job (limit 60 s)")
     assert not cluster_processes(name, build_dir)
     assert 50 < gone_after < 100
     assert not (build_dir / "launched" / f"{name}.json").exists()  # its record is cleared

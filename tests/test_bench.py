@@ -142,6 +142,7 @@ def test_each_pinned_node_runs_on_cores_of_its_own(tmp_path):
     assert down.returncode == 0 and not marked(build_dir.resolve())
 
 
+@pytest.mark.slow
 def test_a_small_bench_runs_each_mix_and_tears_each_down(tmp_path):
     build_dir = tmp_path / "build"
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir))

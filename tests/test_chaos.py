@@ -8,10 +8,20 @@ import subprocess
 import time
 
 import psutil
+import pytest
 
-from conftest import REPO, local_cluster_up, make, processes_of
+from conftest import report, REPO, local_cluster_up, make, processes_of
 
 HEAD_IP = "127.0.0.2"
+# Each test runs a real cluster for a minute or more: `pytest -m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One local cluster for the faults it survives (a worker, the trainer)."""
+    with local_cluster_up(tmp_path_factory.mktemp("build")) as (env, state):
+        yield env, state
 
 
 def head_node_processes(state: dict) -> list[psutil.Process]:
@@ -27,7 +37,7 @@ def head_node_processes(state: dict) -> list[psutil.Process]:
     return found
 
 
-def test_a_killed_head_fails_make_submit_quickly_and_down_leaves_nothing(tmp_path):
+def test_a_killed_head_fails_make_submit_quickly_and_down_leaves_nothing(tmp_path, capsys):
     with local_cluster_up(tmp_path / "build") as (env, state):
         proc = subprocess.Popen(["make", "--no-print-directory", "submit", "CLUSTER=local", "JOB=smoke",
                                  "ARGS=--tasks 1 --sleep 300"], cwd=REPO, env=env, text=True,
@@ -49,7 +59,7 @@ def test_a_killed_head_fails_make_submit_quickly_and_down_leaves_nothing(tmp_pat
                 os.killpg(proc.pid, signal.SIGKILL)
         noticed = time.monotonic() - killed
         text = "".join(output) + rest
-        print(f"head killed: `make submit` exited {proc.returncode} after {noticed:.0f} s; "
+        report(capsys, f"head killed: `make submit` exited {proc.returncode} after {noticed:.0f} s; "
               "the job's remaining 300 s of work lost")
         assert proc.returncode != 0
         assert "error: lost the cluster while following job smoke-" in text, text[-2000:]
@@ -79,73 +89,75 @@ def alive_workers(env: dict) -> int:
     return int(counts[0][0]) if counts else 0
 
 
-def test_a_cpu_worker_killed_mid_job_costs_no_step_and_is_replaced(tmp_path):
-    with local_cluster_up(tmp_path / "build") as (env, state):
-        results = tmp_path / "summary.json"
-        steps, batch = 30, 8
-        proc = subprocess.Popen(
-            ["make", "--no-print-directory", "submit", "CLUSTER=local", "JOB=vit_synthetic",
-             f"ARGS=--steps {steps} --batch-size {batch} --image-size 64 --blur-count 20 "
-             f"--log-every 5 --results {results}"],
-            cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True)
-        output = []
-        for line in proc.stdout:
-            output.append(line)
-            if f"step 5/{steps}:" in line:
-                break
-        victim = node_processes(state, "127.0.0.4")
-        assert victim, "".join(output)[-3000:]
-        killed = time.monotonic()
-        for p in victim:
-            try:
-                p.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                pass
-        rest, _ = proc.communicate(timeout=600)
-        finished = time.monotonic() - killed
-        text = "".join(output) + rest
-        assert proc.returncode == 0, text[-4000:]
-        summary = json.loads(results.read_text())
-        assert summary["steps"] == steps and sum(summary["preprocess_nodes"].values()) == steps * batch
-        assert summary["lost_nodes"] == ["127.0.0.4"] and "lost nodes       127.0.0.4" in text
-        # the autoscaler brings the cluster back to min_workers (2 CPU workers)
-        deadline = time.monotonic() + 240
-        while alive_workers(env) < 2 and time.monotonic() < deadline:
-            time.sleep(5)
-        replaced = time.monotonic() - killed
-        print(f"CPU worker killed at step 5 of {steps}: no step lost, the job ended "
-              f"{finished:.0f} s later, the node was replaced {replaced:.0f} s after the kill")
-        assert alive_workers(env) == 2
+def test_a_cpu_worker_killed_mid_job_costs_no_step_and_is_replaced(cluster, tmp_path, capsys):
+    env, state = cluster
+    results = tmp_path / "summary.json"
+    steps, batch = 30, 8
+    proc = subprocess.Popen(
+        ["make", "--no-print-directory", "submit", "CLUSTER=local", "JOB=vit_synthetic",
+         f"ARGS=--steps {steps} --batch-size {batch} --image-size 64 --blur-count 20 "
+         f"--log-every 5 --results {results}"],
+        cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True)
+    output = []
+    for line in proc.stdout:
+        output.append(line)
+        if f"step 5/{steps}:" in line:
+            break
+    victim = node_processes(state, "127.0.0.4")
+    assert victim, "".join(output)[-3000:]
+    killed = time.monotonic()
+    for p in victim:
+        try:
+            p.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    rest, _ = proc.communicate(timeout=600)
+    finished = time.monotonic() - killed
+    text = "".join(output) + rest
+    assert proc.returncode == 0, text[-4000:]
+    summary = json.loads(results.read_text())
+    assert summary["steps"] == steps and sum(summary["preprocess_nodes"].values()) == steps * batch
+    assert summary["lost_nodes"] == ["127.0.0.4"] and "lost nodes       127.0.0.4" in text
+    # the autoscaler brings the cluster back to min_workers (2 CPU workers)
+    deadline = time.monotonic() + 240
+    while alive_workers(env) < 2 and time.monotonic() < deadline:
+        time.sleep(5)
+    replaced = time.monotonic() - killed
+    report(capsys, f"CPU worker killed at step 5 of {steps}: no step lost, the job ended "
+          f"{finished:.0f} s later, the node was replaced {replaced:.0f} s after the kill")
+    assert alive_workers(env) == 2
 
 
-def test_a_killed_training_worker_resumes_from_its_last_checkpoint(tmp_path):
-    with local_cluster_up(tmp_path / "build") as (env, state):
-        results = tmp_path / "summary.json"
-        steps, every = 30, 5
-        proc = subprocess.Popen(
-            ["make", "--no-print-directory", "submit", "CLUSTER=local", "JOB=vit_synthetic",
-             f"ARGS=--steps {steps} --batch-size 8 --image-size 64 --blur-count 20 "
-             f"--log-every 5 --checkpoint-every {every} --results {results}"],
-            cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True)
-        output = []
-        for line in proc.stdout:
-            output.append(line)
-            if f"step 10/{steps}:" in line:  # checkpoints of steps 5 and 10 are saved
-                break
-        trainer = [p for p in processes_of(state) if " ".join(p.cmdline()).startswith("ray::RayTrainWorker")]
-        assert len(trainer) == 1, "".join(output)[-3000:]
-        killed = time.monotonic()
-        trainer[0].send_signal(signal.SIGKILL)
-        rest, _ = proc.communicate(timeout=600)
-        finished = time.monotonic() - killed
-        text = "".join(output) + rest
-        assert proc.returncode == 0, text[-4000:]
-        summary = json.loads(results.read_text())
-        resumed = summary["resumed_from_step"]
-        assert summary["steps"] == steps and summary["restarts"] == 1
-        assert resumed >= 10 and resumed % every == 0
-        assert f"restart 1: resuming from the checkpoint of step {resumed}" in text
-        print(f"training worker killed after step 10 of {steps}: resumed from step {resumed}, "
-              f"at most {every - 1} steps redone; the job ended {finished:.0f} s after the kill")
+def test_a_killed_training_worker_resumes_from_its_last_checkpoint(cluster, tmp_path, capsys):
+    env, state = cluster
+    results = tmp_path / "summary.json"
+    steps, every = 30, 5
+    proc = subprocess.Popen(
+        ["make", "--no-print-directory", "submit", "CLUSTER=local", "JOB=vit_synthetic",
+         f"ARGS=--steps {steps} --batch-size 8 --image-size 64 --blur-count 20 "
+         f"--log-every 5 --checkpoint-every {every} --results {results}"],
+        cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True)
+    output = []
+    for line in proc.stdout:
+        output.append(line)
+        if f"step 10/{steps}:" in line:  # checkpoints of steps 5 and 10 are saved
+            break
+    trainer = [p for p in processes_of(state) if " ".join(p.cmdline()).startswith("ray::RayTrainWorker")]
+    assert len(trainer) == 1, "".join(output)[-3000:]
+    killed = time.monotonic()
+    trainer[0].send_signal(signal.SIGKILL)
+    rest, _ = proc.communicate(timeout=600)
+    finished = time.monotonic() - killed
+    text = "".join(output) + rest
+    assert proc.returncode == 0, text[-4000:]
+    summary = json.loads(results.read_text())
+    resumed = summary["resumed_from_step"]
+    assert summary["steps"] == steps and summary["restarts"] == 1
+    # the last checkpoint Ray Train had registered when the worker died (the one of step
+    # 10 may still have been on its way)
+    assert every <= resumed <= 10 and resumed % every == 0
+    assert f"restart 1: resuming from the checkpoint of step {resumed}" in text
+    report(capsys, f"training worker killed after step 10 of {steps}: resumed from step {resumed}, "
+          f"{10 - resumed}+ steps redone; the job ended {finished:.0f} s after the kill")

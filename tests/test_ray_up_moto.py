@@ -157,8 +157,8 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
     assert url, "no URL"
     with urllib.request.urlopen(url.group(1) + "/api/version", timeout=30) as answer:
         assert json.loads(answer.read())["ray_version"] == "2.60.0"  # a dashboard at the end
-    os.killpg(dashboard.pid, signal.SIGINT)
-    assert dashboard.wait(timeout=60) == 0
+    os.killpg(dashboard.pid, signal.SIGINT)  # Ctrl-C: make dies of it, the kit closes the tunnel
+    assert dashboard.wait(timeout=60) in (0, -signal.SIGINT)  # (checked gone below)
     run = make("submit", "CLUSTER=hetero", "JOB=smoke", "ARGS=--tasks 2 --fail-with 3",
                env=env, timeout=300)
     assert run.returncode != 0 and "FAILED" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]

@@ -248,7 +248,7 @@ def cluster_shape(resource: str) -> dict:
         node_type = (labels.get("raykit-node-type") or labels.get("ray.io/node-group")
                      or ("head" if "node:__internal_head__" in res else "worker"))
         nodes[n["NodeManagerAddress"]] = {
-            "type": node_type, "cpus": res.get("CPU", 0), "trainer_slots": res.get("trainer", 0),
+            "id": n["NodeID"], "type": node_type, "cpus": res.get("CPU", 0), "trainer_slots": res.get("trainer", 0),
             "preprocess_cpus": res.get(resource, 0) if resource else res.get("CPU", 0),
             # a pinned local node's real cores, where Ray's CPU slots differ from them
             "cores": float(labels.get("raykit-cores") or res.get("CPU", 0))}
@@ -267,6 +267,31 @@ def cluster_shape(resource: str) -> dict:
         "worker_type": workers[0]["type"] if workers else "CPU worker",
         "nodes": nodes,
     }
+
+
+def lost_nodes(nodes: dict, timeout_s: float = 10) -> list[str]:
+    """The nodes of the start that no longer run a task: each gets a task pinned to it
+    (no CPU needed). Asking beats reading ray.nodes(): the GCS marks a killed node dead
+    only after its health checks fail, which can outlast a short job."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def here() -> None:
+        return None
+
+    probes = {here.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        node["id"], soft=False)).remote(): ip for ip, node in nodes.items()}
+    answered, missing = ray.wait(list(probes), num_returns=len(probes), timeout=timeout_s)
+    lost = {probes[ref] for ref in missing}
+    for ref in answered:
+        try:
+            ray.get(ref)
+        except Exception:  # the node was marked dead: the task could not run there
+            lost.add(probes[ref])
+    for ref in missing:
+        ray.cancel(ref, force=True)
+    return sorted(lost)
 
 
 def cpu_use_by_node_type(nodes: dict, metrics: dict) -> dict:
@@ -345,7 +370,6 @@ def main(argv=None) -> int:
         if not args.storage_path:  # the checkpoint holds only the summary, printed below
             shutil.rmtree(storage, ignore_errors=True)
     images_per_step = args.batch_size * workers
-    alive = {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]}
     summary = {
         "model": model, "workers": workers, "batch_size": args.batch_size,
         "image_size": args.image_size, "blur_count": args.blur_count,
@@ -367,7 +391,7 @@ def main(argv=None) -> int:
         "preprocess_shares_trainer_cpus": shape["preprocess_shares_trainer_cpus"],
         "wall_s": time.perf_counter() - started,
         # nodes that died during the run; Ray Data re-ran their lost preprocessing elsewhere
-        "lost_nodes": sorted(ip for ip in shape["nodes"] if ip not in alive),
+        "lost_nodes": lost_nodes(shape["nodes"]),
         "diagnosis": diagnose(
             mean_step_s=metrics["mean_step_s"], mean_wait_s=metrics["mean_data_wait_s"],
             mean_compute_s=metrics["mean_trainer_compute_s"], images_per_step=images_per_step,
