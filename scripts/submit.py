@@ -7,10 +7,8 @@ would run). A job that outlives its time limit, or a Ctrl-C, stops the job on th
 """
 
 import asyncio
-import concurrent.futures
 import json
 import shlex
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -24,8 +22,6 @@ RESULT_PREFIX = "RESULT "  # every job ends by printing its summary as `RESULT {
 # The working dir is uploaded to the cluster (Ray caps it at 512 MiB): never caches or data.
 EXCLUDES = [".git", "__pycache__", "*.pyc", ".pytest_cache", "data", "results", "*.ckpt"]
 FINAL_STATUS_WAIT_S = 30
-HEARTBEAT_S = 5
-HEARTBEAT_MISSES = 3
 
 
 def submit(address: str, job: str, args: list[str], python: str, auth_token: str | None,
@@ -54,7 +50,7 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     print(f"job {submission_id}: {entrypoint}", flush=True)
     seen: list[str] = []
     try:
-        asyncio.run(asyncio.wait_for(follow(client, submission_id, seen), timeout_s))
+        asyncio.run(asyncio.wait_for(stream_logs(client, submission_id, seen), timeout_s))
     except (TimeoutError, asyncio.TimeoutError):
         stop(client, submission_id)
         raise KitError(f"job {submission_id} ran past its {timeout_s:g} s limit "
@@ -92,42 +88,6 @@ def lost(submission_id: str, error: Exception) -> KitError:
     return KitError(f"lost the cluster while following job {submission_id} "
                     f"({type(error).__name__}: {short(str(error), 120)}); `make status` shows "
                     "whether it is still up")
-
-
-async def follow(client, submission_id: str, seen: list[str]) -> None:
-    """Stream the job's logs while asking for its status every HEARTBEAT_S. A head that
-    died leaves the log stream open until Ray's own GCS reconnect timeout (60 s); no
-    answer HEARTBEAT_MISSES times in a row ends it sooner, as a lost cluster."""
-    stream = asyncio.ensure_future(stream_logs(client, submission_id, seen))
-    misses = 0
-    while True:
-        done, _ = await asyncio.wait({stream}, timeout=HEARTBEAT_S)
-        if done:
-            return stream.result()
-        try:
-            await asyncio.wait_for(asyncio.wrap_future(in_daemon_thread(
-                lambda: client.get_job_info(submission_id))), HEARTBEAT_S)
-            misses = 0
-        except Exception as e:
-            misses += 1
-            if misses >= HEARTBEAT_MISSES:
-                stream.cancel()
-                raise ConnectionError(f"the head did not answer {misses} times in a row "
-                                      f"({type(e).__name__})") from None
-
-
-def in_daemon_thread(call) -> concurrent.futures.Future:
-    """`call()` in a daemon thread: a request that hangs on a dead head can never keep
-    this process from exiting (asyncio's own thread pool would be joined at exit)."""
-    future = concurrent.futures.Future()
-
-    def run():
-        try:
-            future.set_result(call())
-        except BaseException as e:
-            future.set_exception(e)
-    threading.Thread(target=run, daemon=True).start()
-    return future
 
 
 async def stream_logs(client, submission_id: str, seen: list[str]) -> None:

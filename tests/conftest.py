@@ -77,9 +77,11 @@ def local_cluster_up(build_dir: Path):
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     state = json.loads((build_dir / "launched" / "local.json").read_text())
     state["build_dir"] = str(build_dir)
-    assert processes_of(state)
-    yield env, state
-    down = make("down", "CLUSTER=local", env=env, timeout=120)
+    try:
+        assert processes_of(state)
+        yield env, state
+    finally:  # a failed test must not leave its cluster running for the next ones
+        down = make("down", "CLUSTER=local", env=env, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
     assert processes_of(state) == []
     assert not (build_dir / "launched" / "local.json").exists()

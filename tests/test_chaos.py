@@ -25,16 +25,9 @@ def cluster(tmp_path_factory):
 
 
 def head_node_processes(state: dict) -> list[psutil.Process]:
-    """The head's GCS and raylet: with them gone, the head node is gone."""
-    found = []
-    for proc in processes_of(state):
-        try:
-            args = " ".join(proc.cmdline())
-        except psutil.NoSuchProcess:
-            continue
-        if "gcs_server" in args or ("raylet" in proc.name() and f"--node_ip_address={HEAD_IP}" in args):
-            found.append(proc)
-    return found
+    """Every process of the head node: the cluster's processes less the worker nodes'."""
+    workers = {p.pid for ip in ("127.0.0.3", "127.0.0.4") for p in node_processes(state, ip)}
+    return [p for p in processes_of(state) if p.pid not in workers]
 
 
 def test_a_killed_head_fails_make_submit_quickly_and_down_leaves_nothing(tmp_path, capsys):
@@ -48,7 +41,7 @@ def test_a_killed_head_fails_make_submit_quickly_and_down_leaves_nothing(tmp_pat
             if line.startswith("RESULT "):
                 break
         head = head_node_processes(state)
-        assert len(head) == 2, [p.cmdline()[:2] for p in head]
+        assert any("gcs_server" in " ".join(p.cmdline()) for p in head)
         killed = time.monotonic()
         for p in head:
             p.send_signal(signal.SIGKILL)
@@ -64,7 +57,7 @@ def test_a_killed_head_fails_make_submit_quickly_and_down_leaves_nothing(tmp_pat
         assert proc.returncode != 0
         assert "error: lost the cluster while following job smoke-" in text, text[-2000:]
         assert "Traceback" not in text
-        assert noticed < 45  # the heartbeat's three misses, not Ray's 60 s reconnect timeout
+        assert noticed < 30
     # local_cluster_up's exit ran `make down` and checked that no process of it is left
 
 
