@@ -116,7 +116,7 @@ bench: $(STAMP) ## ViT job on each of CLUSTERS (up, ARGS, down): $/100 steps tab
 	@$(KIT) bench
 
 test: $(STAMP) ## run every test (offline: moto for AWS, the local cluster for Ray), then test-adaptdl
-	$(PY) -m pytest tests
+	$(PY) -m pytest --durations=10 tests
 	@$(MAKE) --no-print-directory test-adaptdl
 
 # Each of adaptdl-ray's test modules replaces functions in adaptdl-ray's modules before it

@@ -96,7 +96,7 @@ def test_a_job_holds_the_local_cluster_up_and_then_it_stops_itself(autostop_clus
     assert "autostop: the cluster stops itself in 1 min" in status.stdout, status.stdout + status.stderr
     # a job longer than the limit: the cluster stays up through it
     started = time.monotonic()
-    run = make("submit", f"CLUSTER={name}", "JOB=smoke", "ARGS=--tasks 2 --sleep 64", env=env, timeout=300)
+    run = make("submit", f"CLUSTER={name}", "JOB=smoke", "ARGS=--tasks 2 --sleep 62", env=env, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:]
     assert time.monotonic() - started > 60 and cluster_processes(name, build_dir)
     # then, with no job, it is gone within the limit and a few polls

@@ -19,46 +19,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """One local cluster for the faults it survives (a worker, the trainer)."""
+    """One local cluster for every fault: those it survives (a worker, the trainer), then
+    the head."""
     with local_cluster_up(tmp_path_factory.mktemp("build")) as (env, state):
         yield env, state
-
-
-def head_node_processes(state: dict) -> list[psutil.Process]:
-    """Every process of the head node: the cluster's processes less the worker nodes'."""
-    workers = {p.pid for ip in ("127.0.0.3", "127.0.0.4") for p in node_processes(state, ip)}
-    return [p for p in processes_of(state) if p.pid not in workers]
-
-
-def test_a_killed_head_fails_make_submit_quickly_and_down_leaves_nothing(tmp_path, capsys):
-    with local_cluster_up(tmp_path / "build") as (env, state):
-        proc = subprocess.Popen(["make", "--no-print-directory", "submit", "CLUSTER=local", "JOB=smoke",
-                                 "ARGS=--tasks 1 --sleep 300"], cwd=REPO, env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        output = []
-        for line in proc.stdout:  # the job runs: its summary is printed, then it sleeps
-            output.append(line)
-            if line.startswith("RESULT "):
-                break
-        head = head_node_processes(state)
-        assert any("gcs_server" in " ".join(p.cmdline()) for p in head)
-        killed = time.monotonic()
-        for p in head:
-            p.send_signal(signal.SIGKILL)
-        try:
-            rest, _ = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-        noticed = time.monotonic() - killed
-        text = "".join(output) + rest
-        report(capsys, f"head killed: `make submit` exited {proc.returncode} after {noticed:.0f} s; "
-              "the job's remaining 300 s of work lost")
-        assert proc.returncode != 0
-        assert "error: lost the cluster while following job smoke-" in text, text[-2000:]
-        assert "Traceback" not in text
-        assert noticed < 30
-    # local_cluster_up's exit ran `make down` and checked that no process of it is left
 
 
 def node_processes(state: dict, ip: str) -> list[psutil.Process]:
@@ -70,6 +34,21 @@ def node_processes(state: dict, ip: str) -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             pass
     return []
+
+
+def head_node_processes(state: dict) -> list[psutil.Process]:
+    """Every process of the head node: the cluster's processes less each worker node's
+    (a worker raylet and everything under it)."""
+    workers = set()
+    for proc in processes_of(state):
+        try:
+            args = " ".join(proc.cmdline())
+            if ("raylet" in proc.name() and "--node_ip_address=" in args
+                    and f"--node_ip_address={HEAD_IP}" not in args):
+                workers |= {proc.pid, *(c.pid for c in proc.children(recursive=True))}
+        except psutil.NoSuchProcess:
+            pass
+    return [p for p in processes_of(state) if p.pid not in workers]
 
 
 def alive_workers(env: dict) -> int:
@@ -154,3 +133,35 @@ def test_a_killed_training_worker_resumes_from_its_last_checkpoint(cluster, tmp_
     assert f"restart 1: resuming from the checkpoint of step {resumed}" in text
     report(capsys, f"training worker killed after step 10 of {steps}: resumed from step {resumed}, "
           f"{10 - resumed}+ steps redone; the job ended {finished:.0f} s after the kill")
+
+
+def test_a_killed_head_fails_make_submit_and_down_leaves_nothing(cluster, capsys):
+    """Last in this module: the cluster does not survive it; the fixture's `make down`
+    then checks that nothing of it is left."""
+    env, state = cluster
+    proc = subprocess.Popen(["make", "--no-print-directory", "submit", "CLUSTER=local", "JOB=smoke",
+                             "ARGS=--tasks 1 --sleep 300"], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    output = []
+    for line in proc.stdout:  # the job runs: its summary is printed, then it sleeps
+        output.append(line)
+        if line.startswith("RESULT "):
+            break
+    head = head_node_processes(state)
+    assert any("gcs_server" in " ".join(p.cmdline()) for p in head)
+    killed = time.monotonic()
+    for p in head:
+        p.send_signal(signal.SIGKILL)
+    try:
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    noticed = time.monotonic() - killed
+    text = "".join(output) + rest
+    report(capsys, f"head killed: `make submit` exited {proc.returncode} after {noticed:.0f} s; "
+          "the job's remaining 300 s of work lost")
+    assert proc.returncode != 0
+    assert "error: lost the cluster while following job smoke-" in text, text[-2000:]
+    assert "Traceback" not in text
+    assert noticed < 30
