@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 
 from scripts.errors import KitError, short
-from scripts.inputs import read_json
+from scripts.inputs import check_name, read_json
+from scripts.planner import predicted_images_per_s
 from scripts.priceperf import cost_change, usd_per_100_steps, usd_per_million_images
 
 FIELDS = ["name", "usd_per_hour", "mean_step_s", "data_wait_share", "trainer_utilization",
@@ -46,8 +47,6 @@ DEFAULT_CLUSTERS = "local_single local_hetero"  # the homogeneous baseline, then
 
 
 def cluster_names(text: str) -> list[str]:
-    from scripts.inputs import check_name
-
     names = (text or DEFAULT_CLUSTERS).split()
     if not 1 <= len(names) <= 10:
         raise KitError(f"CLUSTERS={short(text)}: name 1 to 10 values files, separated by "
@@ -86,16 +85,16 @@ def measured_row(name: str, usd_per_hour: float, summary: dict, profile: dict | 
         "cpu_utilization": {node_type: use["utilization"]
                             for node_type, use in summary["cpu_use_by_node_type"].items()},
         "images_per_s": summary["images_per_s"],
-        "predicted_images_per_s": predicted_images_per_s(profile or summary, summary),
+        "predicted_images_per_s": predicted(profile or summary, summary),
     }
 
 
-def predicted_images_per_s(profile: dict, summary: dict) -> float | None:
+def predicted(profile: dict, summary: dict) -> float | None:
     if summary["preprocess_shares_trainer_cpus"]:
         return None
     rates = profile["diagnosis"]
-    return min(rates["trainer_images_per_s"],
-               summary["preprocess_cpus"] * rates["preprocess_images_per_s_per_cpu"])
+    return predicted_images_per_s(rates["trainer_images_per_s"],
+                                  rates["preprocess_images_per_s_per_cpu"], summary["preprocess_cpus"])
 
 
 def completed(rows: list[dict]) -> list[dict]:

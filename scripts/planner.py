@@ -61,11 +61,17 @@ def node_usd(instance_type: str, region: str) -> float:
                                      catalog.min_root_gb(gpu))
 
 
+def predicted_images_per_s(trainer_images_per_s: float, cpu_images_per_s: float,
+                           preprocess_vcpus: float) -> float:
+    """The model: the mix trains as fast as the slower of its two stages."""
+    return min(trainer_images_per_s, preprocess_vcpus * cpu_images_per_s)
+
+
 def option(profile: Profile, head: str, workers: list, region: str) -> Option:
     trainer = profile.trainer_images_per_s
     vcpus = catalog.preprocess_vcpus(head) + sum(
         w["count"] * catalog.preprocess_vcpus(w["instance_type"]) for w in workers)
-    rate = min(trainer, vcpus * profile.cpu_images_per_s)
+    rate = predicted_images_per_s(trainer, profile.cpu_images_per_s, vcpus)
     usd = node_usd(head, region) + sum(w["count"] * node_usd(w["instance_type"], region) for w in workers)
     return Option(head, workers, usd, vcpus, rate, 1 - rate / trainer,
                   usd_per_million_images(usd, rate) if rate else math.inf)

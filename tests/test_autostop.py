@@ -11,7 +11,7 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from conftest import report, REPO, load_example, make
+from conftest import REPO, load_example, make, report
 from scripts.autostop import seconds_left, terminate_tagged
 from scripts.build import build, build_text
 from scripts.providers.local import cluster_processes

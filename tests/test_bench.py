@@ -101,9 +101,9 @@ def test_the_planners_prediction_needs_dedicated_preprocessing_cpus():
     fed = {"preprocess_cpus": 4, "preprocess_shares_trainer_cpus": False}
     starved = {"preprocess_cpus": 1, "preprocess_shares_trainer_cpus": False}
     shared = {"preprocess_cpus": 2, "preprocess_shares_trainer_cpus": True}
-    assert bench.predicted_images_per_s(profile, fed) == 30.0       # the trainer bounds it
-    assert bench.predicted_images_per_s(profile, starved) == 12.0   # one CPU bounds it
-    assert bench.predicted_images_per_s(profile, shared) is None    # the model does not apply
+    assert bench.predicted(profile, fed) == 30.0       # the trainer bounds it
+    assert bench.predicted(profile, starved) == 12.0   # one CPU bounds it
+    assert bench.predicted(profile, shared) is None    # the model does not apply
 
 
 def marked(build_dir):

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from conftest import report, REPO, local_cluster_up, make, processes_of
+from conftest import REPO, local_cluster_up, make, processes_of, report
 
 HEAD_IP = "127.0.0.2"
 # Each test runs a real cluster for a minute or more: `pytest -m "not slow"` skips them.
@@ -25,29 +25,28 @@ def cluster(tmp_path_factory):
         yield env, state
 
 
-def node_processes(state: dict, ip: str) -> list[psutil.Process]:
-    """A simulated node: its raylet and everything under it (its workers, their tasks)."""
-    for proc in processes_of(state):
-        try:
-            if "raylet" in proc.name() and f"--node_ip_address={ip}" in " ".join(proc.cmdline()):
-                return [proc, *proc.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            pass
-    return []
-
-
-def head_node_processes(state: dict) -> list[psutil.Process]:
-    """Every process of the head node: the cluster's processes less each worker node's
-    (a worker raylet and everything under it)."""
-    workers = set()
+def raylet_trees(state: dict) -> dict[str, list[psutil.Process]]:
+    """Each simulated node's raylet and everything under it (its workers, their tasks),
+    by the node's address."""
+    trees = {}
     for proc in processes_of(state):
         try:
             args = " ".join(proc.cmdline())
-            if ("raylet" in proc.name() and "--node_ip_address=" in args
-                    and f"--node_ip_address={HEAD_IP}" not in args):
-                workers |= {proc.pid, *(c.pid for c in proc.children(recursive=True))}
+            if "raylet" in proc.name() and "--node_ip_address=" in args:
+                ip = args.split("--node_ip_address=", 1)[1].split()[0]
+                trees[ip] = [proc, *proc.children(recursive=True)]
         except psutil.NoSuchProcess:
             pass
+    return trees
+
+
+def node_processes(state: dict, ip: str) -> list[psutil.Process]:
+    return raylet_trees(state).get(ip, [])
+
+
+def head_node_processes(state: dict) -> list[psutil.Process]:
+    """Every process of the head node: the cluster's processes less each worker node's."""
+    workers = {proc.pid for ip, tree in raylet_trees(state).items() if ip != HEAD_IP for proc in tree}
     return [p for p in processes_of(state) if p.pid not in workers]
 
 
@@ -61,29 +60,40 @@ def alive_workers(env: dict) -> int:
     return int(counts[0][0]) if counts else 0
 
 
+def start_job(env: dict, job: str, args: str, until: str):
+    """`make submit` in the background: the process, and its output up to the first line
+    that contains `until` (the moment to strike)."""
+    proc = subprocess.Popen(["make", "--no-print-directory", "submit", "CLUSTER=local",
+                             f"JOB={job}", f"ARGS={args}"], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    output = []
+    for line in proc.stdout:
+        output.append(line)
+        if until in line:
+            break
+    return proc, output
+
+
+def kill(procs: list[psutil.Process]) -> float:
+    """SIGKILL each (one may be gone already); return when, for measuring what followed."""
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            pass
+    return time.monotonic()
+
+
 def test_a_cpu_worker_killed_mid_job_costs_no_step_and_is_replaced(cluster, tmp_path, capsys):
     env, state = cluster
     results = tmp_path / "summary.json"
     steps, batch = 30, 8
-    proc = subprocess.Popen(
-        ["make", "--no-print-directory", "submit", "CLUSTER=local", "JOB=vit_synthetic",
-         f"ARGS=--steps {steps} --batch-size {batch} --image-size 64 --blur-count 20 "
-         f"--log-every 5 --results {results}"],
-        cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True)
-    output = []
-    for line in proc.stdout:
-        output.append(line)
-        if f"step 5/{steps}:" in line:
-            break
+    proc, output = start_job(env, "vit_synthetic", f"--steps {steps} --batch-size {batch} "
+                             f"--image-size 64 --blur-count 20 --log-every 5 --results {results}",
+                             until=f"step 5/{steps}:")
     victim = node_processes(state, "127.0.0.4")
     assert victim, "".join(output)[-3000:]
-    killed = time.monotonic()
-    for p in victim:
-        try:
-            p.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
+    killed = kill(victim)
     rest, _ = proc.communicate(timeout=600)
     finished = time.monotonic() - killed
     text = "".join(output) + rest
@@ -105,21 +115,13 @@ def test_a_killed_training_worker_resumes_from_its_last_checkpoint(cluster, tmp_
     env, state = cluster
     results = tmp_path / "summary.json"
     steps, every = 30, 5
-    proc = subprocess.Popen(
-        ["make", "--no-print-directory", "submit", "CLUSTER=local", "JOB=vit_synthetic",
-         f"ARGS=--steps {steps} --batch-size 8 --image-size 64 --blur-count 20 "
-         f"--log-every 5 --checkpoint-every {every} --results {results}"],
-        cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True)
-    output = []
-    for line in proc.stdout:
-        output.append(line)
-        if f"step 10/{steps}:" in line:  # checkpoints of steps 5 and 10 are saved
-            break
+    proc, output = start_job(env, "vit_synthetic", f"--steps {steps} --batch-size 8 --image-size 64 "
+                             f"--blur-count 20 --log-every 5 --checkpoint-every {every} "
+                             f"--results {results}",
+                             until=f"step 10/{steps}:")  # checkpoints of steps 5 and 10 are saved
     trainer = [p for p in processes_of(state) if " ".join(p.cmdline()).startswith("ray::RayTrainWorker")]
     assert len(trainer) == 1, "".join(output)[-3000:]
-    killed = time.monotonic()
-    trainer[0].send_signal(signal.SIGKILL)
+    killed = kill(trainer)
     rest, _ = proc.communicate(timeout=600)
     finished = time.monotonic() - killed
     text = "".join(output) + rest
@@ -139,19 +141,11 @@ def test_a_killed_head_fails_make_submit_and_down_leaves_nothing(cluster, capsys
     """Last in this module: the cluster does not survive it; the fixture's `make down`
     then checks that nothing of it is left."""
     env, state = cluster
-    proc = subprocess.Popen(["make", "--no-print-directory", "submit", "CLUSTER=local", "JOB=smoke",
-                             "ARGS=--tasks 1 --sleep 300"], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    output = []
-    for line in proc.stdout:  # the job runs: its summary is printed, then it sleeps
-        output.append(line)
-        if line.startswith("RESULT "):
-            break
+    # the job runs: its summary is printed, then it sleeps
+    proc, output = start_job(env, "smoke", "--tasks 1 --sleep 300", until="RESULT ")
     head = head_node_processes(state)
     assert any("gcs_server" in " ".join(p.cmdline()) for p in head)
-    killed = time.monotonic()
-    for p in head:
-        p.send_signal(signal.SIGKILL)
+    killed = kill(head)
     try:
         rest, _ = proc.communicate(timeout=120)
     finally:

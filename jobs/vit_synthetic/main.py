@@ -166,30 +166,33 @@ def train_loop(config: dict) -> None:
         "device": str(device),
         "final_loss": float(loss.item()),
     }
-    # Train V2 keeps the metrics of reports that carry a checkpoint: rank 0 attaches one
-    # holding just the summary (no model weights), the other ranks report none.
+    # Train V2 keeps the metrics of reports that carry a checkpoint: this one holds just
+    # the summary (no model weights).
+    report(metrics, rank, lambda tmp: Path(tmp, "metrics.json").write_text(json.dumps(metrics)))
+
+
+def report(metrics: dict, rank: int, write_files) -> None:
+    """ray.train.report from every rank (Train V2's report is collective); rank 0 attaches
+    a checkpoint of the files write_files(directory) puts in a fresh temp dir, which Ray
+    Train copies into the run's storage."""
+    import ray.train
+
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = None
         if rank == 0:
-            Path(tmp, "metrics.json").write_text(json.dumps(metrics))
+            write_files(tmp)
             checkpoint = ray.train.Checkpoint.from_directory(tmp)
         ray.train.report(metrics, checkpoint=checkpoint)
 
 
 def save_checkpoint(model, optimizer, step: int, restarts: int, rank: int) -> None:
-    """Model, optimizer and step, reported to Ray Train, which keeps it in the run's
-    storage; every rank reports (Train V2's report is collective), rank 0 with the files."""
-    import ray.train
+    """Model, optimizer and step, for a restarted training worker (load_checkpoint)."""
     import torch
 
-    with tempfile.TemporaryDirectory() as tmp:
-        checkpoint = None
-        if rank == 0:
-            torch.save({"model": getattr(model, "module", model).state_dict(),
-                        "optimizer": optimizer.state_dict(), "step": step, "restarts": restarts},
-                       Path(tmp, "state.pt"))
-            checkpoint = ray.train.Checkpoint.from_directory(tmp)
-        ray.train.report({"step": step}, checkpoint=checkpoint)
+    report({"step": step}, rank, lambda tmp: torch.save(
+        {"model": getattr(model, "module", model).state_dict(),
+         "optimizer": optimizer.state_dict(), "step": step, "restarts": restarts},
+        Path(tmp, "state.pt")))
 
 
 def load_checkpoint(model, optimizer) -> dict | None:

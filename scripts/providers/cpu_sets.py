@@ -29,9 +29,13 @@ def from_text(text: str) -> list[int]:
 
 
 @contextmanager
-def pinned_to(cores: list[int]):
+def pinned_to(cores: list[int] | None):
     """Run the block on `cores` only, so that what it starts inherits them; then restore.
-    Affinity 0 is the calling thread's own: other threads of this process are untouched."""
+    Affinity 0 is the calling thread's own: other threads of this process are untouched.
+    None (or no cores): the block runs as it is, unpinned."""
+    if not cores:
+        yield
+        return
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, cores)
     try:

@@ -41,6 +41,9 @@ PROVIDER_CLASS = "scripts.providers.loopback_node_provider.LoopbackNodeProvider"
 # loopback. Workers take 127.0.0.3, 127.0.0.4, ... (loopback_node_provider.py).
 HEAD_IP = "127.0.0.2"
 MARKER = "RAYKIT_CLUSTER_ID"
+# Node labels jobs read (jobs/vit_synthetic): a node's type, and a pinned node's cores.
+NODE_TYPE_LABEL = "raykit-node-type"
+CORES_LABEL = "raykit-cores"
 JOIN_TIMEOUT_S = 180  # RAYKIT_JOIN_TIMEOUT_S overrides it (tests)
 MIB = 1024 * 1024
 
@@ -268,8 +271,8 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         f"--num-cpus={head['cpus']}", "--num-gpus=0",
         f"--resources={json.dumps(head_resources)}",
         # what jobs read to tell node types apart and, pinned, the cores a node really has
-        "--labels=raykit-node-type=head"
-        + (f",raykit-cores={cores(head)}" if values["pin_cpus"] else ""),
+        f"--labels={NODE_TYPE_LABEL}=head"
+        + (f",{CORES_LABEL}={cores(head)}" if values["pin_cpus"] else ""),
         f"--object-store-memory={head['object_store_mb'] * MIB}",
         f"--memory={head['memory_mb'] * MIB}",
     ]
@@ -284,7 +287,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     env[cpu_sets.WORKER_CORES_ENV] = cpu_sets.to_text(worker_cores)
     state.save(cluster, record, config_text)
     try:
-        with cpu_sets.pinned_to(head_cores or cpu_sets.host_cores()):
+        with cpu_sets.pinned_to(head_cores):
             result = subprocess.run(command, env=env, capture_output=True, text=True,
                                     timeout=120,
                                     start_new_session=True)  # the terminal's Ctrl-C is ours
@@ -294,7 +297,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
                            f"(logs: {record['temp_dir']}/session_latest/logs)")
         wait_until_ready(record)
         if values["autostop_minutes"]:
-            with cpu_sets.pinned_to(head_cores or cpu_sets.host_cores()):
+            with cpu_sets.pinned_to(head_cores):
                 start_autostop(record, env)
     except BaseException:
         down(cluster, record)

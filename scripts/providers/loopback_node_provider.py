@@ -24,6 +24,7 @@ import ray
 from ray._private import ray_constants
 from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
 from scripts.providers import cpu_sets
+from scripts.providers.local import CORES_LABEL, NODE_TYPE_LABEL
 from ray.autoscaler.tags import (
     NODE_KIND_WORKER,
     STATUS_UP_TO_DATE,
@@ -33,8 +34,6 @@ from ray.autoscaler.tags import (
     TAG_RAY_USER_NODE_TYPE,
 )
 
-NODE_TYPE_LABEL = "raykit-node-type"
-CORES_LABEL = "raykit-cores"  # pinned nodes: the cores they run on (cpu_sets.py)
 MAX_WORKERS = 250  # 127.0.0.3 .. 127.0.0.252; the local schema allows far fewer
 
 
@@ -101,7 +100,7 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
                     ray_constants.LABELS_ENVIRONMENT_VARIABLE: json.dumps(labels),
                 },
             )
-            with cpu_sets.pinned_to(cores or cpu_sets.host_cores()):
+            with cpu_sets.pinned_to(cores):
                 node = ray._private.node.Node(
                     params, head=False, shutdown_at_exit=False, spawn_reaper=False
                 )
