@@ -43,6 +43,11 @@ def worker_ip(index: int) -> str:
     return f"127.0.0.{(index - 1) % MAX_WORKERS + 3}"
 
 
+def raylet_alive(node: "ray._private.node.Node") -> bool:
+    raylets = node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET, [])
+    return any(info.process.poll() is None for info in raylets)
+
+
 class LoopbackNodeProvider(FakeMultiNodeProvider):
     def __init__(self, provider_config, cluster_name):
         provider_config = dict(provider_config, gcs_address=os.environ["RAYKIT_GCS_ADDRESS"])
@@ -60,6 +65,17 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
         if len(free) < count:
             raise RuntimeError(f"{count} cores wanted, {len(free)} free of {self._worker_cores}")
         return free[:count]
+
+    def non_terminated_nodes(self, tag_filters):
+        """As a cloud lists its instances: a node whose raylet has exited (drained on a spot
+        notice, or killed) is gone, as AWS reports an instance it reclaimed. Its remaining
+        processes are stopped and its cores freed; the autoscaler launches a replacement.
+        (Ray's fake provider would list it forever, and replace it never.)"""
+        with self.lock:
+            for node_id, entry in list(self._nodes.items()):
+                if "node" in entry and not raylet_alive(entry["node"]):  # the head has none
+                    self.terminate_node(node_id)
+            return super().non_terminated_nodes(tag_filters)
 
     def _create_node_with_resources_and_labels(self, node_config, tags, count, resources, labels):
         resources = copy.deepcopy(resources)  # the pops below must not leak to the caller
