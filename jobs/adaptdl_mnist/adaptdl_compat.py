@@ -252,6 +252,76 @@ def _fix_reschedule_during_startup(controller) -> None:
     job_class.update_workers = _update_workers
 
 
+@fixes("adaptdl_ray.aws.controller")
+def _fix_replica_failure(controller) -> None:
+    """A replica that dies (its process killed, its node lost) or raises. Upstream's other
+    replicas then report FAILED, which ends the whole job; and its controller's own restart
+    path (after a 60 s sleep) compares the registered replica IPs with the new allocation,
+    finds them equal, and waits forever. Here, as Ray Train's FailureConfig does, the
+    controller stops that generation and starts the next from the latest checkpoint it
+    holds (train.py hands one over at every epoch's start), up to RAYKIT_ADAPTDL_MAX_FAILURES
+    times (the launcher's --max-failures); the failure after that fails the job.
+
+    Checkpoints that arrive while a generation runs only replace the one to restart from:
+    the event a rescale waits on is set by a checkpoint asked for (the generation stopped)."""
+    import asyncio
+
+    import ray
+    from adaptdl_ray.aws.utils import Status
+
+    job_class = controller.RayAdaptDLJob
+    register_status = job_class.register_status
+
+    def _register_status(self, status):
+        if Status(status) == Status.FAILED and not getattr(self, "_kit_failed", False):
+            return  # a replica's own report: _handle_worker_failure decides, when its task ends
+        register_status(self, status)
+
+    def _register_checkpoint(self, obj):
+        self._checkpoint = obj
+        self._checkpoint_ref = ray.put(obj)
+        if not self._running:  # force_worker_checkpoint stopped the generation to get it
+            self._checkpoint_received.set()
+
+    async def _handle_worker_failure(self, tasks):
+        try:
+            await asyncio.gather(*tasks)
+            return
+        except ray.exceptions.TaskCancelledError:
+            return  # the controller stopped this generation (a rescale)
+        except Exception as error:  # noqa: BLE001 (any replica error is a failure)
+            failure = error
+        job = self._job
+        if (job.status != Status.RUNNING or not job._running
+                or set(tasks) != set(job._worker_tasks.values())):
+            return  # the job is done, or this generation is already being replaced
+        job._kit_failures = getattr(job, "_kit_failures", 0) + 1
+        allowed = int(os.environ.get("RAYKIT_ADAPTDL_MAX_FAILURES", "0"))
+        reason = str(failure).strip().splitlines()[0][:200] if str(failure).strip() else ""
+        if job._kit_failures > allowed:
+            LOG.error("replica failure %d, more than the %d allowed (--max-failures): the job "
+                      "fails (%s: %s)", job._kit_failures, allowed, type(failure).__name__, reason)
+            job._kit_failed = True
+            job._stop_workers()
+            job.register_status(Status.FAILED)
+            return
+        LOG.warning("replica failure %d of %d allowed (%s: %s): restarting its %d replica(s) "
+                    "from the latest checkpoint", job._kit_failures, allowed,
+                    type(failure).__name__, reason, len(tasks))
+        job._kit_replicas = len(tasks)  # optimize() keeps the count (no replica runs now)
+        job._stop_workers()
+        job._running = False
+        await self._enqueue_reschedule(immediate=True)
+
+    job_class.register_status = _register_status
+    job_class.register_checkpoint = _register_checkpoint
+    # Ray's actor class copied the methods when upstream decorated the class: fix the plain
+    # class (upstream keeps it as _test_controller) and decorate it again, as upstream does.
+    plain = controller._test_controller
+    plain._handle_worker_failure = _handle_worker_failure
+    controller.Controller = ray.remote(num_cpus=1)(plain)
+
+
 @fixes("adaptdl_ray.aws.optimizer")
 def _fix_optimizer_allocation(optimizer) -> None:
     """adaptdl_ray/aws/optimizer.py builds `[(nodes[0]) * count]`: when a node fits several
@@ -289,7 +359,8 @@ def _fix_optimizer_allocation(optimizer) -> None:
         base_speedup = speedup_fn(1, 1)
         workers = np.arange(1, len(allocation) + 1)
         speedups = speedup_fn(workers, workers)
-        current_replicas = len(job._worker_tasks)
+        # none run right after a failed generation was stopped: the count it had
+        current_replicas = len(job._worker_tasks) or getattr(job, "_kit_replicas", 1)
         current_speedup = speedups[current_replicas - 1]
         best_replicas, best_speedup, nodes_used = 0, 0.0, set()
         for worker, speedup in enumerate(speedups):

@@ -17,6 +17,9 @@ def parse(argv=None) -> argparse.Namespace:
                         help="GPUs per replica; -1: 1 if the cluster has GPUs, else 0")
     launch.add_argument("--timeout", type=float, default=1800,
                         help="stop the job with an error after this many seconds")
+    launch.add_argument("--max-failures", type=int, default=2,
+                        help="replica failures (a replica killed or crashed) the job recovers "
+                             "from, each by restarting from the latest epoch's checkpoint")
     launch.add_argument("--checkpoint-timeout", type=int, default=120,
                         help="seconds to wait for replica 0's checkpoint at a rescale")
     launch.add_argument("--rescale-timeout", type=int, default=60,
@@ -52,6 +55,8 @@ def parse(argv=None) -> argparse.Namespace:
     for name in ("max_replicas", "epochs", "train_samples", "batch_size", "local_bsz_min"):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
+    if args.max_failures < 0:
+        problems.append(f"--max-failures must be 0 or more (got {args.max_failures})")
     if args.cpus <= 0:
         problems.append(f"--cpus must be positive (got {args.cpus})")
     if args.gpus < -1:

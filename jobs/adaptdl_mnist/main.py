@@ -8,8 +8,10 @@ with one and rescales as AdaptDL's goodput model decides, up to --max-replicas.
 What the kit adds around adaptdl-ray 0.2.11: the compatibility fixes in every process
 (adaptdl_compat, as the worker_process_setup_hook); every flag checked before Ray starts
 work; a controller placed where it does not take a replica's node (AdaptDL never places
-replicas on its controller's node); a hard time limit (a replica that dies before it
-registers would otherwise hang the controller forever); the summary as JSON.
+replicas on its controller's node); a replica that fails costs at most its epoch (the
+job restarts from the latest epoch's checkpoint, up to --max-failures times); a hard time
+limit (a replica that dies before it registers would otherwise hang the controller
+forever); the summary as JSON.
 """
 
 import json
@@ -56,7 +58,10 @@ def main(argv) -> int:
           f"ports from {47000 + port_offset}", flush=True)
     warn_if_no_room(nodes, controller_node, replica)
 
-    env_vars = {"MOCK": "true"} if listener == "mock" else {}
+    # read by the controller's failure handling (adaptdl_compat._fix_replica_failure)
+    env_vars = {"RAYKIT_ADAPTDL_MAX_FAILURES": str(args.max_failures)}
+    if listener == "mock":
+        env_vars["MOCK"] = "true"
     if listener == "off":
         env_vars["ADAPTDL_SPOT_LISTENER"] = "off"
     summary_box = SummaryBox.options(name=SUMMARY_ACTOR).remote()

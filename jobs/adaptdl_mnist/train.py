@@ -5,11 +5,15 @@ same flags. When AdaptDL rescales, every replica checkpoints and exits, and the 
 generation resumes from that checkpoint: the model, optimizer and scheduler (through
 AdaptiveDataParallel), the data position (AdaptiveDataLoader), the epoch
 (remaining_epochs_until), the running sums (Accumulator) and the job's history (History).
+Replica 0 also hands the controller a checkpoint at each epoch's start: a replica that
+dies costs at most the epoch under way.
 """
 
 import json
 import logging
+import os
 import sys
+import tempfile
 import time
 
 import adaptdl_compat
@@ -137,7 +141,10 @@ def main(argv) -> None:
                                       gradient_accumulation=True)
     test_loader = adl.AdaptiveDataLoader(test_set, batch_size=data.TEST_SAMPLES)
 
+    first_epoch = len(history.epochs)  # this generation's: its restored state is that epoch's start
     for epoch in adl.remaining_epochs_until(args.epochs):
+        if epoch > first_epoch:
+            checkpoint(epoch)
         record = {"epoch": epoch, "replicas": adaptdl.env.num_replicas(),
                   "restarts": adaptdl.env.num_restarts()}
         record |= train_epoch(model, train_loader, optimizer, device)
@@ -152,6 +159,32 @@ def main(argv) -> None:
 
     if adaptdl.env.replica_rank() == 0:
         report(summarize(args, history.epochs))
+
+
+def checkpoint(epoch: int) -> None:
+    """Every replica saves AdaptDL's states (a collective) at the start of an epoch, where no
+    data loop is under way: a generation restored from here starts this epoch afresh and
+    repeats none before it. Replica 0 hands the files to the controller, which starts the
+    next generation from the latest it holds, after a rescale or a failed replica
+    (adaptdl_compat._fix_replica_failure).
+
+    The states go to a fresh directory, not the generation's own checkpoint path: AdaptDL
+    saves there once per generation (at a rescale) and fails renaming onto a second save."""
+    import ray
+    if not ray.is_initialized():  # run alone: no controller to hand a checkpoint to
+        return
+    from adaptdl_ray.aws.utils import _serialize_checkpoint
+    own_path = os.environ["ADAPTDL_CHECKPOINT_PATH"]
+    with tempfile.TemporaryDirectory(prefix="adaptdl-epoch-") as directory:
+        os.environ["ADAPTDL_CHECKPOINT_PATH"] = directory  # adaptdl reads it on each save
+        try:
+            adaptdl.checkpoint.save_all_states()
+        finally:
+            os.environ["ADAPTDL_CHECKPOINT_PATH"] = own_path
+        if adaptdl.env.replica_rank() == 0:
+            controller = ray.get_actor("AdaptDLController")
+            ray.get(controller.register_checkpoint.remote(_serialize_checkpoint(directory)))
+    say(f"checkpoint saved at the start of epoch {epoch}")
 
 
 def summarize(args, epochs: list) -> dict:
