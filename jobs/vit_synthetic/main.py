@@ -297,6 +297,33 @@ def lost_nodes(nodes: dict, timeout_s: float = 10) -> list[str]:
     return sorted(lost)
 
 
+def preempted_nodes(nodes: dict) -> list[str]:
+    """The nodes of the start that Ray drained for preemption (scripts/spot_watch.py, on a
+    spot notice) and that have left since: they went on notice, not by surprise."""
+    import ray
+    from ray.core.generated.common_pb2 import NodeDeathInfo
+
+    ips = {node["id"]: ip for ip, node in nodes.items()}
+    return sorted(ips[n["NodeID"]] for n in ray.nodes() if n["NodeID"] in ips
+                  and n.get("DeathReason") == NodeDeathInfo.AUTOSCALER_DRAIN_PREEMPTED)
+
+
+def retried_preprocessing(job_id: str) -> int | None:
+    """Preprocessing tasks Ray ran more than once: retries of tasks whose worker or node
+    died, and re-runs of those whose output was lost with its node (lineage
+    reconstruction). Ray's task events keep one row per attempt; every attempt after a
+    task's first is retried work. None where the state API does not answer."""
+    from ray.util.state import list_tasks
+
+    try:
+        tasks = list_tasks(filters=[("job_id", "=", job_id)], limit=10_000,  # the API's most
+                           timeout=30, raise_on_missing_output=False)
+    except Exception as e:  # noqa: BLE001 (a summary without the count beats no summary)
+        print(f"retried work unknown: Ray's state API failed ({type(e).__name__})", flush=True)
+        return None
+    return sum(1 for task in tasks if task.attempt_number > 0 and "Preprocess" in task.name)
+
+
 def cpu_use_by_node_type(nodes: dict, metrics: dict) -> dict:
     """Per node type: the share of its cores the job's work kept busy while training
     (preprocessing CPU seconds on its nodes, plus the trainer's own where it ran), out of
@@ -373,6 +400,7 @@ def main(argv=None) -> int:
         if not args.storage_path:  # the checkpoint holds only the summary, printed below
             shutil.rmtree(storage, ignore_errors=True)
     images_per_step = args.batch_size * workers
+    preempted = preempted_nodes(shape["nodes"])
     summary = {
         "model": model, "workers": workers, "batch_size": args.batch_size,
         "image_size": args.image_size, "blur_count": args.blur_count,
@@ -393,8 +421,11 @@ def main(argv=None) -> int:
         "preprocess_cpus": shape["preprocess_cpus"],
         "preprocess_shares_trainer_cpus": shape["preprocess_shares_trainer_cpus"],
         "wall_s": time.perf_counter() - started,
-        # nodes that died during the run; Ray Data re-ran their lost preprocessing elsewhere
-        "lost_nodes": lost_nodes(shape["nodes"]),
+        # nodes that left during the run, drained on a spot notice or lost; Ray Data re-ran
+        # the preprocessing they took with them elsewhere (the retried tasks)
+        "preempted_nodes": preempted,
+        "lost_nodes": [ip for ip in lost_nodes(shape["nodes"]) if ip not in preempted],
+        "retried_preprocessing_tasks": retried_preprocessing(ray.get_runtime_context().get_job_id()),
         "diagnosis": diagnose(
             mean_step_s=metrics["mean_step_s"], mean_wait_s=metrics["mean_data_wait_s"],
             mean_compute_s=metrics["mean_trainer_compute_s"], images_per_step=images_per_step,
@@ -426,8 +457,14 @@ def print_summary(s: dict) -> None:
     if s["restarts"]:
         print(f"restarts         {s['restarts']} (the last resumed from the checkpoint of step "
               f"{s['resumed_from_step']}; its means cover the steps after it)")
+    if s["preempted_nodes"]:
+        print(f"preempted        {', '.join(s['preempted_nodes'])} (drained on a spot notice: "
+              "no new work went there)")
     if s["lost_nodes"]:
         print(f"lost nodes       {', '.join(s['lost_nodes'])} (their preprocessing was re-run)")
+    if s["retried_preprocessing_tasks"]:
+        print(f"retried work     {s['retried_preprocessing_tasks']} preprocessing task(s) "
+              f"of {s['batch_size']} images re-run")
     print(f"diagnosis        {s['diagnosis']['text']}\n")
 
 
