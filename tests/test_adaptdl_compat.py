@@ -2,21 +2,19 @@
 Ray, torch, numpy, semver and pymoo. Where it helps, the test also shows upstream's code
 failing on the same input, so a fix that stops being needed is noticed."""
 
-import http.server
 import importlib.util
 import io
-import json
 import os
 import pickle
 import subprocess
 import sys
-import threading
 import time
 
 import numpy
 import pytest
 
 from conftest import REPO
+from imds_standin import Imds
 
 COMPAT_DIR = REPO / "jobs" / "adaptdl_mnist"
 sys.path.insert(0, str(COMPAT_DIR))
@@ -130,6 +128,58 @@ def test_reschedule_during_startup_keeps_the_starting_generation(monkeypatch):
                      ("update", ["10.0.0.3", "10.0.0.4"])]
 
 
+def test_a_failed_replica_restarts_its_generation_until_the_failures_run_out(monkeypatch):
+    """A replica's error restarts the generation from the latest checkpoint (the count of
+    replicas kept), up to RAYKIT_ADAPTDL_MAX_FAILURES; the next failure fails the job. A
+    replica's own FAILED report no longer ends the job, and a checkpoint handed over while
+    the generation runs replaces the one to restart from without ending a rescale's wait."""
+    import asyncio
+
+    import ray
+    from adaptdl_ray.aws.controller import RayAdaptDLJob, _test_controller
+    from adaptdl_ray.aws.utils import Status
+
+    monkeypatch.setenv("RAYKIT_ADAPTDL_MAX_FAILURES", "1")
+    monkeypatch.setattr(ray, "put", lambda obj: ("ref", obj))
+    monkeypatch.setattr(ray, "cancel", lambda task, force: None)
+
+    async def scenario():
+        controller = _test_controller.__new__(_test_controller)  # no HTTP server, no Ray
+        controller._job = job = RayAdaptDLJob({"CPU": 1}, 0, 10)
+        reschedules = []
+
+        async def enqueue(immediate=False):
+            reschedules.append(immediate)
+        controller._enqueue_reschedule = enqueue
+
+        async def generation(outcome):
+            loop = asyncio.get_running_loop()
+            tasks = [loop.create_future(), loop.create_future()]
+            job._worker_tasks, job._workers, job._running = dict(enumerate(tasks)), {0: "a", 1: "b"}, True
+            tasks[0].set_result(None)
+            tasks[1].set_exception(outcome)
+            await controller._handle_worker_failure(tasks)
+
+        job._running = True
+        job.register_checkpoint({"epoch": 2})  # mid-generation: no rescale is waiting
+        assert job._checkpoint_ref == ("ref", {"epoch": 2}) and not job._checkpoint_received.is_set()
+        job._running = False  # force_worker_checkpoint stopped the generation for this one
+        job.register_checkpoint({"epoch": 2, "step": 7})
+        assert job._checkpoint_received.is_set()
+        job.register_status(Status.FAILED.value)  # a replica's own report
+        assert job.status == Status.RUNNING and not job.completed.is_set()
+
+        await generation(ray.exceptions.TaskCancelledError())  # a rescale stopped it
+        assert reschedules == [] and job._running
+        await generation(RuntimeError("replica killed"))  # failure 1 of 1: restart
+        assert reschedules == [True] and job._worker_tasks == {} and not job._running
+        assert job._kit_replicas == 2 and job.status == Status.RUNNING
+        await generation(RuntimeError("killed again"))  # failure 2 of 1: the job fails
+        assert reschedules == [True] and job.status == Status.FAILED and job.completed.is_set()
+
+    asyncio.run(scenario())
+
+
 def test_goodput_optimize_without_accumulation_uses_np_int_alias_only_locally():
     from adaptdl.goodput import GoodputFunction, GradParams, PerfParams
     fn = GoodputFunction(PerfParams(0.1, 0.01, 0.1, 0.01, 0.05, 0.005, 1.0),
@@ -204,43 +254,17 @@ def test_zero_resources_are_dropped_from_replica_requirements():
     assert job.worker_resources == {"CPU": 1}
 
 
-class _Imds(http.server.BaseHTTPRequestHandler):
-    """IMDSv2 on loopback: a token from PUT /latest/api/token, required on every GET."""
-    action = None
-
-    def do_PUT(self):
-        self._reply(200, "token-123" if self.path == "/latest/api/token" else "")
-
-    def do_GET(self):
-        if self.headers.get("X-aws-ec2-metadata-token") != "token-123":
-            return self._reply(401, "")
-        if self.path == "/latest/meta-data/spot/instance-action" and _Imds.action:
-            return self._reply(200, json.dumps({"action": _Imds.action, "time": "now"}))
-        self._reply(404, "")
-
-    def _reply(self, code, body):
-        self.send_response(code)
-        self.end_headers()
-        self.wfile.write(body.encode())
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def imds():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Imds)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with Imds() as server:
+        yield server
 
 
 def test_spot_notice_speaks_imdsv2(imds):
-    _Imds.action = None
-    assert adaptdl_compat._spot_notice(imds, use_token=True) is False  # 404: no notice
-    assert adaptdl_compat._spot_notice(imds, use_token=False) is False  # 401 without token
-    _Imds.action = "terminate"
-    assert adaptdl_compat._spot_notice(imds, use_token=True) is True
+    assert adaptdl_compat._spot_notice(imds.url, use_token=True) is False  # 404: no notice
+    imds.schedule("terminate")
+    assert adaptdl_compat._spot_notice(imds.url, use_token=False) is False  # 401 without token
+    assert adaptdl_compat._spot_notice(imds.url, use_token=True) is True
     assert adaptdl_compat._spot_notice("http://127.0.0.1:9", use_token=True) is False  # nobody
 
 
@@ -272,6 +296,20 @@ def test_in_a_real_ray_worker(ray_one_cpu):
     from_ray, cpus = ray.get(inside.remote(), timeout=120)
     assert from_ray is False  # upstream: True in every Ray worker
     assert cpus == [1.0]
+
+
+def test_the_controller_actor_runs_the_fixed_failure_handling(ray_one_cpu):
+    # Ray's actor class copies the methods at decoration: the fix must reach the actor itself
+    ray = ray_one_cpu
+    from adaptdl_ray.aws.controller import Controller
+
+    actor = Controller.remote(1, 10)
+    try:
+        handler = ray.get(actor.__ray_call__.remote(
+            lambda self: type(self)._handle_worker_failure.__qualname__), timeout=120)
+    finally:
+        ray.kill(actor)
+    assert handler == "_fix_replica_failure.<locals>._handle_worker_failure"
 
 
 def test_controller_cluster_check_on_a_cpu_only_node():

@@ -3,24 +3,32 @@ Each test prints what the fault cost (steps lost, wall time added)."""
 
 import json
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
 import pytest
 
 from conftest import REPO, local_cluster_up, make, processes_of, report
+from imds_standin import Imds
+from scripts.ray_cli import ray_env
 
 HEAD_IP = "127.0.0.2"
+# ViT job flags under which the two CPU workers cannot keep up with the trainer: until the
+# last step, preprocessing is under way on both (about 35 images/s per CPU, 100 wanted)
+PREPROCESSING_BOUND = "--image-size 128 --blur-count 50 --log-every 5"
+LEASE_REUSE_S = 1.0  # Ray's worker lease timeout (0.5 s), with as much again to spare
 # Each test runs a real cluster for a minute or more: `pytest -m "not slow"` skips them.
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """One local cluster for every fault: those it survives (a worker, the trainer), then
-    the head."""
+    """One local cluster for every fault: those it survives (a worker, the trainer, a spot
+    notice, an AdaptDL replica), then the head."""
     with local_cluster_up(tmp_path_factory.mktemp("build")) as (env, state):
         yield env, state
 
@@ -87,10 +95,10 @@ def kill(procs: list[psutil.Process]) -> float:
 def test_a_cpu_worker_killed_mid_job_costs_no_step_and_is_replaced(cluster, tmp_path, capsys):
     env, state = cluster
     results = tmp_path / "summary.json"
-    steps, batch = 30, 8
+    steps, batch = 40, 8
+    # preprocessing-bound (PREPROCESSING_BOUND), so the node has work under way when it dies
     proc, output = start_job(env, "vit_synthetic", f"--steps {steps} --batch-size {batch} "
-                             f"--image-size 64 --blur-count 20 --log-every 5 --results {results}",
-                             until=f"step 5/{steps}:")
+                             f"{PREPROCESSING_BOUND} --results {results}", until=f"step 10/{steps}:")
     victim = node_processes(state, "127.0.0.4")
     assert victim, "".join(output)[-3000:]
     killed = kill(victim)
@@ -101,13 +109,17 @@ def test_a_cpu_worker_killed_mid_job_costs_no_step_and_is_replaced(cluster, tmp_
     summary = json.loads(results.read_text())
     assert summary["steps"] == steps and sum(summary["preprocess_nodes"].values()) == steps * batch
     assert summary["lost_nodes"] == ["127.0.0.4"] and "lost nodes       127.0.0.4" in text
+    # the work the node took with it (tasks under way, outputs in its object store) ran again
+    retried = summary["retried_preprocessing_tasks"]
+    assert retried >= 1 and f"retried work     {retried} preprocessing task(s)" in text
     # the autoscaler brings the cluster back to min_workers (2 CPU workers)
     deadline = time.monotonic() + 240
     while alive_workers(env) < 2 and time.monotonic() < deadline:
         time.sleep(5)
     replaced = time.monotonic() - killed
-    report(capsys, f"CPU worker killed at step 5 of {steps}: no step lost, the job ended "
-          f"{finished:.0f} s later, the node was replaced {replaced:.0f} s after the kill")
+    report(capsys, f"CPU worker killed at step 10 of {steps}: no step lost, {retried} "
+           f"preprocessing tasks of {batch} images re-run, the job ended {finished:.0f} s "
+           f"later, the node was replaced {replaced:.0f} s after the kill")
     assert alive_workers(env) == 2
 
 
@@ -135,6 +147,109 @@ def test_a_killed_training_worker_resumes_from_its_last_checkpoint(cluster, tmp_
     assert f"restart 1: resuming from the checkpoint of step {resumed}" in text
     report(capsys, f"training worker killed after step 10 of {steps}: resumed from step {resumed}, "
           f"{10 - resumed}+ steps redone; the job ended {finished:.0f} s after the kill")
+
+
+def preprocessing_tasks(state: dict, submission_id: str) -> list[tuple[str, float]]:
+    """(node ID, start time in epoch s) of each preprocessing task attempt the job ran, from
+    Ray's state API (asked from a process with the cluster's token)."""
+    code = f"""
+import json
+from ray.util.state import list_jobs, list_tasks
+url = {state["dashboard_url"]!r}
+job = next(j.job_id for j in list_jobs(address=url) if j.submission_id == {submission_id!r})
+tasks = list_tasks(address=url, filters=[("job_id", "=", job)], limit=10000, detail=True)
+print(json.dumps([(t.node_id, t.start_time_ms / 1000) for t in tasks
+                  if "Preprocess" in t.name and t.start_time_ms]))
+"""
+    run = subprocess.run([sys.executable, "-c", code], env=ray_env(state["auth_token"]),
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return [tuple(row) for row in json.loads(run.stdout.strip().splitlines()[-1])]
+
+
+def test_a_spot_notice_drains_a_cpu_worker_and_the_job_finishes(cluster, tmp_path, capsys):
+    env, state = cluster
+    results = tmp_path / "summary.json"
+    steps, batch = 80, 8  # the notice comes early: most preprocessing is still to do
+    victim = sorted(ip for ip in raylet_trees(state) if ip != HEAD_IP)[0]
+    with Imds(local_ipv4=victim) as imds:  # the victim's metadata service, on loopback
+        watcher = subprocess.Popen(
+            [sys.executable, "scripts/spot_watch.py", "--gcs", state["gcs_address"],
+             "--imds", imds.url, "--poll-s", "1"],
+            cwd=REPO, env=ray_env(state["auth_token"]), text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:  # work is still being handed out after the notice
+            proc, output = start_job(env, "vit_synthetic", f"--steps {steps} --batch-size {batch} "
+                                     f"{PREPROCESSING_BOUND} --results {results}",
+                                     until=f"step 5/{steps}:")
+            imds.schedule("terminate", in_s=120)
+            noticed = time.time()
+            watched, _ = watcher.communicate(timeout=60)
+        finally:
+            if watcher.poll() is None:
+                watcher.kill()
+    rest, _ = proc.communicate(timeout=600)
+    text = "".join(output) + rest
+    assert proc.returncode == 0, text[-4000:]
+    drained = re.search(rf"drained node {re.escape(victim)} \((\w+)\) at ([0-9.]+):", watched)
+    assert drained, watched
+    drained_at = float(drained.group(2))
+    summary = json.loads(results.read_text())
+    assert summary["steps"] == steps and sum(summary["preprocess_nodes"].values()) == steps * batch
+    assert summary["preempted_nodes"] == [victim] and summary["lost_nodes"] == []
+    assert f"preempted        {victim} (drained on a spot notice" in text
+    # The drained node's raylet grants no new worker lease; a worker leased there before
+    # may take queued tasks until its lease runs out (Ray's worker_lease_timeout_milliseconds,
+    # 500 ms). After that no preprocessing task started there; the rest ran elsewhere.
+    submission = re.search(r"(vit_synthetic-[0-9a-f]+)", text).group(1)
+    tasks = preprocessing_tasks(state, submission)
+    on_victim = [start for node, start in tasks if node == drained.group(1)]
+    after = [start for node, start in tasks if start > drained_at + LEASE_REUSE_S]
+    assert on_victim and after, (sorted(tasks, key=lambda task: task[1]), drained_at)
+    assert max(on_victim) < drained_at + LEASE_REUSE_S, (sorted(on_victim), drained_at)
+    deadline = time.monotonic() + 240  # the autoscaler replaces the node that left
+    while alive_workers(env) < 2 and time.monotonic() < deadline:
+        time.sleep(5)
+    assert alive_workers(env) == 2
+    report(capsys, f"spot notice on {victim} at step 5 of {steps}: drained "
+           f"{drained_at - noticed:.1f} s after the notice, no step lost, "
+           f"{len(after)} preprocessing tasks after it, all on the other worker")
+
+
+def test_a_spot_notice_for_no_node_of_the_cluster_is_one_error_line(cluster):
+    _, state = cluster
+    with Imds(local_ipv4="127.0.0.250") as imds:
+        imds.schedule()
+        run = subprocess.run([sys.executable, "scripts/spot_watch.py", "--gcs", state["gcs_address"],
+                              "--imds", imds.url, "--poll-s", "0.1"], cwd=REPO, timeout=120,
+                             env=ray_env(state["auth_token"]), capture_output=True, text=True)
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines()[-1] == "spot watch: error: no live Ray node at 127.0.0.250"
+    assert "Traceback" not in run.stderr
+
+
+def test_a_killed_adaptdl_replica_resumes_from_its_epoch_checkpoint(cluster, tmp_path, capsys):
+    env, state = cluster
+    results = tmp_path / "summary.json"
+    epochs = 3
+    proc, output = start_job(env, "adaptdl_mnist", f"-m 1 --epochs {epochs} --train-samples 6000 "
+                             f"--results {results}", until="checkpoint saved at the start of epoch 2")
+    time.sleep(3)  # some of epoch 2 trained: the work the kill loses
+    replica = [p for p in processes_of(state) if " ".join(p.cmdline()).startswith("ray::run_adaptdl")]
+    assert len(replica) == 1, "".join(output)[-3000:]
+    killed = kill(replica)
+    rest, _ = proc.communicate(timeout=600)
+    finished = time.monotonic() - killed
+    text = "".join(output) + rest
+    assert proc.returncode == 0, text[-4000:]
+    summary = json.loads(results.read_text())
+    assert "replica failure 1 of 2 allowed" in text
+    assert "generation 1: 1 replica(s), 2 epoch(s) done before" in text  # from the checkpoint
+    # each epoch trained to its end once: 0 and 1 by the first generation, 2 by the second
+    assert [(e["epoch"], e["restarts"]) for e in summary["history"]] == [(0, 0), (1, 0), (2, 1)]
+    assert summary["restarts"] == 1 and summary["final_test_accuracy"] > 0.5
+    report(capsys, f"AdaptDL replica killed 3 s into epoch 2 of {epochs}: resumed at the start "
+           f"of epoch 2, epochs 0-1 kept; the job ended {finished:.0f} s after the kill")
 
 
 def test_a_killed_head_fails_make_submit_and_down_leaves_nothing(cluster, capsys):

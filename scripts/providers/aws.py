@@ -31,9 +31,10 @@ OBJECT_MANAGER_PORT = 8076
 # through an SSH tunnel) and the security group admits only SSH and the cluster's nodes.
 AUTH_MODE = "disabled"
 DASHBOARD_PORT = 8265  # Ray's default; the head binds it to 127.0.0.1
-# The kit's scripts/ as Ray's file_mounts puts them in the head's container (Ray wants a
+# The kit's scripts/ as Ray's file_mounts puts them in each node's container (Ray wants a
 # directory, not a file): head_start_ray_commands starts the autostop watchdog
-# (scripts/autostop.py, standalone) from there after Ray.
+# (scripts/autostop.py) from there after Ray, worker_start_ray_commands the spot watcher
+# (scripts/spot_watch.py); both standalone.
 SCRIPTS_REMOTE_DIR = "~/raykit_scripts"
 MAX_TUNNEL_WAIT_S = 60
 READY_POLL_S = 10
@@ -236,12 +237,13 @@ def template_context(cluster: str, values: dict) -> dict:
             "--autoscaling-config=~/ray_bootstrap_config.yaml "
             "--dashboard-host=127.0.0.1 --disable-usage-stats"),
         "file_mounts": ({SCRIPTS_REMOTE_DIR: str(REPO / "scripts")}
-                        if values["autostop_minutes"] else {}),
+                        if values["autostop_minutes"] or spot_watch_command(values) else {}),
         "autostop_command": autostop_command(values),
         "worker_start_ray_command": (
             f"ulimit -n 65536; RAY_AUTH_MODE={AUTH_MODE} ray start "
             f"--address=$RAY_HEAD_IP:{GCS_PORT} --object-manager-port={OBJECT_MANAGER_PORT} "
             "--disable-usage-stats"),
+        "spot_watch_command": spot_watch_command(values),
     }
 
 
@@ -255,6 +257,16 @@ def autostop_command(values: dict) -> str | None:
         "--minutes", str(values["autostop_minutes"]),
         "--aws", values["cluster_name"], values["aws"]["region"]])
         + " > /tmp/raykit-autostop.log 2>&1 &")
+
+
+def spot_watch_command(values: dict) -> str | None:
+    """Where a worker type is spot: each worker drains its Ray node on AWS's interruption
+    notice (scripts/spot_watch.py; on an on-demand worker it exits at once). Ray's updater
+    sets RAY_HEAD_IP for the start commands; nothing of the values file enters it."""
+    if not any(w["spot"] for w in values["workers"].values()):
+        return None
+    return (f"nohup python {SCRIPTS_REMOTE_DIR}/spot_watch.py --gcs $RAY_HEAD_IP:{GCS_PORT} "
+            "> /tmp/raykit-spot-watch.log 2>&1 &")
 
 
 def iam_profile(name_or_arn: str | None) -> dict | None:
