@@ -92,6 +92,23 @@ def kill(procs: list[psutil.Process]) -> float:
     return time.monotonic()
 
 
+def the_one_running(state: dict, name: str, output: list[str]) -> list[psutil.Process]:
+    """The cluster's one process running Ray task or actor `name` (titled ray::<name>)."""
+    found = [p for p in processes_of(state) if " ".join(p.cmdline()).startswith(f"ray::{name}")]
+    assert len(found) == 1, "".join(output)[-3000:]
+    return found
+
+
+def finish(proc, output: list[str], results, since: float) -> tuple[str, dict, float]:
+    """Wait for the job `start_job` began and check it succeeded: its whole output, its
+    summary and the seconds from `since` (the fault) to its end."""
+    rest, _ = proc.communicate(timeout=600)
+    finished = time.monotonic() - since
+    text = "".join(output) + rest
+    assert proc.returncode == 0, text[-4000:]
+    return text, json.loads(results.read_text()), finished
+
+
 def test_a_cpu_worker_killed_mid_job_costs_no_step_and_is_replaced(cluster, tmp_path, capsys):
     env, state = cluster
     results = tmp_path / "summary.json"
@@ -102,11 +119,7 @@ def test_a_cpu_worker_killed_mid_job_costs_no_step_and_is_replaced(cluster, tmp_
     victim = node_processes(state, "127.0.0.4")
     assert victim, "".join(output)[-3000:]
     killed = kill(victim)
-    rest, _ = proc.communicate(timeout=600)
-    finished = time.monotonic() - killed
-    text = "".join(output) + rest
-    assert proc.returncode == 0, text[-4000:]
-    summary = json.loads(results.read_text())
+    text, summary, finished = finish(proc, output, results, since=killed)
     assert summary["steps"] == steps and sum(summary["preprocess_nodes"].values()) == steps * batch
     assert summary["lost_nodes"] == ["127.0.0.4"] and "lost nodes       127.0.0.4" in text
     # the work the node took with it (tasks under way, outputs in its object store) ran again
@@ -131,14 +144,8 @@ def test_a_killed_training_worker_resumes_from_its_last_checkpoint(cluster, tmp_
                              f"--blur-count 20 --log-every 5 --checkpoint-every {every} "
                              f"--results {results}",
                              until=f"step 10/{steps}:")  # checkpoints of steps 5 and 10 are saved
-    trainer = [p for p in processes_of(state) if " ".join(p.cmdline()).startswith("ray::RayTrainWorker")]
-    assert len(trainer) == 1, "".join(output)[-3000:]
-    killed = kill(trainer)
-    rest, _ = proc.communicate(timeout=600)
-    finished = time.monotonic() - killed
-    text = "".join(output) + rest
-    assert proc.returncode == 0, text[-4000:]
-    summary = json.loads(results.read_text())
+    killed = kill(the_one_running(state, "RayTrainWorker", output))
+    text, summary, finished = finish(proc, output, results, since=killed)
     resumed = summary["resumed_from_step"]
     assert summary["steps"] == steps and summary["restarts"] == 1
     # the last checkpoint Ray Train had registered when the worker died (the one of step
@@ -183,18 +190,15 @@ def test_a_spot_notice_drains_a_cpu_worker_and_the_job_finishes(cluster, tmp_pat
                                      f"{PREPROCESSING_BOUND} --results {results}",
                                      until=f"step 5/{steps}:")
             imds.schedule("terminate", in_s=120)
-            noticed = time.time()
+            noticed, noticed_mono = time.time(), time.monotonic()
             watched, _ = watcher.communicate(timeout=60)
         finally:
             if watcher.poll() is None:
                 watcher.kill()
-    rest, _ = proc.communicate(timeout=600)
-    text = "".join(output) + rest
-    assert proc.returncode == 0, text[-4000:]
+    text, summary, finished = finish(proc, output, results, since=noticed_mono)
     drained = re.search(rf"drained node {re.escape(victim)} \((\w+)\) at ([0-9.]+):", watched)
     assert drained, watched
     drained_at = float(drained.group(2))
-    summary = json.loads(results.read_text())
     assert summary["steps"] == steps and sum(summary["preprocess_nodes"].values()) == steps * batch
     assert summary["preempted_nodes"] == [victim] and summary["lost_nodes"] == []
     assert f"preempted        {victim} (drained on a spot notice" in text
@@ -213,7 +217,8 @@ def test_a_spot_notice_drains_a_cpu_worker_and_the_job_finishes(cluster, tmp_pat
     assert alive_workers(env) == 2
     report(capsys, f"spot notice on {victim} at step 5 of {steps}: drained "
            f"{drained_at - noticed:.1f} s after the notice, no step lost, "
-           f"{len(after)} preprocessing tasks after it, all on the other worker")
+           f"{len(after)} preprocessing tasks after it, all on the other worker; the job "
+           f"ended {finished:.0f} s after the notice")
 
 
 def test_a_spot_notice_for_no_node_of_the_cluster_is_one_error_line(cluster):
@@ -235,14 +240,8 @@ def test_a_killed_adaptdl_replica_resumes_from_its_epoch_checkpoint(cluster, tmp
     proc, output = start_job(env, "adaptdl_mnist", f"-m 1 --epochs {epochs} --train-samples 6000 "
                              f"--results {results}", until="checkpoint saved at the start of epoch 2")
     time.sleep(3)  # some of epoch 2 trained: the work the kill loses
-    replica = [p for p in processes_of(state) if " ".join(p.cmdline()).startswith("ray::run_adaptdl")]
-    assert len(replica) == 1, "".join(output)[-3000:]
-    killed = kill(replica)
-    rest, _ = proc.communicate(timeout=600)
-    finished = time.monotonic() - killed
-    text = "".join(output) + rest
-    assert proc.returncode == 0, text[-4000:]
-    summary = json.loads(results.read_text())
+    killed = kill(the_one_running(state, "run_adaptdl", output))
+    text, summary, finished = finish(proc, output, results, since=killed)
     assert "replica failure 1 of 2 allowed" in text
     assert "generation 1: 1 replica(s), 2 epoch(s) done before" in text  # from the checkpoint
     # each epoch trained to its end once: 0 and 1 by the first generation, 2 by the second
