@@ -65,6 +65,19 @@ def test_diagnosis_compute_bound():
     assert "COMPUTE-BOUND" in d["text"]
 
 
+def test_diagnosis_a_gpu_seldom_busy_without_waiting_for_data_is_host_bound():
+    # what a lent H200 showed: ViT-base, 64 images a step, no data wait, the GPU 19% busy
+    args = dict(mean_step_s=0.185, mean_wait_s=0.001, mean_compute_s=0.184, images_per_step=64,
+                preprocess_s_per_image=0.02, preprocess_cpus=14, worker_type="cpu_worker",
+                cpus_per_worker=16)
+    d = diagnose(**args, gpu_busy=0.19)
+    assert d["verdict"] == "trainer-host-bound" and d["add_cpus"] == 0
+    assert "GPU was busy only 19%" in d["text"] and "nor a faster GPU would help" in d["text"]
+    assert diagnose(**args, gpu_busy=0.9)["verdict"] == "compute-bound"  # the GPU is the limit
+    waiting = dict(args, mean_wait_s=0.1)  # waiting for data: data-bound, whatever the GPU
+    assert diagnose(**waiting, gpu_busy=0.19)["verdict"] == "data-bound"
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--steps", "0"], "--steps must be at least 1"),
     (["--image-size", "100"], "--image-size must be a multiple of the ViT patch size 16"),
@@ -105,7 +118,7 @@ def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
     assert summary["images_per_s"] == pytest.approx(8 / summary["mean_step_s"])
     assert 0 <= summary["data_wait_fraction"] < 1
     # the verdict follows from the job's own measured wait share
-    expected = "data-bound" if summary["data_wait_fraction"] > DATA_BOUND_WAIT_FRACTION else "compute-bound"
+    expected = "data-bound" if summary["data_wait_fraction"] > DATA_BOUND_WAIT_FRACTION else "compute-bound"  # no GPU here
     assert summary["diagnosis"]["verdict"] == expected
     assert "=== vit_synthetic summary ===" in run.stdout
     # progress: steps done, rate and time left, each line once (Ray Train printed it twice)

@@ -112,7 +112,7 @@ def train_loop(config: dict) -> None:
         got_data = time.perf_counter()
         compute_start = compute_clock()
         images = torch.from_numpy(batch["image"].copy()).to(device, non_blocking=True)
-        labels = torch.from_numpy(batch["label"]).to(device, non_blocking=True)
+        labels = torch.from_numpy(batch["label"].copy()).to(device, non_blocking=True)
         optimizer.zero_grad()
         loss = loss_fn(model(images), labels)
         loss.backward()
@@ -431,7 +431,7 @@ def main(argv=None) -> int:
             mean_compute_s=metrics["mean_trainer_compute_s"], images_per_step=images_per_step,
             preprocess_s_per_image=metrics["preprocess_s_per_image"],
             preprocess_cpus=shape["preprocess_cpus"], worker_type=shape["worker_type"],
-            cpus_per_worker=shape["cpus_per_worker"] or 1),
+            cpus_per_worker=shape["cpus_per_worker"] or 1, gpu_busy=metrics["gpu_utilization"]),
     }
     print_summary(summary)
     path = Path(os.path.expanduser(args.results))
