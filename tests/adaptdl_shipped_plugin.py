@@ -34,6 +34,14 @@ NOT_RUNNABLE = {
         "run_adaptdl runs for real in tests/test_adaptdl_mnist.py",
 }
 
+# Upstream behaviour a fix changes on purpose: each of these tests must now fail (strict xfail),
+# so the day the fix stops applying is noticed.
+CHANGED_BY_FIX = {
+    "adaptdl_ray/aws/test_controller.py::test_adaptdl_job_register_status":
+        "a replica's FAILED report no longer ends the job: the controller restarts the "
+        "generation (adaptdl_compat._fix_replica_failure, tested in tests/test_adaptdl_compat.py)",
+}
+
 
 def _torchtext_stand_in() -> None:
     """Just the names adaptdl's modules import; using any of them raises."""
@@ -72,3 +80,6 @@ def pytest_collection_modifyitems(config, items):
         for test_id, reason in NOT_RUNNABLE.items():
             if test_id in item.nodeid:
                 item.add_marker(pytest.mark.skip(reason=reason))
+        for test_id, reason in CHANGED_BY_FIX.items():
+            if test_id in item.nodeid:
+                item.add_marker(pytest.mark.xfail(strict=True, reason=reason))

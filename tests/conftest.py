@@ -117,6 +117,13 @@ def pytest_configure(config):
         "CI runs them, `pytest -m 'not slow'` skips them")
 
 
+def adaptdl_replica_dirs() -> set[str]:
+    """adaptdl-ray's per-replica dirs in /tmp (every local node's /tmp is this host's)."""
+    import glob
+
+    return set(glob.glob("/tmp/checkpoint-*") + glob.glob("/tmp/share-*"))
+
+
 def report(capsys, text: str) -> None:
     """A figure the test measured (what a fault cost), shown even when the test passes."""
     with capsys.disabled():

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, local_cluster_up, make, processes_of
+from conftest import REPO, adaptdl_replica_dirs, local_cluster_up, make, processes_of
 from scripts.submit import result_line
 
 JOB_DIR = REPO / "jobs" / "adaptdl_mnist"
@@ -98,6 +98,7 @@ def no_job_processes_within(state: dict, seconds: float) -> list[str]:
 def test_elastic_run_scales_to_two_replicas_and_learns(cluster, tmp_path):
     env, state = cluster
     results = tmp_path / "summary.json"
+    dirs_before = adaptdl_replica_dirs()
     # ~160 s an epoch of 60000 samples on one 1-CPU replica. AdaptDL reports its first
     # measurements after 30 s of training and rescales some 60-100 s in (a run of 30000
     # samples ended first once), restoring the second generation from its checkpoint. That
@@ -118,6 +119,7 @@ def test_elastic_run_scales_to_two_replicas_and_learns(cluster, tmp_path):
     assert all(e["global_batch_size"] for e in summary["history"])
     assert summary["history"][-1]["replicas"] == 2 and "epoch 1: replicas=2" in run.stdout
     assert no_job_processes_within(state, 30) == []
+    assert adaptdl_replica_dirs() <= dirs_before  # each generation's replicas' dirs are removed
 
 
 def test_bad_flag_fails_fast_with_its_message(cluster):

@@ -12,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from conftest import REPO, local_cluster_up, make, processes_of, report
+from conftest import REPO, adaptdl_replica_dirs, local_cluster_up, make, processes_of, report
 from imds_standin import Imds
 from scripts.ray_cli import ray_env
 
@@ -237,6 +237,7 @@ def test_a_killed_adaptdl_replica_resumes_from_its_epoch_checkpoint(cluster, tmp
     env, state = cluster
     results = tmp_path / "summary.json"
     epochs = 3
+    dirs_before = adaptdl_replica_dirs()
     proc, output = start_job(env, "adaptdl_mnist", f"-m 1 --epochs {epochs} --train-samples 6000 "
                              f"--results {results}", until="checkpoint saved at the start of epoch 2")
     time.sleep(3)  # some of epoch 2 trained: the work the kill loses
@@ -247,6 +248,7 @@ def test_a_killed_adaptdl_replica_resumes_from_its_epoch_checkpoint(cluster, tmp
     # each epoch trained to its end once: 0 and 1 by the first generation, 2 by the second
     assert [(e["epoch"], e["restarts"]) for e in summary["history"]] == [(0, 0), (1, 0), (2, 1)]
     assert summary["restarts"] == 1 and summary["final_test_accuracy"] > 0.5
+    assert adaptdl_replica_dirs() <= dirs_before  # the launcher removed its replicas' dirs
     report(capsys, f"AdaptDL replica killed 3 s into epoch 2 of {epochs}: resumed at the start "
            f"of epoch 2, epochs 0-1 kept; the job ended {finished:.0f} s after the kill")
 

@@ -93,8 +93,11 @@ def main(argv) -> int:
                   file=sys.stderr, flush=True)
             return 1
     finally:
+        job_id = adaptdl_job_id(controller)
         # Killing the controller ends the replicas it owns; nothing of the job outlives it.
         ray.kill(controller)
+        if job_id:
+            remove_replica_dirs(job_id)
     summary["wall_s"] = round(time.monotonic() - start, 1)
     write_results(args.results, summary)
     return 0
@@ -130,6 +133,36 @@ def warn_if_no_room(nodes: list, controller_node: dict, replica: dict) -> None:
         print(f"[launcher] WARNING: no node besides the controller's has room for a replica "
               f"({replica}); the job waits for the autoscaler to add one (up to --timeout). "
               "Use a cluster with worker nodes, or --cpus/--gpus that fit them.",
+              file=sys.stderr, flush=True)
+
+
+def adaptdl_job_id(controller) -> str | None:
+    """The id adaptdl-ray gave the job (a process-wide random one, in the controller)."""
+    try:
+        return ray.get(controller.__ray_call__.remote(lambda self: self._job.job_id), timeout=30)
+    except Exception:  # noqa: BLE001 (the controller died, or never created the job)
+        return None
+
+
+def remove_replica_dirs(job_id: str) -> None:
+    """adaptdl-ray's replicas keep a checkpoint dir and a share dir in /tmp on their nodes,
+    named after the job's id and their rank (/tmp/checkpoint-<id>-<rank>: the model and
+    optimizer, ~15 MB here), and never remove them. Remove this job's from every node."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def remove() -> None:
+        import glob
+        import shutil
+        for path in glob.glob(f"/tmp/checkpoint-{job_id}-*") + glob.glob(f"/tmp/share-{job_id}-*"):
+            shutil.rmtree(path, ignore_errors=True)
+
+    try:
+        ray.get([remove.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node["NodeID"], soft=False)).remote() for node in ray.nodes() if node["Alive"]],
+            timeout=60)
+    except Exception as e:  # noqa: BLE001 (a node gone since: nothing more to remove there)
+        print(f"[launcher] could not remove every replica's /tmp dirs: {type(e).__name__}",
               file=sys.stderr, flush=True)
 
 
