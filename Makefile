@@ -125,12 +125,14 @@ ADAPTDL_SUITES := adaptdl adaptdl_ray.aws.test_controller adaptdl_ray.aws.test_c
                   adaptdl_ray.aws.test_worker
 
 test-adaptdl: $(STAMP) ## adaptdl 0.2.11's own unit tests, run under the kit's compatibility fixes
-	@for suite in $(ADAPTDL_SUITES); do \
-	  echo "== $$suite"; \
-	  $(PY) -m pytest -q -p tests.adaptdl_shipped_plugin -p no:cacheprovider -o asyncio_mode=auto \
-	    -o asyncio_default_fixture_loop_scope=function \
-	    --timeout 300 --pyargs $$suite || exit 1; \
-	done
+	@$(MAKE) --no-print-directory -j4 --output-sync=target $(addprefix adaptdl-suite/,$(ADAPTDL_SUITES))
+
+# One suite (the suites run side by side: the big one is CPU-bound, the others mostly wait
+# for Ray); --output-sync keeps each suite's output in one piece.
+adaptdl-suite/%: $(STAMP)
+	@echo "== $*"
+	@$(PY) -m pytest -q -p tests.adaptdl_shipped_plugin -p no:cacheprovider -o asyncio_mode=auto \
+	  -o asyncio_default_fixture_loop_scope=function --timeout 300 --pyargs $*
 
 bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataLoader (ratios)
 	$(PY) -m scripts.bench_data
