@@ -297,7 +297,8 @@ def _fix_replica_failure(controller) -> None:
             return  # the job is done, or this generation is already being replaced
         job._kit_failures = getattr(job, "_kit_failures", 0) + 1
         allowed = int(os.environ.get("RAYKIT_ADAPTDL_MAX_FAILURES", "0"))
-        reason = str(failure).strip().splitlines()[0][:200] if str(failure).strip() else ""
+        lines = str(failure).strip().splitlines()
+        reason = lines[0][:200] if lines else ""
         if job._kit_failures > allowed:
             LOG.error("replica failure %d, more than the %d allowed (--max-failures): the job "
                       "fails (%s: %s)", job._kit_failures, allowed, type(failure).__name__, reason)

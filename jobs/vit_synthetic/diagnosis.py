@@ -31,6 +31,7 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
     more_cpus = max(0, cpus_needed - math.floor(preprocess_cpus))
     more_nodes = math.ceil(more_cpus / cpus_per_worker) if cpus_per_worker > 0 else 0
     data_bound = wait_fraction > DATA_BOUND_WAIT_FRACTION
+    host_bound = not data_bound and gpu_busy is not None and gpu_busy < GPU_HOST_BOUND_BUSY
     if data_bound:
         text = (f"DATA-BOUND: the trainer waits for data {wait_fraction:.0%} of each step. "
                 f"It could consume {demand:.1f} images/s; one CPU preprocesses "
@@ -38,7 +39,7 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
                 f"(has {preprocess_cpus:g}): add {more_cpus} CPUs, i.e. {more_nodes} more "
                 f"'{worker_type}' node(s) of {cpus_per_worker:g} CPUs "
                 f"(raise its min_workers in the values file).")
-    elif gpu_busy is not None and gpu_busy < GPU_HOST_BOUND_BUSY:
+    elif host_bound:
         text = (f"TRAINER-HOST-BOUND: the trainer waits for data only {wait_fraction:.0%} of "
                 f"each step, yet its GPU was busy only {gpu_busy:.0%} of the time: Python, "
                 "kernel launches and host-to-device copies bound each step, not the GPU. "
@@ -49,7 +50,6 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
                 f"step; preprocessing can deliver {supply:.1f} images/s against the "
                 f"{demand:.1f} images/s the trainer consumes. More CPU workers would not help; "
                 "a faster GPU (or more of them) would.")
-    host_bound = not data_bound and gpu_busy is not None and gpu_busy < GPU_HOST_BOUND_BUSY
     return {
         "verdict": "data-bound" if data_bound else "trainer-host-bound" if host_bound else "compute-bound",
         "gpu_busy": gpu_busy,

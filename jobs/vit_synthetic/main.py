@@ -424,7 +424,8 @@ def main(argv=None) -> int:
         # nodes that left during the run, drained on a spot notice or lost; Ray Data re-ran
         # the preprocessing they took with them elsewhere (the retried tasks)
         "preempted_nodes": preempted,
-        "lost_nodes": [ip for ip in lost_nodes(shape["nodes"]) if ip not in preempted],
+        "lost_nodes": lost_nodes({ip: node for ip, node in shape["nodes"].items()
+                                  if ip not in preempted}),  # no need to probe those
         "retried_preprocessing_tasks": retried_preprocessing(ray.get_runtime_context().get_job_id()),
         "diagnosis": diagnose(
             mean_step_s=metrics["mean_step_s"], mean_wait_s=metrics["mean_data_wait_s"],
