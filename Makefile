@@ -17,7 +17,7 @@ PYTHON  ?= python3#      the interpreter that creates .venv (3.11)
 # The variables reach the kit through its environment, never through a shell line: their
 # raw text ($(value ...): make expands nothing in it) is exported as KIT_*, so quotes, `$`,
 # backticks and `;` are data. The originals are not exported: make would expand them on
-# the way (running a `$(shell ...)` in them). scripts/inputs.py checks each one.
+# the way (running a `$(shell ...)` in them). scripts/core/inputs.py checks each one.
 unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW PROFILE CLUSTERS FROM PYTHON
 # Make exports every variable set on its command line, expanding it on the way: any other
 # name given there (or an attempt to replace the kit's own variables below) could run
@@ -135,10 +135,10 @@ adaptdl-suite/%: $(STAMP)
 	  -o asyncio_default_fixture_loop_scope=function --timeout 300 --pyargs $*
 
 bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataLoader (ratios)
-	$(PY) -m scripts.bench_data
+	$(PY) -m scripts.benchmarks.bench_data
 
 bench-wait: $(STAMP) ## the trainer's data wait with light preprocessing on CLUSTER (< 5%, no stalls)
-	@$(PY) -m scripts.bench_wait
+	@$(PY) -m scripts.benchmarks.bench_wait
 
 clean: $(STAMP) ## remove build/, keeping records of clusters that may be running, job summaries and benches
 	@$(KIT) clean

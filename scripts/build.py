@@ -16,11 +16,11 @@ import jinja2
 import markupsafe
 import yaml
 
-from scripts.errors import KitError
-from scripts.inputs import values_file
-from scripts.paths import SCHEMAS, TEMPLATES
+from scripts.core.errors import KitError
+from scripts.core.inputs import values_file
+from scripts.core.paths import SCHEMAS, TEMPLATES
+from scripts.core.values import check_and_fill, joined, load_schema, parse_yaml
 from scripts.providers import provider
-from scripts.values import check_and_fill, joined, load_schema, parse_yaml
 
 
 @dataclass(frozen=True)

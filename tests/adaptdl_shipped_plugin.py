@@ -10,7 +10,7 @@ import os
 import sys
 import types
 
-from scripts.paths import REPO
+from scripts.core.paths import REPO
 from tests import network_guard
 
 COMPAT_DIR = str(REPO / "jobs" / "adaptdl_mnist")

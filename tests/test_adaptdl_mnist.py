@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import REPO, adaptdl_replica_dirs, local_cluster_up, make, processes_of
-from scripts.submit import result_line
+from scripts.core.submit import result_line
 
 JOB_DIR = REPO / "jobs" / "adaptdl_mnist"
 

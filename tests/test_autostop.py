@@ -12,7 +12,7 @@ import yaml
 from moto import mock_aws
 
 from conftest import REPO, load_example, make, report
-from scripts.autostop import seconds_left, terminate_tagged
+from scripts.node.autostop import seconds_left, terminate_tagged
 from scripts.build import build, build_text
 from scripts.providers.local import cluster_processes
 
@@ -56,9 +56,9 @@ def test_teardown_terminates_every_instance_of_the_cluster_and_nothing_else():
 def test_the_aws_head_starts_the_watchdog_with_the_clusters_tag_and_region():
     config = build("hetero").config
     command = config["head_start_ray_commands"][-1]
-    assert command.startswith("nohup python ~/raykit_scripts/autostop.py ")
+    assert command.startswith("nohup python ~/raykit_node/autostop.py ")
     assert "--minutes 60 --aws hetero us-east-1 " in command
-    assert config["file_mounts"] == {"~/raykit_scripts": str(REPO / "scripts")}
+    assert config["file_mounts"] == {"~/raykit_node": str(REPO / "scripts" / "node")}
     off = dict(load_example("hetero"), autostop_minutes=0)
     config = build_text("hetero", yaml.safe_dump(off).encode()).config
     assert config["file_mounts"] == {} and len(config["head_start_ray_commands"]) == 2

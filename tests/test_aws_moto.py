@@ -130,7 +130,7 @@ def test_wait_until_ready_returns_once_min_workers_joined(capsys):
 
 
 def test_wait_until_ready_times_out_naming_what_is_missing(monkeypatch):
-    from scripts.errors import KitError
+    from scripts.core.errors import KitError
     from scripts.providers import aws
 
     monkeypatch.setattr(aws, "launch_errors", lambda record: "Failed to launch 2 node(s) of type cpu_worker.")
@@ -209,7 +209,7 @@ def test_preflight_picks_one_zone_offering_every_type_with_a_public_subnet(heter
 
 
 def test_preflight_refuses_a_zone_that_lacks_a_type(hetero_values):
-    from scripts.errors import KitError
+    from scripts.core.errors import KitError
 
     hetero_values["head"]["instance_type"] = "p4d.24xlarge"  # not offered in us-east-1f
     hetero_values["head"]["disk"]["root_gb"] = 300
@@ -221,7 +221,7 @@ def test_preflight_refuses_a_zone_that_lacks_a_type(hetero_values):
 
 
 def test_preflight_wants_a_subnet_with_public_ips_or_internal_ips(hetero_values):
-    from scripts.errors import KitError
+    from scripts.core.errors import KitError
 
     with mock_aws():
         ec2 = boto3.client("ec2", region_name="us-east-1")
@@ -239,7 +239,7 @@ def test_preflight_wants_a_subnet_with_public_ips_or_internal_ips(hetero_values)
 
 
 def test_preflight_checks_the_key_pair_and_its_private_key(home, hetero_values):
-    from scripts.errors import KitError
+    from scripts.core.errors import KitError
 
     hetero_values["aws"]["key_pair"] = "mine"
     with mock_aws():
@@ -256,7 +256,7 @@ def test_preflight_checks_the_key_pair_and_its_private_key(home, hetero_values):
 def test_preflight_says_when_aws_rejects_the_credentials(hetero_values):
     from botocore.stub import Stubber
 
-    from scripts.errors import KitError
+    from scripts.core.errors import KitError
 
     sts = boto3.client("sts", region_name="us-east-1")
     with Stubber(sts) as stub, pytest.raises(KitError) as error:
@@ -290,7 +290,7 @@ def stubbed_quotas(limits: dict[str, float]):
 
 
 def test_preflight_counts_vcpus_at_max_workers_and_what_runs_against_each_quota(hetero_values):
-    from scripts.errors import KitError
+    from scripts.core.errors import KitError
 
     with mock_aws():
         ec2 = boto3.client("ec2", region_name="us-east-1")
@@ -335,7 +335,7 @@ def test_ssh_cidr_restricts_ssh_and_ray_adds_no_rule_of_its_own(home, hetero_val
     import yaml
 
     from scripts.build import build_text
-    from scripts.errors import KitError
+    from scripts.core.errors import KitError
     from scripts.providers import aws
 
     hetero_values["aws"]["ssh_cidr"] = "203.0.113.0/24"
@@ -385,7 +385,7 @@ def test_preflight_pins_the_resolved_ami_for_every_node(hetero_values):
 
 
 def test_a_current_dlami_with_an_old_driver_is_refused(hetero_values):
-    from scripts.errors import KitError
+    from scripts.core.errors import KitError
 
     with mock_aws(), pytest.raises(KitError) as error:
         preflight_of(checked(hetero_values), dlami="20250801")  # after 570's release, before 580's
@@ -394,7 +394,7 @@ def test_a_current_dlami_with_an_old_driver_is_refused(hetero_values):
 
 
 def test_image_id_auto_without_the_parameter_says_what_to_do(hetero_values):
-    from scripts.errors import KitError
+    from scripts.core.errors import KitError
 
     with mock_aws(), pytest.raises(KitError) as error:
         preflight_of(checked(hetero_values), dlami=None)
@@ -403,7 +403,7 @@ def test_image_id_auto_without_the_parameter_says_what_to_do(hetero_values):
 
 
 def test_a_pinned_ami_must_exist_in_the_region(hetero_values):
-    from scripts.errors import KitError
+    from scripts.core.errors import KitError
 
     hetero_values["aws"]["image_id"] = "ami-0123456789abcdef0"
     with mock_aws(), pytest.raises(KitError) as error:

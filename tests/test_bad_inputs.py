@@ -12,6 +12,7 @@ import yaml
 
 from conftest import REPO, load_example, make
 from scripts import kit
+from scripts.commands import lifecycle
 from scripts.build import build_text
 
 
@@ -38,7 +39,7 @@ def edited(cluster: str, change) -> bytes:
 def kit_error(monkeypatch, capsys, cluster: str, data: bytes) -> str:
     """`kit validate` on `data` as the values file of `cluster`: assert the CLI's contract
     (exit 2, one error line, no traceback) and return that line."""
-    monkeypatch.setattr(kit, "build", lambda name: build_text(name, data))
+    monkeypatch.setattr(lifecycle, "build", lambda name: build_text(name, data))
     code = kit.main(["validate", "--cluster", cluster])
     out, err = capsys.readouterr()
     assert code == 2, out + err
@@ -278,7 +279,7 @@ def test_allowed_odd_strings_render_inert(hetero_values):
 
 def test_a_template_cannot_paste_a_string():
     from scripts.build import only_serialized
-    from scripts.errors import KitError
+    from scripts.core.errors import KitError
 
     with pytest.raises(KitError, match="tojson"):
         only_serialized("a\nb: c")
@@ -364,7 +365,7 @@ def test_a_path_as_cluster_never_deletes_a_file(tmp_path):
 
 
 def test_quoted_args_reach_the_job_exactly_as_a_shell_splits_them():
-    from scripts.inputs import split_args
+    from scripts.core.inputs import split_args
 
     assert split_args("--name 'a b' --x \"$HOME\" `id` ';'") == ["--name", "a b", "--x", "$HOME", "`id`", ";"]
 
@@ -455,7 +456,7 @@ def test_the_walk_starts_from_valid_files():
 @pytest.mark.parametrize("cluster,path,is_key", SLOTS,
                          ids=[f"{c}:{'.'.join(map(str, p))}{' (key)' if k else ''}" for c, p, k in SLOTS])
 def test_every_string_field_refuses_injection(cluster, path, is_key):
-    from scripts.errors import KitError
+    from scripts.core.errors import KitError
 
     assert len(SLOTS) >= 20  # the walk found the fields
     for payload in PAYLOADS:

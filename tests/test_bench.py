@@ -10,10 +10,12 @@ import pytest
 import yaml
 
 from conftest import load_example, make
-from scripts import bench, kit
+from scripts import kit
 from scripts.build import build, build_text
-from scripts.errors import KitError
-from scripts.providers import aws as aws_provider, local
+from scripts.core.errors import KitError
+from scripts.pricing import bench_table as bench
+from scripts.pricing import cost
+from scripts.providers import local
 
 # The published TensorFlow row (p4d.24xlarge alone vs + 2 x c5.18xlarge), in FROM's shape.
 PUBLISHED = [{"name": "p4d.24xlarge", "usd_per_hour": 37.688, "mean_step_s": 0.192},
@@ -85,15 +87,15 @@ def test_nan_and_infinity_are_not_json(tmp_path, capsys):
 
 
 def test_a_local_mix_is_priced_as_the_aws_mix_it_stands_for_with_its_own_counts():
-    name, usd = bench.priced(build("local_hetero"))
+    name, usd = cost.priced(build("local_hetero"))
     aws = build("hetero").values
     assert name == "local_hetero as hetero"
     one_worker = dict(aws, workers={"cpu_worker": dict(aws["workers"]["cpu_worker"], min_workers=1)})
-    assert usd == pytest.approx(aws_provider.hourly_cost(one_worker)[0])
-    assert bench.priced(build("local_single"))[1] == pytest.approx(aws_provider.hourly_cost(build("single").values)[0])
+    assert usd == pytest.approx(cost.aws_hourly_cost(one_worker)[0])
+    assert cost.priced(build("local_single"))[1] == pytest.approx(cost.aws_hourly_cost(build("single").values)[0])
     unpriced = dict(load_example("local_single"), prices_as=None)
     with pytest.raises(KitError, match="sets no prices_as"):
-        bench.priced(build_text("local_single", yaml.safe_dump(unpriced).encode()))
+        cost.priced(build_text("local_single", yaml.safe_dump(unpriced).encode()))
 
 
 def test_the_planners_prediction_needs_dedicated_preprocessing_cpus():
@@ -155,8 +157,8 @@ def test_a_small_bench_runs_each_mix_and_tears_each_down(tmp_path):
     rows = json.loads((saved / "rows.json").read_text())["rows"]
     assert [r["name"] for r in rows] == ["local_single as single", "local_hetero as hetero"]
     single, hetero = rows
-    assert single["usd_per_hour"] == pytest.approx(bench.priced(build("local_single"))[1])
-    assert hetero["usd_per_hour"] == pytest.approx(bench.priced(build("local_hetero"))[1])
+    assert single["usd_per_hour"] == pytest.approx(cost.priced(build("local_single"))[1])
+    assert hetero["usd_per_hour"] == pytest.approx(cost.priced(build("local_hetero"))[1])
     for r in rows:
         assert all(r[field] is not None for field in bench.FIELDS if field != "predicted_images_per_s")
         assert r["images_per_s"] == pytest.approx(8 / r["mean_step_s"])

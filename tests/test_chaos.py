@@ -14,7 +14,7 @@ import pytest
 
 from conftest import REPO, adaptdl_replica_dirs, local_cluster_up, make, processes_of, report
 from imds_standin import Imds
-from scripts.ray_cli import ray_env
+from scripts.core.ray_cli import ray_env
 
 HEAD_IP = "127.0.0.2"
 # ViT job flags under which the two CPU workers cannot keep up with the trainer: until the
@@ -181,7 +181,7 @@ def test_a_spot_notice_drains_a_cpu_worker_and_the_job_finishes(cluster, tmp_pat
     victim = sorted(ip for ip in raylet_trees(state) if ip != HEAD_IP)[0]
     with Imds(local_ipv4=victim) as imds:  # the victim's metadata service, on loopback
         watcher = subprocess.Popen(
-            [sys.executable, "scripts/spot_watch.py", "--gcs", state["gcs_address"],
+            [sys.executable, "scripts/node/spot_watch.py", "--gcs", state["gcs_address"],
              "--imds", imds.url, "--poll-s", "1"],
             cwd=REPO, env=ray_env(state["auth_token"]), text=True,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -225,7 +225,7 @@ def test_a_spot_notice_for_no_node_of_the_cluster_is_one_error_line(cluster):
     _, state = cluster
     with Imds(local_ipv4="127.0.0.250") as imds:
         imds.schedule()
-        run = subprocess.run([sys.executable, "scripts/spot_watch.py", "--gcs", state["gcs_address"],
+        run = subprocess.run([sys.executable, "scripts/node/spot_watch.py", "--gcs", state["gcs_address"],
                               "--imds", imds.url, "--poll-s", "0.1"], cwd=REPO, timeout=120,
                              env=ray_env(state["auth_token"]), capture_output=True, text=True)
     assert run.returncode == 1

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import REPO, local_cluster_up, make, processes_of, remove_private_dir
-from scripts.submit import result_line
+from scripts.core.submit import result_line
 
 
 @pytest.fixture(scope="module")

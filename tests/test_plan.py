@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, make
-from scripts import catalog, planner
-from scripts.errors import KitError
-from scripts.priceperf import cost_change, usd_per_100_steps, usd_per_million_images
+from scripts import catalog
+from scripts.pricing import cost, planner
+from scripts.core.errors import KitError
+from scripts.pricing.formulas import cost_change, usd_per_100_steps, usd_per_million_images
 
 
 # --- the formulas reproduce the published rows -------------------------------------------
@@ -47,9 +48,7 @@ def test_make_cost_for_every_values_file(cluster, tmp_path):
 
 
 def test_cost_table_adds_ebs_and_counts_min_and_max_workers(hetero_values):
-    from scripts.providers import aws
-
-    lines = aws.cost_table(hetero_values | {"aws": hetero_values["aws"] | {"region": "us-east-1"}})
+    lines = cost.aws_cost_table(hetero_values | {"aws": hetero_values["aws"] | {"region": "us-east-1"}})
     head = next(line.split() for line in lines if line.startswith("ray.head.default"))
     worker = next(line.split() for line in lines if line.startswith("cpu_worker"))
     # g5.xlarge $1.006 + 150 GB gp3 at $0.08/GB-month / 730 h
@@ -59,13 +58,11 @@ def test_cost_table_adds_ebs_and_counts_min_and_max_workers(hetero_values):
 
 
 def test_cost_notes_spot_workers_and_regions_without_prices(hetero_values):
-    from scripts.providers import aws
-
     hetero_values["workers"]["cpu_worker"]["spot"] = True
     assert any(line.startswith("spot: cpu_worker is billed at the spot price")
-               for line in aws.cost_table(hetero_values))
+               for line in cost.aws_cost_table(hetero_values))
     hetero_values["aws"]["region"] = "eu-west-1"
-    assert aws.cost_table(hetero_values)[0].startswith("no list prices for eu-west-1")
+    assert cost.aws_cost_table(hetero_values)[0].startswith("no list prices for eu-west-1")
 
 
 def test_the_catalog_covers_the_families_with_a_price_in_each_listed_region():

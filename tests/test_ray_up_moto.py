@@ -19,7 +19,7 @@ from moto.server import ThreadedMotoServer
 
 from conftest import REPO, make, publish_dlami
 from scripts.providers import local
-from scripts.ray_cli import free_port, ray_cli, ray_env
+from scripts.core.ray_cli import free_port, ray_cli, ray_env
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
 
     # status and jobs go to the head over SSH: `ray exec`, and the kit's `ray dashboard` tunnel
     # the autostop watchdog starts on the head, aimed at the cluster's tag and region
-    assert ("raykit_scripts/autostop.py --address http://127.0.0.1:8265 --minutes 60 "
+    assert ("raykit_node/autostop.py --address http://127.0.0.1:8265 --minutes 60 "
             "--aws hetero us-east-1") in remote
     status = make("status", "CLUSTER=hetero", env=env, timeout=300)
     assert status.returncode == 0, status.stderr[-3000:]

@@ -6,10 +6,10 @@ import yaml
 from conftest import REPO, load_example
 from scripts import catalog
 from scripts.build import build, build_text, render_template
-from scripts.errors import KitError
-from scripts.inputs import available_clusters
+from scripts.core.errors import KitError
+from scripts.core.inputs import available_clusters
 from scripts.providers import PROVIDERS, Provider, aws, local
-from scripts.values import load_schema, with_defaults
+from scripts.core.values import load_schema, with_defaults
 
 VALUES_FILES = sorted(p.stem for p in (REPO / "cluster_templates").glob("*.yaml"))
 
@@ -204,8 +204,9 @@ def test_validate_and_render_never_touch_a_launched_config(tmp_path, monkeypatch
     """`make validate` writes nothing; `make render` writes build/clusters/ only, never
     build/launched/, which a running cluster's autoscaler reads."""
     from scripts import kit
+    from scripts.commands import lifecycle
 
-    monkeypatch.setattr(kit, "RENDERED", tmp_path / "clusters")
+    monkeypatch.setattr(lifecycle, "RENDERED", tmp_path / "clusters")
     assert kit.main(["validate", "--cluster", "local"]) == 0
     assert not (tmp_path / "clusters").exists()
     assert kit.main(["render", "--cluster", "local"]) == 0

@@ -1,4 +1,4 @@
-"""scripts/spot_watch.py against a stand-in IMDSv2 on loopback, and where the AWS template
+"""scripts/node/spot_watch.py against a stand-in IMDSv2 on loopback, and where the AWS template
 starts it. Its drain of a real node, under a running job, is in test_chaos.py."""
 
 import datetime
@@ -7,7 +7,7 @@ import yaml
 
 from conftest import REPO, load_example
 from imds_standin import Imds
-from scripts import spot_watch
+from scripts.node import spot_watch
 from scripts.build import build, build_text
 
 
@@ -47,7 +47,7 @@ def test_spot_workers_start_the_watcher_and_on_demand_mixes_do_not():
     values["autostop_minutes"] = 0  # the scripts are mounted for the watcher alone
     config = build_text("hetero", yaml.safe_dump(values).encode()).config
     assert config["worker_start_ray_commands"][-1] == (
-        "nohup python ~/raykit_scripts/spot_watch.py --gcs $RAY_HEAD_IP:6379 "
+        "nohup python ~/raykit_node/spot_watch.py --gcs $RAY_HEAD_IP:6379 "
         "> /tmp/raykit-spot-watch.log 2>&1 &")
-    assert config["file_mounts"] == {"~/raykit_scripts": str(REPO / "scripts")}
+    assert config["file_mounts"] == {"~/raykit_node": str(REPO / "scripts" / "node")}
     assert not any("spot_watch" in c for c in config["head_start_ray_commands"])

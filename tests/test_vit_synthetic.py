@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, local_cluster_up, make
-from scripts.submit import result_line
+from scripts.core.submit import result_line
 
 sys.path.insert(0, str(REPO / "jobs" / "vit_synthetic"))
 from diagnosis import DATA_BOUND_WAIT_FRACTION, diagnose  # noqa: E402
@@ -142,9 +142,9 @@ def test_bad_flag_fails_the_job_and_make_submit(cluster):
 
 
 def test_bench_wait_uses_the_running_cluster_and_reports_both_cases(cluster):
-    from scripts.bench_wait import TARGET_MAX_WAIT_S, TARGET_WAIT_FRACTION
+    from scripts.benchmarks.bench_wait import TARGET_MAX_WAIT_S, TARGET_WAIT_FRACTION
 
-    run = subprocess.run([sys.executable, "-m", "scripts.bench_wait", "--cluster", "local",
+    run = subprocess.run([sys.executable, "-m", "scripts.benchmarks.bench_wait", "--cluster", "local",
                           "--steps", "4"], cwd=REPO, env=cluster, capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:]
@@ -180,7 +180,7 @@ def test_side_of_a_rounded_figure():
 
 
 def test_bench_data_prints_all_three_rates_and_both_ratios():
-    run = subprocess.run([sys.executable, "-m", "scripts.bench_data", "--images", "32",
+    run = subprocess.run([sys.executable, "-m", "scripts.benchmarks.bench_data", "--images", "32",
                           "--rounds", "2", "--image-size", "32", "--blur-count", "1"],
                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]

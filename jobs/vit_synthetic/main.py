@@ -298,7 +298,7 @@ def lost_nodes(nodes: dict, timeout_s: float = 10) -> list[str]:
 
 
 def preempted_nodes(nodes: dict) -> list[str]:
-    """The nodes of the start that Ray drained for preemption (scripts/spot_watch.py, on a
+    """The nodes of the start that Ray drained for preemption (scripts/node/spot_watch.py, on a
     spot notice) and that have left since: they went on notice, not by surprise."""
     import ray
     from ray.core.generated.common_pb2 import NodeDeathInfo

@@ -1,6 +1,6 @@
 """The job's data: synthetic images and the heavy CPU preprocessing (Ray Data stages).
 
-Kept free of Ray Train so that the benchmark (scripts/bench_data.py) and the unit tests
+Kept free of Ray Train so that the benchmark (scripts/benchmarks/bench_data.py) and the unit tests
 run exactly the code the job runs.
 """
 

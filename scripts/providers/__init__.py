@@ -10,7 +10,8 @@ from contextlib import AbstractContextManager
 from types import ModuleType
 from typing import Protocol
 
-from scripts.errors import KitError, short
+from scripts.core import state
+from scripts.core.errors import KitError, short
 from scripts.providers import aws, local
 
 
@@ -67,12 +68,6 @@ class Provider(Protocol):
     def job_address(self, record: dict) -> AbstractContextManager:
         """Context yielding (dashboard URL, python, auth token) for job submission."""
 
-    def hourly_cost(self, values: dict) -> tuple[float, float] | None:
-        """USD per hour with min_workers and with max_workers of every worker type; None
-        where the catalog has no prices (a region it does not list)."""
-
-    def cost_table(self, values: dict) -> list[str]:
-        """`make cost`: per node type, count at min and max, $/h each with its EBS, totals."""
 
 
 PROVIDERS: dict[str, ModuleType] = {aws.NAME: aws, local.NAME: local}
@@ -83,3 +78,8 @@ def provider(name, where: str) -> Provider:
         raise KitError(f"{where}: provider: {short(name)} is not one of "
                        f"{', '.join(PROVIDERS)}; set e.g. `provider: local`")
     return PROVIDERS[name]
+
+
+def load_record(cluster: str) -> dict | None:
+    """The validated record of a launched cluster (each provider's RECORD_SCHEMA), or None."""
+    return state.load(cluster, {name: p.RECORD_SCHEMA for name, p in PROVIDERS.items()})

@@ -6,18 +6,23 @@ rules Ray and the schema miss are checked here, on the values and on the rendere
 """
 
 import copy
+import difflib
+import json
 import os
+import re
 import shlex
 import signal
 import subprocess
 import time
 from contextlib import contextmanager
 
-from scripts import catalog, state
-from scripts.errors import KitError, short
-from scripts.providers.aws_preflight import NO_CREDENTIALS
-from scripts.paths import REPO
-from scripts.ray_cli import free_port, port_open, ray_cli, ray_env
+from scripts import catalog
+from scripts.core import state
+from scripts.core.errors import KitError, short
+from scripts.core.paths import NODE_PROGRAMS, REPO
+from scripts.core.ray_cli import free_port, port_open, ray_cli, ray_env
+from scripts.providers.aws_preflight import NO_CREDENTIALS, driver_problems
+from scripts.providers.aws_preflight import preflight as check_account
 
 NAME = "aws"
 HEAD_TYPE = "ray.head.default"
@@ -31,11 +36,11 @@ OBJECT_MANAGER_PORT = 8076
 # through an SSH tunnel) and the security group admits only SSH and the cluster's nodes.
 AUTH_MODE = "disabled"
 DASHBOARD_PORT = 8265  # Ray's default; the head binds it to 127.0.0.1
-# The kit's scripts/ as Ray's file_mounts puts them in each node's container (Ray wants a
-# directory, not a file): head_start_ray_commands starts the autostop watchdog
-# (scripts/autostop.py) from there after Ray, worker_start_ray_commands the spot watcher
-# (scripts/spot_watch.py); both standalone.
-SCRIPTS_REMOTE_DIR = "~/raykit_scripts"
+# The kit's node-side programs (scripts/node/, and nothing else of the kit) as Ray's
+# file_mounts puts them in each node's container (Ray wants a directory, not a file):
+# head_start_ray_commands starts the autostop watchdog (autostop.py) from there after Ray,
+# worker_start_ray_commands the spot watcher (spot_watch.py); both standalone.
+NODE_PROGRAMS_REMOTE_DIR = "~/raykit_node"
 MAX_TUNNEL_WAIT_S = 60
 READY_POLL_S = 10
 # Tags Ray's autoscaler puts on every instance it launches (ray.autoscaler.tags); a worker
@@ -184,19 +189,7 @@ def mix_problems(values: dict, nodes: dict, specs: dict) -> list[str]:
     return problems
 
 
-def driver_problems(image_id: str, ami_name: str) -> list[str]:
-    """The AMI's NVIDIA driver must serve every CUDA on the GPU nodes (scripts/catalog.py)."""
-    driver = catalog.dlami_driver(ami_name)
-    need, why = catalog.gpu_driver_needed()
-    if driver is None or driver >= need:
-        return []
-    return [f"aws.image_id: {image_id} (DLAMI {ami_name[len(catalog.DLAMI_NAME):]}) has NVIDIA "
-            f"driver {driver}; {why}: set image_id: auto or pin a newer release"]
-
-
 def did_you_mean(word: str, choices) -> str:
-    import difflib
-
     hint = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"; did you mean {hint[0]!r}?" if hint else ""
 
@@ -236,7 +229,7 @@ def template_context(cluster: str, values: dict) -> dict:
             f"--object-manager-port={OBJECT_MANAGER_PORT} "
             "--autoscaling-config=~/ray_bootstrap_config.yaml "
             "--dashboard-host=127.0.0.1 --disable-usage-stats"),
-        "file_mounts": ({SCRIPTS_REMOTE_DIR: str(REPO / "scripts")}
+        "file_mounts": ({NODE_PROGRAMS_REMOTE_DIR: str(NODE_PROGRAMS)}
                         if values["autostop_minutes"] or spot_watch_command(values) else {}),
         "autostop_command": autostop_command(values),
         "worker_start_ray_command": (
@@ -252,7 +245,7 @@ def autostop_command(values: dict) -> str | None:
     tagged with this cluster, its own head included (the head policy allows just that)."""
     if not values["autostop_minutes"]:
         return None
-    return (f"nohup python {SCRIPTS_REMOTE_DIR}/autostop.py " + shlex.join([
+    return (f"nohup python {NODE_PROGRAMS_REMOTE_DIR}/autostop.py " + shlex.join([
         "--address", f"http://127.0.0.1:{DASHBOARD_PORT}",
         "--minutes", str(values["autostop_minutes"]),
         "--aws", values["cluster_name"], values["aws"]["region"]])
@@ -261,11 +254,11 @@ def autostop_command(values: dict) -> str | None:
 
 def spot_watch_command(values: dict) -> str | None:
     """Where a worker type is spot: each worker drains its Ray node on AWS's interruption
-    notice (scripts/spot_watch.py; on an on-demand worker it exits at once). Ray's updater
+    notice (scripts/node/spot_watch.py; on an on-demand worker it exits at once). Ray's updater
     sets RAY_HEAD_IP for the start commands; nothing of the values file enters it."""
     if not any(w["spot"] for w in values["workers"].values()):
         return None
-    return (f"nohup python {SCRIPTS_REMOTE_DIR}/spot_watch.py --gcs $RAY_HEAD_IP:{GCS_PORT} "
+    return (f"nohup python {NODE_PROGRAMS_REMOTE_DIR}/spot_watch.py --gcs $RAY_HEAD_IP:{GCS_PORT} "
             "> /tmp/raykit-spot-watch.log 2>&1 &")
 
 
@@ -329,8 +322,6 @@ def host_dir_commands(docker: dict, data_volume_sizes: list[int]) -> list[str]:
 
 def pinned_requirements(path) -> dict[str, str]:
     """{name: 'name==version'} for every pinned line of a requirements file."""
-    import re
-
     pins = {}
     for line in path.read_text().splitlines():
         match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([A-Za-z0-9_.+!-]+)", line.strip())
@@ -438,22 +429,7 @@ def node_usd_per_hour(node: dict, region: str) -> float | None:
                                      disk["root_gb"] + disk["data_gb"])
 
 
-def hourly_cost(values: dict) -> tuple[float, float] | None:
-    """$/h with min_workers and with max_workers; None for a region without prices."""
-    region = values["aws"]["region"]
-    head = node_usd_per_hour(values["head"], region)
-    if head is None:
-        return None
-    low = high = head
-    for w in values["workers"].values():
-        low += w["min_workers"] * node_usd_per_hour(w, region)
-        high += w["max_workers"] * node_usd_per_hour(w, region)
-    return low, high
-
-
 def preflight(values: dict) -> tuple[dict, list[str]]:
-    from scripts.providers.aws_preflight import preflight as check_account
-
     found = check_account(values)
     pinned = copy.deepcopy(values)
     pinned["aws"]["availability_zone"] = found["availability_zone"]
@@ -490,44 +466,11 @@ def plan(values: dict, config: dict) -> list[str]:
 
 
 
-def cost_table(values: dict) -> list[str]:
-    """Per node type: instance, count at min..max, $/h each (EBS included, and shown), the
-    type's $/h at min and at max workers; the totals; a note per spot type."""
-    region = values["aws"]["region"]
-    if node_usd_per_hour(values["head"], region) is None:
-        return [f"no list prices for {region} in scripts/catalog.py (it prices "
-                f"{', '.join(catalog.PRICED_REGIONS)}); add the region's prices there"]
-    rows = [("node type", "instance", "count", "$/h each", "of it EBS", "$/h at min", "$/h at max")]
-    spot = []
-    for key, node in nodes_of(values).items():
-        name = HEAD_TYPE if key == "head" else key.split(".", 1)[1]
-        each = node_usd_per_hour(node, region)
-        ebs = each - catalog.INSTANCE_TYPES[node["instance_type"]].usd_per_hour[region]
-        least, most = (1, 1) if key == "head" else (node["min_workers"], node["max_workers"])
-        rows.append((name, node["instance_type"], str(least) if least == most else f"{least}-{most}",
-                     f"{each:.4f}", f"{ebs:.4f}", f"{least * each:.2f}", f"{most * each:.2f}"))
-        if key != "head" and node["spot"]:
-            spot.append(name)
-    low, high = hourly_cost(values)
-    rows.append(("total", "", "", "", "", f"{low:.2f}", f"{high:.2f}"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [f"'{values['cluster_name']}' on AWS {region}: on-demand list prices and EBS "
-             "(scripts/catalog.py, as of 2026-11)"]
-    lines += ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w)
-                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
-    lines += [f"spot: {name} is billed at the spot price (varies, often well below on-demand; "
-              "not in the catalog) and may be reclaimed: the figures above are its on-demand "
-              "ceiling" for name in spot]
-    return lines
-
-
 def usd(value: float | None, form: str = "~$%.2f/h") -> str:
     return form % value if value is not None else "no list price in scripts/catalog.py"
 
 
 def companion_files(cluster: str, values: dict) -> dict[str, str]:
-    import json
-
     return {"head-policy.json": json.dumps(head_policy(values), indent=2) + "\n"}
 
 

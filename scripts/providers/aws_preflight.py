@@ -19,8 +19,8 @@ from pathlib import Path
 import botocore.exceptions
 
 from scripts import catalog
-from scripts.errors import KitError, short
-from scripts.values import joined
+from scripts.core.errors import KitError, short
+from scripts.core.values import joined
 
 NO_CREDENTIALS = "no AWS credentials found; run `aws configure` (or set AWS_PROFILE), then try again"
 
@@ -90,8 +90,6 @@ def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None) -> dict:
 def ami(ec2, ssm, aws: dict, problems: list[str], notes: list[str]) -> tuple:
     """(image id, name): `auto` resolved from the public SSM parameter, then checked to
     exist in the region with a driver the GPU software needs."""
-    from scripts.providers.aws import driver_problems
-
     image_id = aws["image_id"]
     if image_id == "auto":
         try:
@@ -233,3 +231,13 @@ def key_pair_problems(ec2, name: str, region: str) -> list[str]:
     if not (Path.home() / ".ssh" / f"{name}.pem").is_file():
         problems.append(f"aws.key_pair: its private key ~/.ssh/{name}.pem is missing; put it there")
     return problems
+
+
+def driver_problems(image_id: str, ami_name: str) -> list[str]:
+    """The AMI's NVIDIA driver must serve every CUDA on the GPU nodes (scripts/catalog.py)."""
+    driver = catalog.dlami_driver(ami_name)
+    need, why = catalog.gpu_driver_needed()
+    if driver is None or driver >= need:
+        return []
+    return [f"aws.image_id: {image_id} (DLAMI {ami_name[len(catalog.DLAMI_NAME):]}) has NVIDIA "
+            f"driver {driver}; {why}: set image_id: auto or pin a newer release"]

@@ -10,7 +10,6 @@ processes that carry it (and their children), and nothing else; it never runs `r
 With `pin_cpus` (the default), each node runs on cores of its own (cpu_sets.py).
 """
 
-import copy
 import hashlib
 import json
 import os
@@ -25,11 +24,13 @@ from pathlib import Path
 
 import psutil
 
-from scripts import state
-from scripts.errors import KitError
-from scripts.paths import BUILD
+from scripts.core import state
+from scripts.core.errors import KitError
+from scripts.core.inputs import values_file
+from scripts.core.paths import BUILD, REPO
+from scripts.core.ray_cli import free_port, ray_cli, ray_env, use_auth_in_this_process
+from scripts.core.values import parse_yaml
 from scripts.providers import cpu_sets
-from scripts.ray_cli import free_port, ray_cli, ray_env, use_auth_in_this_process
 
 NAME = "local"
 # Ray's fake multi-node provider, which loopback_node_provider.py extends, registers the
@@ -179,14 +180,7 @@ def on_cores(values: dict, node: dict) -> str:
     return f" on {cores(node)} core(s) of its own" if values["pin_cpus"] else ""
 
 
-def hourly_cost(values: dict) -> tuple[float, float]:
-    return 0.0, 0.0  # runs on this machine
-
-
 def prices_as_problems(values: dict) -> list[str]:
-    from scripts.inputs import values_file
-    from scripts.values import parse_yaml
-
     name = values["prices_as"]
     try:
         data = parse_yaml(values_file(name).read_bytes(), f"cluster_templates/{name}.yaml")
@@ -200,31 +194,6 @@ def prices_as_problems(values: dict) -> list[str]:
     return [f"workers.{worker}: {name}.yaml has no worker type '{worker}' to price it as; "
             f"name the local worker types as in {name}.yaml"
             for worker in values["workers"] if worker not in theirs]
-
-
-def stand_in_values(values: dict) -> dict:
-    """The AWS values this cluster stands for: `prices_as`'s file with this file's node
-    counts, each local worker type priced as the AWS worker type of the same name."""
-    from scripts.build import build
-
-    aws_values = copy.deepcopy(build(values["prices_as"]).values)
-    aws_values["workers"] = {
-        name: dict(aws_values["workers"][name], min_workers=w["min_workers"],
-                   max_workers=w["max_workers"])
-        for name, w in values["workers"].items()}
-    return aws_values
-
-
-def cost_table(values: dict) -> list[str]:
-    """A local cluster costs nothing; with `prices_as`, the AWS mix it stands for."""
-    if not values["prices_as"]:
-        return [f"'{values['cluster_name']}' runs on this machine: no cloud cost "
-                "(set prices_as to price it like an AWS values file)"]
-    from scripts.providers import aws
-
-    return [f"'{values['cluster_name']}' runs on this machine; it stands for "
-            f"cluster_templates/{values['prices_as']}.yaml's node types with its own counts, "
-            "priced:"] + aws.cost_table(stand_in_values(values))
 
 
 # --- lifecycle ----------------------------------------------------------------------
@@ -308,13 +277,12 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
 
 
 def start_autostop(record: dict, env: dict) -> None:
-    """The watchdog (scripts/autostop.py) beside the head: it carries the cluster's marker,
+    """The watchdog (local_autostop.py) beside the head: it carries the cluster's marker,
     so `down` stops it with the rest; its log sits beside Ray's."""
-    from scripts.paths import REPO
-
     log = Path(record["temp_dir"]).parent / "autostop.log"
     with open(log, "w") as out:
-        subprocess.Popen([sys.executable, "-m", "scripts.autostop", "--local", record["cluster"],
+        subprocess.Popen([sys.executable, "-m", "scripts.providers.local_autostop",
+                          "--cluster", record["cluster"],
                           "--address", record["dashboard_url"],
                           "--minutes", str(record["autostop_minutes"])],
                          env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,

@@ -23,8 +23,6 @@ import os
 import ray
 from ray._private import ray_constants
 from ray.autoscaler._private.fake_multi_node.node_provider import FakeMultiNodeProvider
-from scripts.providers import cpu_sets
-from scripts.providers.local import CORES_LABEL, NODE_TYPE_LABEL
 from ray.autoscaler.tags import (
     NODE_KIND_WORKER,
     STATUS_UP_TO_DATE,
@@ -33,6 +31,9 @@ from ray.autoscaler.tags import (
     TAG_RAY_NODE_STATUS,
     TAG_RAY_USER_NODE_TYPE,
 )
+
+from scripts.providers import cpu_sets
+from scripts.providers.local import CORES_LABEL, NODE_TYPE_LABEL
 
 MAX_WORKERS = 250  # 127.0.0.3 .. 127.0.0.252; the local schema allows far fewer
 

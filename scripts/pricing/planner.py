@@ -18,14 +18,13 @@ $/h. Prices are on-demand list prices plus each node's minimal root EBS volume (
 """
 
 import argparse
-import json
 import math
 from dataclasses import asdict, dataclass, field
 
 from scripts import catalog
-from scripts.errors import KitError, short
-from scripts.inputs import read_json
-from scripts.priceperf import usd_per_million_images
+from scripts.core.errors import KitError, short
+from scripts.core.inputs import read_json
+from scripts.pricing.formulas import usd_per_million_images
 
 MAX_DATA_WAIT = 0.05
 ROOT_VOLUME_TYPE = "gp3"

@@ -11,7 +11,7 @@ back with FROM=rows.json (measured earlier, or published). A row holds:
                           share of the trainer's step (1 - data_wait_share)
   cpu_utilization         per node type, the share of its CPUs the job kept busy
   images_per_s            images trained per second, all trainers together
-  predicted_images_per_s  the planner's model (scripts/planner.py) from the FIRST row's
+  predicted_images_per_s  the planner's model (scripts/pricing/planner.py) from the FIRST row's
                           profile: min(trainer rate, preprocessing CPUs x rate per CPU);
                           empty where preprocessing shares the trainer's CPUs (a one-core
                           head), which the model does not describe
@@ -19,7 +19,7 @@ back with FROM=rows.json (measured earlier, or published). A row holds:
                           row's: positive is cheaper per unit of training)
 
 Only name, usd_per_hour and mean_step_s are required in a FROM file; the arithmetic is
-scripts/priceperf.py's, so a measured row and a published one mean the same thing.
+scripts/pricing/formulas.py's, so a measured row and a published one mean the same thing.
 """
 
 import csv
@@ -29,10 +29,10 @@ import re
 import time
 from pathlib import Path
 
-from scripts.errors import KitError, short
-from scripts.inputs import check_name, read_json
-from scripts.planner import predicted_images_per_s
-from scripts.priceperf import cost_change, usd_per_100_steps, usd_per_million_images
+from scripts.core.errors import KitError, short
+from scripts.core.inputs import check_name, read_json
+from scripts.pricing.formulas import cost_change, usd_per_100_steps, usd_per_million_images
+from scripts.pricing.planner import predicted_images_per_s
 
 FIELDS = ["name", "usd_per_hour", "mean_step_s", "data_wait_share", "trainer_utilization",
           "cpu_utilization", "images_per_s", "predicted_images_per_s", "usd_per_100_steps",
@@ -52,25 +52,6 @@ def cluster_names(text: str) -> list[str]:
         raise KitError(f"CLUSTERS={short(text)}: name 1 to 10 values files, separated by "
                        'spaces, e.g. CLUSTERS="single hetero"')
     return [check_name("CLUSTERS", name) for name in names]
-
-
-def priced(built) -> tuple[str, float]:
-    """The row's name and $/h: an AWS mix at its own prices; a local one as the AWS mix
-    its `prices_as` names, with its own node counts (what it stands for)."""
-    from scripts.providers import aws, local
-
-    values, name = built.values, built.cluster
-    if built.provider is local:
-        if not values["prices_as"]:
-            raise KitError(f"CLUSTERS: cluster_templates/{name}.yaml sets no prices_as; set it "
-                           "to the AWS values file it stands for, e.g. prices_as: hetero")
-        name = f"{name} as {values['prices_as']}"
-        values = local.stand_in_values(values)
-    cost = aws.hourly_cost(values)
-    if cost is None:
-        raise KitError(f"CLUSTERS: {built.cluster}: region {values['aws']['region']} has no "
-                       "prices in scripts/catalog.py; bench in a region it lists")
-    return name, cost[0]
 
 
 def measured_row(name: str, usd_per_hour: float, summary: dict, profile: dict | None) -> dict:

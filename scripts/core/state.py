@@ -17,8 +17,8 @@ from pathlib import Path
 
 import jsonschema
 
-from scripts.errors import KitError, short
-from scripts.paths import LAUNCHED
+from scripts.core.errors import KitError, short
+from scripts.core.paths import LAUNCHED
 
 MAX_RECORD_BYTES = 16 * 1024
 
@@ -56,10 +56,11 @@ def forget(cluster: str) -> None:
     config_path(cluster).unlink(missing_ok=True)
 
 
-def load(cluster: str) -> dict | None:
-    """The validated record of a launched cluster, or None if there is none."""
-    from scripts.providers import PROVIDERS
-
+def load(cluster: str, record_schemas: dict[str, dict]) -> dict | None:
+    """The validated record of a launched cluster, or None if there is none.
+    `record_schemas`: {provider name: the JSON schema of its records}, handed in by the
+    providers (scripts/providers/__init__.py's load_record): this module knows records,
+    not providers."""
     path = record_path(cluster)
     if not path.exists():
         return None
@@ -74,9 +75,9 @@ def load(cluster: str) -> dict | None:
     except (OSError, ValueError) as e:
         raise KitError(f"{where} is corrupt ({short(str(e), 80)}); {fix}") from None
     if not isinstance(record, dict) or record.get("cluster") != cluster \
-            or record.get("provider") not in PROVIDERS:
+            or record.get("provider") not in record_schemas:
         raise KitError(f"{where} is corrupt (cluster or provider); {fix}")
-    schema = PROVIDERS[record["provider"]].RECORD_SCHEMA
+    schema = record_schemas[record["provider"]]
     error = jsonschema.exceptions.best_match(
         jsonschema.Draft202012Validator(schema).iter_errors(record))
     if error is not None:

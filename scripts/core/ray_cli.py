@@ -5,7 +5,7 @@ import socket
 import sys
 from pathlib import Path
 
-from scripts.paths import REPO
+from scripts.core.paths import REPO
 
 
 def ray_cli() -> str:

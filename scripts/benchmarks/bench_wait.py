@@ -14,10 +14,10 @@ import os
 import subprocess
 import sys
 
-from scripts import state
-from scripts.errors import KitError
-from scripts.inputs import check_name
-from scripts.submit import result_line
+from scripts.core.errors import KitError
+from scripts.core.inputs import check_name
+from scripts.core.submit import result_line
+from scripts.providers import load_record
 
 CASES = {"224px": "--blur-count 1", "64px": "--blur-count 1 --image-size 64"}
 TARGET_WAIT_FRACTION = 0.05
@@ -36,7 +36,8 @@ def kit(command: str, cluster: str, **variables: str) -> str:
         print(line, end="", flush=True)
         lines.append(line)
     if proc.wait():
-        raise SystemExit(f"bench-wait: `make {command}` failed (exit {proc.returncode})")
+        print(f"bench-wait: `make {command}` failed (exit {proc.returncode})", file=sys.stderr)
+        raise SystemExit(proc.returncode)  # its code: 2 for bad input, as the kit's
     return "".join(lines)
 
 
@@ -47,13 +48,15 @@ def main() -> int:
     args = p.parse_args()
     try:
         check_name("CLUSTER", args.cluster)
-        started_here = state.load(args.cluster) is None
+        already_up = load_record(args.cluster) is not None
     except KitError as e:
-        raise SystemExit(f"error: {e}")
-    summaries = {}
+        print(f"error: {e}", file=sys.stderr)
+        return 2  # bad input, as the kit's own commands exit
+    summaries, started_here = {}, False
     try:
-        if started_here:
+        if not already_up:
             kit("up", args.cluster)
+            started_here = True  # only now is the cluster this run's to tear down
         for name, case_args in CASES.items():
             job_args = f"{case_args} --steps {args.steps}"
             print(f"\n== {name}: make submit JOB=vit_synthetic ARGS=\"{job_args}\"", flush=True)

@@ -7,15 +7,17 @@ would run). A job that outlives its time limit, or a Ctrl-C, stops the job on th
 """
 
 import asyncio
+import datetime
 import json
 import shlex
 import time
 import uuid
 from pathlib import Path
 
-from scripts.errors import KitError, short
-from scripts.inputs import job_dir
-from scripts.ray_cli import use_auth_in_this_process
+from scripts.core.errors import KitError, short
+from scripts.core.inputs import job_dir
+from scripts.core.ray_cli import use_auth_in_this_process
+from scripts.core.state import write_atomic
 
 ENTRYPOINT = "main.py"
 RESULT_PREFIX = "RESULT "  # every job ends by printing its summary as `RESULT {json}`
@@ -76,7 +78,6 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
 def keep_result(results_dir: Path, submission_id: str, job: str, args: list[str], code: int,
                 result: dict) -> None:
     """A copy of the job's summary on this machine, even when the job ran on AWS."""
-    from scripts.state import write_atomic
 
     path = results_dir / f"{submission_id}.json"
     write_atomic(path, json.dumps({"submission_id": submission_id, "job": job, "args": args,
@@ -98,8 +99,6 @@ async def stream_logs(client, submission_id: str, seen: list[str]) -> None:
 
 def job_table(client) -> list[str]:
     """`make jobs`: one line per job, newest first: id, status, start, duration."""
-    import datetime
-
     lines = []
     for info in sorted(client.list_jobs(), key=lambda i: i.start_time or 0, reverse=True):
         started = (datetime.datetime.fromtimestamp(info.start_time / 1000).strftime("%Y-%m-%d %H:%M:%S")

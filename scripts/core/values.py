@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from scripts.errors import KitError, short
+from scripts.core.errors import KitError, short
 
 MAX_BYTES = 64 * 1024
 MAX_ALIASES = 50

@@ -13,8 +13,8 @@ import re
 import shlex
 from pathlib import Path
 
-from scripts.errors import KitError, short
-from scripts.paths import JOBS, TEMPLATES
+from scripts.core.errors import KitError, short
+from scripts.core.paths import JOBS, TEMPLATES
 
 # One pattern for every name the user picks: a cluster, a job, a node type.
 NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")

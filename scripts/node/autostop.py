@@ -1,13 +1,11 @@
 """The autostop watchdog: a cluster tears itself down after `autostop_minutes` with no job.
 
 Ray's head never stops by itself (ray-project/ray#13839): a forgotten g5.xlarge + 2 x
-c5.4xlarge bills ~$57 a day. This small process runs beside the head (locally `make up`
-starts it, carrying the cluster's marker) and every POLL_S lists the cluster's jobs through
+c5.4xlarge bills ~$57 a day. This small process runs beside the head and every POLL_S lists the cluster's jobs through
 Ray's job API. A job PENDING or RUNNING holds the cluster up; once none has been for the
 limit (counted from the last job's end, or from the watchdog's start), it tears the whole
 cluster down and exits:
 
-  local  every process carrying the cluster's marker (scripts/providers/local.py's down)
   aws    every instance carrying the cluster's `ray-kit-cluster` tag in its region,
          its own head included (terminate_tagged; the head's IAM policy allows exactly that)
 
@@ -15,6 +13,9 @@ While the job API cannot be reached, no job is seen to start: the clock runs on 
 last one seen, so a head whose dashboard died does not bill forever either.
 
 `make status` shows the time left, computed by the same seconds_left from the same jobs.
+A local cluster's watchdog (scripts/providers/local_autostop.py) runs this clock with the
+local provider's teardown. Like everything in scripts/node/, this file needs nothing of the
+kit: `make up` on AWS ships scripts/node/ alone to the nodes.
 """
 
 import argparse
@@ -81,20 +82,6 @@ def terminate_tagged(ec2, cluster_name: str) -> list[str]:
     return ids
 
 
-def local_teardown(cluster: str):
-    def teardown() -> None:
-        from scripts import state
-        from scripts.errors import KitError
-        from scripts.providers import local
-
-        try:
-            with state.lock(cluster):  # not while a `make down` of it runs
-                print(local.down(cluster, state.load(cluster)), flush=True)
-        except KitError as e:
-            print(f"autostop: {e}", flush=True)
-    return teardown
-
-
 def aws_teardown(cluster_name: str, region: str):
     def teardown() -> None:
         import boto3
@@ -104,21 +91,29 @@ def aws_teardown(cluster_name: str, region: str):
     return teardown
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run(address: str, minutes: float, teardown) -> int:
+    """Watch until the limit, then teardown(); the entry of both watchdogs (this one on
+    AWS, scripts/providers/local_autostop.py on a local cluster)."""
+    poll_s = float(os.environ.get("RAYKIT_AUTOSTOP_POLL_S") or POLL_S)
+    print(f"autostop: the cluster stops after {minutes:g} min with no job "
+          f"(checked every {poll_s:g} s)", flush=True)
+    watch(address, minutes * 60, teardown, poll_s)
+    return 0
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--address", required=True, help="the dashboard's URL (Ray's job API)")
     p.add_argument("--minutes", type=float, required=True, help="idle minutes before teardown")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--local", metavar="CLUSTER", help="a local cluster of this checkout")
-    where.add_argument("--aws", nargs=2, metavar=("CLUSTER_NAME", "REGION"),
-                       help="the AWS cluster whose instances carry this tag")
+    return p
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--aws", nargs=2, metavar=("CLUSTER_NAME", "REGION"), required=True,
+                   help="the AWS cluster whose instances carry this tag")
     a = p.parse_args(argv)
-    teardown = local_teardown(a.local) if a.local else aws_teardown(*a.aws)
-    poll_s = float(os.environ.get("RAYKIT_AUTOSTOP_POLL_S") or POLL_S)
-    print(f"autostop: the cluster stops after {a.minutes:g} min with no job "
-          f"(checked every {poll_s:g} s)", flush=True)
-    watch(a.address, a.minutes * 60, teardown, poll_s)
-    return 0
+    return run(a.address, a.minutes, aws_teardown(*a.aws))
 
 
 if __name__ == "__main__":

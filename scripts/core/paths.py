@@ -6,10 +6,12 @@ point RAYKIT_BUILD_DIR elsewhere so that they never touch a cluster a user has u
 import os
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "cluster_templates"
 SCHEMAS = TEMPLATES / "schema"
 JOBS = REPO / "jobs"
+# the programs that run on the cluster's nodes; `make up` on AWS mounts this folder alone
+NODE_PROGRAMS = REPO / "scripts" / "node"
 BUILD = Path(os.environ.get("RAYKIT_BUILD_DIR") or REPO / "build").resolve()
 RENDERED = BUILD / "clusters"
 LAUNCHED = BUILD / "launched"

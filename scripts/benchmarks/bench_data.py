@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-JOB_DIR = Path(__file__).resolve().parent.parent / "jobs" / "vit_synthetic"
+JOB_DIR = Path(__file__).resolve().parents[2] / "jobs" / "vit_synthetic"
 sys.path.insert(0, str(JOB_DIR))
 from pipeline import Preprocess, build_dataset, make_images  # noqa: E402
 

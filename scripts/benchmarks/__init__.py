@@ -1,0 +1,1 @@
+"""Developer benchmarks (`make bench-data`, `make bench-wait`): measured ratios, not tests."""

@@ -1,0 +1,162 @@
+"""Lifecycle commands: validate, render, preflight, up, down, clean; and what the other
+command groups share about a cluster's record (require_record, teardown)."""
+
+import shutil
+import signal
+from contextlib import contextmanager
+
+import yaml
+
+from scripts.build import build, build_text
+from scripts.core import state
+from scripts.core.errors import KitError
+from scripts.core.inputs import check_name, flag, values_file
+from scripts.core.paths import BENCH, BUILD, LAUNCHED, RENDERED, RESULTS
+from scripts.core.values import parse_yaml
+from scripts.pricing.cost import hourly_cost
+from scripts.providers import PROVIDERS, load_record, local
+
+
+def cmd_validate(a) -> int:
+    built = build(a.cluster)
+    print(f"cluster_templates/{a.cluster}.yaml: valid ({built.provider.NAME}; "
+          "every check passed, nothing written or launched)")
+    return 0
+
+
+def cmd_render(a) -> int:
+    built = build(a.cluster)  # the template needs values that passed every check
+    path = RENDERED / f"{a.cluster}.yaml"
+    state.write_atomic(path, built.text, mode=0o644)
+    print(path)
+    for suffix, text in built.provider.companion_files(a.cluster, built.values).items():
+        companion = RENDERED / f"{a.cluster}.{suffix}"
+        state.write_atomic(companion, text, mode=0o644)
+        print(companion)
+    return 0
+
+
+def cmd_preflight(a) -> int:
+    built = prepared(build(a.cluster))
+    print(f"preflight of '{a.cluster}' passed ({built.provider.NAME}); nothing was created")
+    return 0
+
+
+def prepared(built):
+    """The provider's read-only preflight, then the config rebuilt with what it pinned
+    (through the same checks as any values file)."""
+    values, found = built.provider.preflight(built.values)
+    for line in found:
+        print(line, flush=True)
+    if values == built.values:
+        return built
+    return build_text(built.cluster, yaml.safe_dump(values, sort_keys=False).encode())
+
+
+def cmd_up(a) -> int:
+    built = build(a.cluster)
+    if flag("DRY_RUN", a.dry_run):
+        return print_plan(prepared(built))
+    with state.lock(a.cluster):
+        refuse_if_up(a.cluster)
+        launch(prepared(built))
+    return 0
+
+
+def print_plan(built) -> int:
+    cost = hourly_cost(built)
+    print(f"dry run: CLUSTER={built.cluster} would launch (nothing is launched):")
+    print("\n".join(built.provider.plan(built.values, built.config)))
+    if cost:
+        print(f"total ~${cost[0]:.2f}/h with min_workers, up to ~${cost[1]:.2f}/h at max_workers")
+    return 0
+
+
+def refuse_if_up(cluster: str) -> None:
+    record = load_record(cluster)
+    if record is None:
+        return
+    if PROVIDERS[record["provider"]].is_running(record):
+        raise KitError(f"cluster '{cluster}' is already up; `make down CLUSTER={cluster}` "
+                       "first, or use it as it is")
+    print(f"cluster '{cluster}': its record is stale (nothing of it runs); starting afresh")
+    state.forget(cluster)
+
+
+def launch(built) -> dict:
+    cost = hourly_cost(built)
+    if cost and cost[1]:
+        print(f"launching '{built.cluster}' on {built.provider.NAME.upper()}: ~${cost[0]:.2f}/h "
+              f"with min_workers, up to ~${cost[1]:.2f}/h at max_workers (on-demand list prices)",
+              flush=True)
+    record = built.provider.up(built.cluster, built.text, built.values)
+    print(f"cluster '{built.cluster}' is up", flush=True)
+    return record
+
+
+def cmd_down(a) -> int:
+    check_name("CLUSTER", a.cluster)
+    purge = flag("PURGE", a.purge)
+    with state.lock(a.cluster):
+        print(teardown(a.cluster, purge), flush=True)
+    return 0
+
+
+def teardown(cluster: str, purge: bool = False) -> str:
+    try:
+        record = load_record(cluster)
+    except KitError:
+        if provider_named_in_values(cluster) != local.NAME:
+            raise
+        # A local cluster's processes are found by their marker, not by the record.
+        print(f"ignoring the corrupt record {state.record_path(cluster)}", flush=True)
+        record = None
+    if record is not None:
+        return PROVIDERS[record["provider"]].down(cluster, record, purge)
+    if provider_named_in_values(cluster) == local.NAME:
+        # No record, but a crashed run may have left processes: they carry the marker.
+        return local.down(cluster, None)
+    return f"cluster '{cluster}' was not launched from this checkout; nothing to stop"
+
+
+def provider_named_in_values(cluster: str) -> str | None:
+    """The values file's `provider:`, read without validating (a values file broken after
+    `up` must not stop `down`); None if it cannot be read."""
+    try:
+        values = parse_yaml(values_file(cluster).read_bytes(), cluster)
+    except KitError:
+        return None
+    return values.get("provider") if isinstance(values, dict) else None
+
+
+def require_record(cluster: str) -> dict:
+    check_name("CLUSTER", cluster)
+    record = load_record(cluster)
+    if record is None:
+        raise KitError(f"cluster '{cluster}' is not up; run `make up CLUSTER={cluster}`")
+    return record
+
+
+@contextmanager
+def signals_deferred():
+    """Teardown runs to the end through any number of Ctrl-C, SIGTERM and SIGHUP."""
+    caught = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in caught}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def cmd_clean(a) -> int:
+    kept = state.launched_clusters()
+    if BUILD.is_dir():
+        for child in BUILD.iterdir():
+            if (child == LAUNCHED and kept) or child in (RESULTS, BENCH):  # records and results stay
+                continue
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    if kept:
+        print(f"kept {LAUNCHED}: the records of {', '.join(kept)}, which may still be running; "
+              "`make down CLUSTER=<name>` each, then `make clean` again")
+    return 0

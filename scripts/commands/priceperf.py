@@ -1,0 +1,114 @@
+"""Price-performance commands: cost, plan, bench."""
+
+import json
+import time
+
+import yaml
+
+from scripts import catalog
+from scripts.build import build
+from scripts.commands.jobs import run_once
+from scripts.commands.lifecycle import refuse_if_up
+from scripts.core.errors import KitError
+from scripts.core.inputs import check_name, parse_timeout, split_args
+from scripts.core.paths import BENCH, TEMPLATES
+from scripts.pricing import bench_table as bench
+from scripts.pricing import planner
+from scripts.pricing.cost import cost_table, priced
+
+
+def cmd_cost(a) -> int:
+    built = build(a.cluster)
+    print("\n".join(cost_table(built)))
+    return 0
+
+
+def cmd_plan(a) -> int:
+    profile, options = planner.profile_from(split_args(a.args), a.profile)
+    if options.help:
+        planner.parser().print_help()
+        return 0
+    ranked, alone = planner.options(profile, options.region)
+    chosen = ranked[0]
+    if options.write:
+        write_plan(options.write, chosen, options.region)
+    if options.json:
+        print(json.dumps(planner.plan_json(chosen, ranked)))
+        return 0
+    reserved = catalog.INSTANCE_TYPES[chosen.head].vcpus - catalog.preprocess_vcpus(chosen.head)
+    print(f"profile: {profile.gpu_instance} trains {profile.trainer_images_per_s:g} images/s "
+          f"when fed; one vCPU preprocesses {profile.cpu_images_per_s:g} images/s "
+          f"({options.region} on-demand prices + root EBS; a mix feeds the trainers when the "
+          f"predicted data wait is < {planner.MAX_DATA_WAIT:.0%})")
+    print(f"choice: {chosen.name}: ${chosen.usd_per_hour:.3f}/h, {chosen.images_per_s:.1f} images/s, "
+          f"{chosen.data_wait:.0%} data wait, ${chosen.usd_per_million_images:.2f} per million images")
+    print(f"  {chosen.preprocess_vcpus} vCPUs preprocess; the head keeps {reserved} for the "
+          "training processes (one per GPU) and Ray's own, each worker one for its raylet")
+    mix = planner.cheaper_mix_of_types(chosen, profile, options.region)
+    if mix:
+        print(f"  a mix of worker types would be cheaper still: {mix.name} "
+              f"(${mix.usd_per_hour:.3f}/h)")
+    print(f"the {min(len(ranked), planner.SHOWN_OPTIONS)} cheapest of {len(ranked)} options "
+          "that feed the trainers, and the GPU instance alone:")
+    rows = ranked[:planner.SHOWN_OPTIONS] + ([alone] if alone not in ranked[:planner.SHOWN_OPTIONS] else [])
+    print("\n".join("  " + line for line in planner.table(rows, alone)))
+    if options.write:
+        print(f"wrote cluster_templates/{options.write}.yaml (it validates); "
+              f"`make up CLUSTER={options.write}` launches it")
+    return 0
+
+
+def write_plan(name: str, chosen, region: str) -> None:
+    """cluster_templates/NAME.yaml for the chosen mix; refused if the file exists; removed
+    again if it does not validate (the planner's bug, said as such)."""
+    check_name("--write", name)
+    path = TEMPLATES / f"{name}.yaml"
+    header = (f"# {name}: written by `make plan` on {time.strftime('%Y-%m-%d')}: {chosen.name}, "
+              f"~${chosen.usd_per_hour:.2f}/h,\n# predicted {chosen.images_per_s:.1f} images/s "
+              f"at {chosen.data_wait:.0%} data wait. Every key not shown takes the schema's "
+              "default\n# (schema/aws.schema.yaml); hetero.yaml documents each.\n")
+    text = header + yaml.safe_dump(planner.values_for(name, chosen, region), sort_keys=False)
+    try:  # "x": never over an existing file, nor through a symlink at that name
+        with open(path, "x", encoding="utf-8") as f:
+            f.write(text)
+    except FileExistsError:
+        raise KitError(f"ARGS: --write {name}: cluster_templates/{name}.yaml exists; pick "
+                       "another name, or remove that file first") from None
+    try:
+        build(name)
+    except KitError:
+        path.unlink()
+        raise
+
+
+def cmd_bench(a) -> int:
+    """Each of CLUSTERS in turn: up, the ViT job with ARGS, down; then one table, saved."""
+
+    if a.from_:
+        rows = bench.completed(bench.read_rows(a.from_))
+        print(f"rows from {a.from_}:")
+    else:
+        args, timeout = split_args(a.args), parse_timeout(a.timeout)
+        # Every values file checked and priced before the first cluster launches.
+        clusters = [build(name) for name in bench.cluster_names(a.clusters)]
+        prices = [priced(built) for built in clusters]
+        for built in clusters:
+            refuse_if_up(built.cluster)
+        measured, profile = [], None
+        for built, (name, usd_per_hour) in zip(clusters, prices):
+            print(f"\n== bench {len(measured) + 1}/{len(clusters)}: {name} (${usd_per_hour:.3f}/h)",
+                  flush=True)
+            code, summary = run_once(built, "vit_synthetic", args, timeout)
+            if code != 0 or summary is None:
+                if measured:
+                    print(f"rows so far saved in {bench.save(bench.completed(measured), BENCH)}")
+                raise KitError(f"bench: the ViT job failed on '{built.cluster}' (exit {code}); "
+                               "its log is above")
+            profile = profile or summary
+            measured.append(bench.measured_row(name, usd_per_hour, summary, profile))
+        rows = bench.completed(measured)
+        print(f"\nthe ViT job with ARGS={' '.join(args) or '(the job defaults)'}; predicted "
+              "images/s from the first row's profile; change in $ per 100 steps vs the first row:")
+    print("\n".join("  " + line for line in bench.table(rows)))
+    print(f"saved in {bench.save(rows, BENCH)} (rows.json: `make bench FROM=` reads it back)")
+    return 0

@@ -1,0 +1,114 @@
+"""What a cluster costs per hour: the one place that turns built values into dollars.
+
+An AWS values file is priced node by node from scripts/catalog.py (on-demand list price
+plus the node's EBS volumes). A local values file costs nothing to run; with `prices_as`
+it stands for an AWS values file with its own node counts (each local worker type priced
+as the AWS worker type of the same name), which is how `make cost` and `make bench` price
+a local mix. `make up` and `make up DRY_RUN=1` announce hourly_cost; `make cost` prints
+cost_table; `make bench` prices each row with priced().
+"""
+
+import copy
+
+from scripts import catalog
+from scripts.build import Built, build
+from scripts.core.errors import KitError
+from scripts.providers import aws, local
+
+COST_TABLE_HEADER = ("node type", "instance", "count", "$/h each", "of it EBS", "$/h at min",
+                     "$/h at max")
+
+
+def aws_hourly_cost(values: dict) -> tuple[float, float] | None:
+    """$/h of AWS values with min_workers and with max_workers; None for a region without
+    prices."""
+    region = values["aws"]["region"]
+    head = aws.node_usd_per_hour(values["head"], region)
+    if head is None:
+        return None
+    low = high = head
+    for w in values["workers"].values():
+        low += w["min_workers"] * aws.node_usd_per_hour(w, region)
+        high += w["max_workers"] * aws.node_usd_per_hour(w, region)
+    return low, high
+
+
+def hourly_cost(built: Built) -> tuple[float, float] | None:
+    """What running the cluster bills per hour, with min_workers and with max_workers:
+    (0, 0) for a local cluster (it runs on this machine), None for an unpriced region."""
+    if built.provider is local:
+        return 0.0, 0.0
+    return aws_hourly_cost(built.values)
+
+
+def stand_in_values(values: dict) -> dict:
+    """The AWS values a local cluster stands for: `prices_as`'s file with this file's node
+    counts, each local worker type priced as the AWS worker type of the same name."""
+    aws_values = copy.deepcopy(build(values["prices_as"]).values)
+    aws_values["workers"] = {
+        name: dict(aws_values["workers"][name], min_workers=w["min_workers"],
+                   max_workers=w["max_workers"])
+        for name, w in values["workers"].items()}
+    return aws_values
+
+
+def cost_table(built: Built) -> list[str]:
+    """`make cost`: an AWS mix's table; a local cluster costs nothing, or, with
+    `prices_as`, the table of the AWS mix it stands for."""
+    values = built.values
+    if built.provider is aws:
+        return aws_cost_table(values)
+    if not values["prices_as"]:
+        return [f"'{values['cluster_name']}' runs on this machine: no cloud cost "
+                "(set prices_as to price it like an AWS values file)"]
+    return [f"'{values['cluster_name']}' runs on this machine; it stands for "
+            f"cluster_templates/{values['prices_as']}.yaml's node types with its own counts, "
+            "priced:"] + aws_cost_table(stand_in_values(values))
+
+
+def aws_cost_table(values: dict) -> list[str]:
+    """Per node type: instance, count at min..max, $/h each (EBS included, and shown), the
+    type's $/h at min and at max workers; the totals; a note per spot type."""
+    region = values["aws"]["region"]
+    if aws.node_usd_per_hour(values["head"], region) is None:
+        return [f"no list prices for {region} in scripts/catalog.py (it prices "
+                f"{', '.join(catalog.PRICED_REGIONS)}); add the region's prices there"]
+    rows = [COST_TABLE_HEADER]
+    spot = []
+    for key, node in aws.nodes_of(values).items():
+        name = aws.HEAD_TYPE if key == "head" else key.split(".", 1)[1]
+        each = aws.node_usd_per_hour(node, region)
+        ebs = each - catalog.INSTANCE_TYPES[node["instance_type"]].usd_per_hour[region]
+        least, most = (1, 1) if key == "head" else (node["min_workers"], node["max_workers"])
+        rows.append((name, node["instance_type"], str(least) if least == most else f"{least}-{most}",
+                     f"{each:.4f}", f"{ebs:.4f}", f"{least * each:.2f}", f"{most * each:.2f}"))
+        if key != "head" and node["spot"]:
+            spot.append(name)
+    low, high = aws_hourly_cost(values)
+    rows.append(("total", "", "", "", "", f"{low:.2f}", f"{high:.2f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [f"'{values['cluster_name']}' on AWS {region}: on-demand list prices and EBS "
+             "(scripts/catalog.py, as of 2026-11)"]
+    lines += ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w)
+                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    lines += [f"spot: {name} is billed at the spot price (varies, often well below on-demand; "
+              "not in the catalog) and may be reclaimed: the figures above are its on-demand "
+              "ceiling" for name in spot]
+    return lines
+
+
+def priced(built: Built) -> tuple[str, float]:
+    """A bench row's name and $/h: an AWS mix at its own prices; a local one as the AWS
+    mix its `prices_as` names, with its own node counts (what it stands for)."""
+    values, name = built.values, built.cluster
+    if built.provider is local:
+        if not values["prices_as"]:
+            raise KitError(f"CLUSTERS: cluster_templates/{name}.yaml sets no prices_as; set it "
+                           "to the AWS values file it stands for, e.g. prices_as: hetero")
+        name = f"{name} as {values['prices_as']}"
+        values = stand_in_values(values)
+    cost = aws_hourly_cost(values)
+    if cost is None:
+        raise KitError(f"CLUSTERS: {built.cluster}: region {values['aws']['region']} has no "
+                       "prices in scripts/catalog.py; bench in a region it lists")
+    return name, cost[0]

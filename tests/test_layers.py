@@ -1,0 +1,129 @@
+"""The kit's modules form layers that only point down, with no import circle.
+
+Every import of a `scripts` module is read with `ast`, inside functions too (a function-
+level import is still an edge: hiding one there does not break a circle). The layers,
+lowest first; a module may import its own layer's modules (without a circle) and any
+lower layer's, never a higher one's:
+
+  core, node   errors, paths, inputs, values, state, ray_cli, submit; the node-side programs
+  catalog      instance facts and prices
+  providers    one module per provider and its helpers; no provider imports another
+  build        values file -> checked cluster config (drives the providers)
+  pricing      cost, planner, bench table
+  commands     the CLI's command groups
+  kit, benchmarks
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "scripts"
+LAYERS = {"core": 0, "node": 0, "catalog": 1, "providers": 2, "build": 3, "pricing": 4,
+          "commands": 5, "kit": 6, "benchmarks": 6}
+# Which provider each module of scripts/providers/ belongs to (the registry, __init__,
+# belongs to none and may import each).
+PROVIDER_OF = {"aws": "aws", "aws_preflight": "aws", "local": "local",
+               "local_autostop": "local", "loopback_node_provider": "local", "cpu_sets": "local"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def kit_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in SCRIPTS.rglob("*.py")}
+
+
+def imports_of(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The kit's modules `path` imports: `from scripts.a import b` is scripts.a.b where
+    that is a module, else scripts.a."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("scripts")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "scripts":
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in modules else node.module)
+    return {name for name in found if name in modules and name != "scripts"}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = kit_modules()
+    return {name: imports_of(path, modules) for name, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle as a path (a -> b -> a), or None."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def layer_of(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else "scripts"
+
+
+def test_the_cycle_finder_finds_a_circle_and_only_a_circle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_module_of_the_kit_imports_itself_in_a_circle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_every_module_has_a_layer():
+    assert {layer_of(m) for m in kit_modules()} - {"scripts"} <= set(LAYERS)
+
+
+def test_imports_only_point_down_the_layers():
+    upward = [f"{a} -> {b}" for a, targets in import_graph().items() for b in targets
+              if layer_of(a) in LAYERS and LAYERS[layer_of(b)] > LAYERS[layer_of(a)]]
+    assert upward == []
+
+
+def test_no_provider_imports_another():
+    crossing = []
+    for a, targets in import_graph().items():
+        if layer_of(a) != "providers" or a.endswith(".providers"):
+            continue
+        own = PROVIDER_OF[a.rsplit(".", 1)[1]]
+        crossing += [f"{a} -> {b}" for b in targets if layer_of(b) == "providers"
+                     and (b.endswith(".providers") or PROVIDER_OF[b.rsplit(".", 1)[1]] != own)]
+    assert crossing == []
+
+
+@pytest.mark.parametrize("path", sorted((SCRIPTS / "node").iterdir()), ids=lambda p: p.name)
+def test_node_programs_stand_alone(path):
+    """`make up` on AWS ships scripts/node/ alone to every node: each file there is a program
+    that runs by itself (python FILE) and imports nothing of the kit."""
+    assert path.suffix == ".py", f"{path.name}: only node-side programs belong in scripts/node/"
+    text = path.read_text()
+    assert 'if __name__ == "__main__":' in text
+    assert imports_of(path, kit_modules()) == set()
