@@ -241,11 +241,27 @@ def test_optimizer_repeats_a_node_that_fits_several_replicas():
     import adaptdl_ray.aws.controller as controller
     import adaptdl_ray.aws.optimizer as optimizer
     assert controller.optimize is optimizer.optimize  # the controller uses the fixed one
-    assert optimizer.optimize(_Job, _Cluster, 2) == ["10.0.0.5", "10.0.0.5", "10.0.0.6", "10.0.0.6"]
-    assert optimizer.optimize(_Job, _Cluster, 3)[-1] == "adaptdl_virtual_node_0"
+    assert optimizer.optimize(_Job, _Cluster, 4) == ["10.0.0.5", "10.0.0.5", "10.0.0.6", "10.0.0.6"]
+    assert optimizer.optimize(_Job, _Cluster, 5)[-1] == "adaptdl_virtual_node_0"
     unfixed = upstream("aws/optimizer.py", "upstream_optimizer")
     with pytest.raises(IndexError):  # ["10.0.0.510.0.0.5", ...]: fewer entries than replicas
         unfixed.optimize(_Job, _Cluster, 2)
+
+
+class _FailedJob(_Job):
+    """A job right after a replica failure: no replica runs; it had _kit_replicas."""
+    _worker_tasks = {}
+    _kit_replicas = 1
+
+
+@pytest.mark.parametrize("job", [_Job, _FailedJob], ids=["running", "after a failure"])
+def test_optimizer_never_allocates_more_replicas_than_max_replicas(job):
+    """The cluster fits 4 replicas and the speedup model wants them all; --max-replicas
+    caps them, on the restart after a failure too (-m 1 once came back with 2)."""
+    import adaptdl_ray.aws.optimizer as optimizer
+    for max_replicas in (1, 2, 3):
+        assert len(optimizer.optimize(job, _Cluster, max_replicas)) <= max_replicas
+    assert optimizer.optimize(job, _Cluster, 1) == ["10.0.0.5"]
 
 
 def test_zero_resources_are_dropped_from_replica_requirements():

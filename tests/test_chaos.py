@@ -247,6 +247,7 @@ def test_a_killed_adaptdl_replica_resumes_from_its_epoch_checkpoint(cluster, tmp
     assert "generation 1: 1 replica(s), 2 epoch(s) done before" in text  # from the checkpoint
     # each epoch trained to its end once: 0 and 1 by the first generation, 2 by the second
     assert [(e["epoch"], e["restarts"]) for e in summary["history"]] == [(0, 0), (1, 0), (2, 1)]
+    assert summary["replicas_per_epoch"] == [1] * epochs  # -m 1 held, on the restart too
     assert summary["restarts"] == 1 and summary["final_test_accuracy"] > 0.5
     assert adaptdl_replica_dirs() <= dirs_before  # the launcher removed its replicas' dirs
     report(capsys, f"AdaptDL replica killed 3 s into epoch 2 of {epochs}: resumed at the start "

@@ -325,34 +325,38 @@ def _fix_replica_failure(controller) -> None:
 
 @fixes("adaptdl_ray.aws.optimizer")
 def _fix_optimizer_allocation(optimizer) -> None:
-    """adaptdl_ray/aws/optimizer.py builds `[(nodes[0]) * count]`: when a node fits several
-    replicas it concatenates the IP string ("10.0.0.510.0.0.5") instead of repeating it; the
-    allocation then has fewer entries than replicas and optimize() raises IndexError inside
-    the controller's reschedule task, which ends rescheduling for good. This copy fixes that
-    line and keeps upstream's policy; the controller imports `optimize` after this ran."""
+    """Two fixes to adaptdl_ray/aws/optimizer.py's optimize(job, cluster, max_cluster_size):
+    - it builds `[(nodes[0]) * count]`: when a node fits several replicas it concatenates
+      the IP string ("10.0.0.510.0.0.5") instead of repeating it; the allocation then has
+      fewer entries than replicas and optimize() raises IndexError inside the controller's
+      reschedule task, which ends rescheduling for good;
+    - it caps the *nodes* it considers at max_cluster_size (upstream runs one replica per
+      node), not the replicas: once a node fits several, or the cluster has more nodes than
+      that, it allocated more replicas than --max-replicas allows (seen after a replica
+      failure: a job launched with -m 1 came back with 2).
+    This copy takes max_cluster_size (the launcher's --max-replicas) as the most replicas,
+    and keeps upstream's policy; the controller imports `optimize` after this ran."""
     np = optimizer.np
 
     def optimize(job, cluster, max_cluster_size):
+        max_replicas = max(int(max_cluster_size), 1)
         hints = job.hints
         if not hints:
             return ["adaptdl_virtual_node_0"]
         existing_nodes = cluster.get_nodes()
-        nodes = ([node["NodeManagerAddress"] for node in existing_nodes]
-                 + [f"adaptdl_virtual_node_{i}"
-                    for i in range(max_cluster_size - len(existing_nodes))])
-        node_resources = {node["NodeManagerAddress"]: node["Resources"]
-                          for node in existing_nodes}
         job_resources = cluster.worker_resources
 
-        # Every replica each node can hold, node by node (a virtual node holds one).
+        # Every replica each node can hold; then one per virtual node (a node the
+        # autoscaler may add) up to the cap; never more than --max-replicas in all.
         allocation = []
-        for node in nodes:
-            resources = node_resources.get(node, job_resources)
+        for node in existing_nodes:
+            resources = node["Resources"]
             fits = int(min(resources.get(name, 0.0) / amount
                            for name, amount in job_resources.items()))
-            allocation += [node] * fits  # upstream: [(node) * fits]
-        if not allocation:
-            return []
+            allocation += [node["NodeManagerAddress"]] * fits  # upstream: [(node) * fits]
+        allocation += [f"adaptdl_virtual_node_{i}"
+                       for i in range(max_replicas - len(allocation))]
+        allocation = allocation[:max_replicas]
 
         # Upstream's policy: the most replicas whose speedup per node stays above half the
         # one-replica speedup, adopted only if it beats the current speedup by 5%.
@@ -361,7 +365,8 @@ def _fix_optimizer_allocation(optimizer) -> None:
         workers = np.arange(1, len(allocation) + 1)
         speedups = speedup_fn(workers, workers)
         # none run right after a failed generation was stopped: the count it had
-        current_replicas = len(job._worker_tasks) or getattr(job, "_kit_replicas", 1)
+        current_replicas = min(len(job._worker_tasks) or getattr(job, "_kit_replicas", 1),
+                               len(allocation))
         current_speedup = speedups[current_replicas - 1]
         best_replicas, best_speedup, nodes_used = 0, 0.0, set()
         for worker, speedup in enumerate(speedups):
