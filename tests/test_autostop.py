@@ -12,7 +12,7 @@ import yaml
 from moto import mock_aws
 
 from conftest import REPO, load_example, make, report
-from scripts.node.autostop import seconds_left, terminate_tagged
+from scripts.node.autostop import seconds_left, teardown_aws, terminate_tagged
 from scripts.build import build, build_text
 from scripts.providers.local import cluster_processes
 
@@ -51,6 +51,47 @@ def test_teardown_terminates_every_instance_of_the_cluster_and_nothing_else():
     assert all(states[i] == "terminated" for i in ours + stopped)
     assert all(states[i] == "running" for i in others)
     assert terminate_tagged(ec2, "hetero") == []  # nothing left: a second run does nothing
+
+
+@mock_aws
+def test_teardown_stops_the_heads_autoscaler_before_it_terminates_an_instance():
+    """A stand-in of the head's autoscaler tops the cluster up to min_workers (2) whenever
+    it looks, while it runs (Ray's does every 5 s); here it looks right after each
+    terminate call. Stopped first, it relaunches nothing: no instance of the cluster is
+    left billing. Terminated first, it would relaunch both workers."""
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    tags = {"ray-kit-cluster": "hetero", "ray-node-type": "worker"}
+
+    def launch(count: int) -> None:
+        ec2.run_instances(ImageId=image, MinCount=count, MaxCount=count, InstanceType="c5.large",
+                          TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                              {"Key": k, "Value": v} for k, v in tags.items()]}])
+
+    def live(node_type: str | None = None) -> list[str]:
+        filters = [{"Name": "tag:ray-kit-cluster", "Values": ["hetero"]},
+                   {"Name": "instance-state-name", "Values": ["pending", "running"]}]
+        filters += [{"Name": "tag:ray-node-type", "Values": [node_type]}] if node_type else []
+        return [i["InstanceId"] for r in ec2.describe_instances(Filters=filters)["Reservations"]
+                for i in r["Instances"]]
+
+    launch(3)
+    autoscaler = {"running": True}
+    terminate = ec2.terminate_instances
+
+    def terminate_then_the_autoscaler_looks(**kwargs):
+        result = terminate(**kwargs)
+        if autoscaler["running"] and len(live("worker")) < 2:
+            launch(2 - len(live("worker")))
+        return result
+
+    def stop_ray() -> str:
+        autoscaler["running"] = False
+        return "ray stopped"
+
+    ec2.terminate_instances = terminate_then_the_autoscaler_looks
+    assert len(teardown_aws(ec2, "hetero", stop_ray)) == 3
+    assert live() == []
 
 
 def test_the_aws_head_starts_the_watchdog_with_the_clusters_tag_and_region():

@@ -6,8 +6,9 @@ Ray's job API. A job PENDING or RUNNING holds the cluster up; once none has been
 limit (counted from the last job's end, or from the watchdog's start), it tears the whole
 cluster down and exits:
 
-  aws    every instance carrying the cluster's `ray-kit-cluster` tag in its region,
-         its own head included (terminate_tagged; the head's IAM policy allows exactly that)
+  aws    Ray on the head first (its autoscaler would relaunch workers), then every
+         instance carrying the cluster's `ray-kit-cluster` tag in its region, its own
+         head included (terminate_tagged; the head's IAM policy allows exactly that)
 
 While the job API cannot be reached, no job is seen to start: the clock runs on from the
 last one seen, so a head whose dashboard died does not bill forever either.
@@ -20,6 +21,7 @@ kit: `make up` on AWS ships scripts/node/ alone to the nodes.
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 
@@ -82,11 +84,33 @@ def terminate_tagged(ec2, cluster_name: str) -> list[str]:
     return ids
 
 
+def stop_ray_here() -> str:
+    """Stop Ray on this node, the head. On the head instance every Ray process is this
+    cluster's (the watchdog runs beside them in the head's container), so `ray stop` is
+    the way here, as `ray down` does; never on a machine shared with other clusters."""
+    try:
+        done = subprocess.run(["ray", "stop", "--force"], capture_output=True, text=True,
+                              timeout=120)
+        return f"autostop: ray stop on the head exited {done.returncode}"
+    except (OSError, subprocess.TimeoutExpired) as e:  # terminate all the same
+        return f"autostop: ray stop on the head failed ({type(e).__name__}); terminating anyway"
+
+
+def teardown_aws(ec2, cluster_name: str, stop_ray=stop_ray_here) -> list[str]:
+    """Ray first, then the instances. While the head's autoscaler runs it re-lists the
+    cluster's pending and running instances every 5 s and tops it back up to min_workers:
+    terminated first, the workers could be relaunched in the seconds the head takes to
+    shut down, and nobody would stop those. With Ray stopped, one sweep of the tag
+    terminates everything, this head included. Returns the instance ids terminated."""
+    print(stop_ray(), flush=True)
+    return terminate_tagged(ec2, cluster_name)
+
+
 def aws_teardown(cluster_name: str, region: str):
     def teardown() -> None:
         import boto3
 
-        ids = terminate_tagged(boto3.client("ec2", region_name=region), cluster_name)
+        ids = teardown_aws(boto3.client("ec2", region_name=region), cluster_name)
         print(f"autostop: terminated {', '.join(ids) or 'nothing'}", flush=True)
     return teardown
 
