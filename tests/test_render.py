@@ -218,3 +218,14 @@ def test_a_preprocessing_gpu_head_keeps_a_vcpu_per_gpu_and_one_for_ray():
     head = config["available_node_types"][aws.HEAD_TYPE]["resources"]
     vcpus, gpus = head["CPU"], head["GPU"]
     assert head["preprocess"] == vcpus - gpus - 1
+
+
+def test_gpu_nodes_install_nvml_and_cpu_only_nodes_do_not():
+    """torch.cuda.utilization needs nvidia-ml-py, which the Ray image lacks: without it the
+    ViT job's GPU figure is missing on AWS."""
+    pin = next(line.split()[0] for line in (REPO / "requirements.txt").read_text().splitlines()
+               if line.startswith("nvidia-ml-py=="))
+    config = build("hetero").config
+    assert any(pin in command for command in config["head_setup_commands"])
+    worker = config["available_node_types"]["cpu_worker"]["worker_setup_commands"]
+    assert not any("nvidia-ml-py" in command for command in worker)

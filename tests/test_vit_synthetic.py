@@ -13,7 +13,7 @@ from scripts.core.submit import result_line
 
 sys.path.insert(0, str(REPO / "jobs" / "vit_synthetic"))
 from diagnosis import DATA_BOUND_WAIT_FRACTION, diagnose  # noqa: E402
-from main import parse_args  # noqa: E402
+from main import GpuUtilization, parse_args, warnings_of  # noqa: E402
 from pipeline import Preprocess, build_transform, make_images  # noqa: E402
 
 
@@ -76,6 +76,30 @@ def test_diagnosis_a_gpu_seldom_busy_without_waiting_for_data_is_host_bound():
     assert diagnose(**args, gpu_busy=0.9)["verdict"] == "compute-bound"  # the GPU is the limit
     waiting = dict(args, mean_wait_s=0.1)  # waiting for data: data-bound, whatever the GPU
     assert diagnose(**waiting, gpu_busy=0.19)["verdict"] == "data-bound"
+
+
+def test_diagnosis_on_a_gpu_without_nvml_says_it_cannot_tell_instead_of_compute_bound():
+    args = dict(mean_step_s=0.185, mean_wait_s=0.001, mean_compute_s=0.184, images_per_step=64,
+                preprocess_s_per_image=0.02, preprocess_cpus=14, worker_type="cpu_worker",
+                cpus_per_worker=16)
+    d = diagnose(**args, gpu_busy=None, on_gpu=True)
+    assert d["verdict"] == "not-data-bound" and d["add_cpus"] == 0
+    assert "could not be read (NVML)" in d["text"] and "faster GPU would" not in d["text"]
+    assert diagnose(**args, gpu_busy=None)["verdict"] == "compute-bound"  # a CPU trainer
+
+
+def test_a_gpu_utilization_that_cannot_be_read_is_a_warning_not_a_dead_thread():
+    """On this machine NVML has no GPU to read: the sampler keeps the error, stops, and the
+    summary carries one warning line naming it and the fix."""
+    import torch
+
+    sampler = GpuUtilization(torch.device("cuda:0"))
+    sampler.thread.join(timeout=10)
+    assert not sampler.thread.is_alive() and sampler.error
+    assert sampler.stop() is None
+    (warning,) = warnings_of({"gpu_utilization_error": sampler.error})
+    assert "GPU's utilization is missing" in warning and "nvidia-ml-py" in warning
+    assert warnings_of({"gpu_utilization_error": None}) == []
 
 
 @pytest.mark.parametrize("flags,message", [

@@ -16,12 +16,14 @@ GPU_HOST_BOUND_BUSY = 0.5
 
 def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, images_per_step: int,
              preprocess_s_per_image: float, preprocess_cpus: float,
-             worker_type: str, cpus_per_worker: float, gpu_busy: float | None = None) -> dict:
+             worker_type: str, cpus_per_worker: float, gpu_busy: float | None = None,
+             on_gpu: bool = False) -> dict:
     """mean_step_s: wall time per step (wait + compute); mean_compute_s: the trainer's
     compute per step had it the hardware to itself (GPU: wall time; CPU: its CPU time);
     preprocess_s_per_image: CPU seconds one preprocessing CPU spends per image;
     preprocess_cpus: CPUs Ray Data may use; gpu_busy: the GPU's mean utilization while
-    training (NVML), None without a GPU."""
+    training (NVML), None without a GPU or where NVML could not be read; on_gpu: the
+    trainer ran on a GPU (then a missing gpu_busy leaves compute vs host-bound open)."""
     wait_fraction = mean_wait_s / mean_step_s if mean_step_s > 0 else 0.0
     compute_s = max(mean_compute_s, 1e-9)
     demand = images_per_step / compute_s            # images/s the trainer could consume
@@ -32,6 +34,7 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
     more_nodes = math.ceil(more_cpus / cpus_per_worker) if cpus_per_worker > 0 else 0
     data_bound = wait_fraction > DATA_BOUND_WAIT_FRACTION
     host_bound = not data_bound and gpu_busy is not None and gpu_busy < GPU_HOST_BOUND_BUSY
+    unknown = not data_bound and on_gpu and gpu_busy is None
     if data_bound:
         text = (f"DATA-BOUND: the trainer waits for data {wait_fraction:.0%} of each step. "
                 f"It could consume {demand:.1f} images/s; one CPU preprocesses "
@@ -45,13 +48,19 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
                 "kernel launches and host-to-device copies bound each step, not the GPU. "
                 "Neither more CPU workers nor a faster GPU would help; larger batches, mixed "
                 "precision or torch.compile would.")
+    elif unknown:
+        text = (f"NOT DATA-BOUND: the trainer waits for data only {wait_fraction:.0%} of each "
+                "step, so more CPU workers would not help. The GPU's utilization could not be "
+                "read (NVML), so whether its GPU or its host side (Python, launches, copies) "
+                "bounds each step is unknown: install nvidia-ml-py on the GPU node.")
     else:
         text = (f"COMPUTE-BOUND: the trainer waits for data only {wait_fraction:.0%} of each "
                 f"step; preprocessing can deliver {supply:.1f} images/s against the "
                 f"{demand:.1f} images/s the trainer consumes. More CPU workers would not help; "
                 "a faster GPU (or more of them) would.")
     return {
-        "verdict": "data-bound" if data_bound else "trainer-host-bound" if host_bound else "compute-bound",
+        "verdict": ("data-bound" if data_bound else "trainer-host-bound" if host_bound
+                    else "not-data-bound" if unknown else "compute-bound"),
         "gpu_busy": gpu_busy,
         "data_wait_fraction": wait_fraction,
         "trainer_images_per_s": demand,

@@ -153,6 +153,7 @@ def train_loop(config: dict) -> None:
         "train_s": last - start,
         "trainer_cpu_s": time.process_time() - cpu_start,
         "gpu_utilization": gpu_busy.stop() if gpu_busy else None,
+        "gpu_utilization_error": (gpu_busy.error or "no sample") if gpu_busy and not gpu_busy.samples else None,
         "warmup_s": steps_s[0] if steps_s else 0.0,
         "mean_step_s": float(np.mean(steps_s[steady])),
         "mean_data_wait_s": float(np.mean(waits[steady])),
@@ -216,18 +217,24 @@ def load_checkpoint(model, optimizer) -> dict | None:
 
 class GpuUtilization:
     """The GPU's mean utilization (NVML, as nvidia-smi shows it) while training: a thread
-    samples it every 0.1 s. The one way to see a starved GPU from its own side."""
+    samples it every 0.1 s. The one way to see a starved GPU from its own side. Where NVML
+    cannot be read (nvidia-ml-py missing, no driver library), the first sample's error is
+    kept in `error` and the figure is None: the summary warns instead of guessing."""
 
     def __init__(self, device):
         import threading
 
         import torch
 
-        self.samples, self.stopped = [], threading.Event()
+        self.samples, self.stopped, self.error = [], threading.Event(), None
 
         def sample():
             while not self.stopped.wait(0.1):
-                self.samples.append(torch.cuda.utilization(device))
+                try:
+                    self.samples.append(torch.cuda.utilization(device))
+                except Exception as e:  # noqa: BLE001 (any failure: no figure, said once)
+                    self.error = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                    return
         self.thread = threading.Thread(target=sample, daemon=True)
         self.thread.start()
 
@@ -432,7 +439,9 @@ def main(argv=None) -> int:
             mean_compute_s=metrics["mean_trainer_compute_s"], images_per_step=images_per_step,
             preprocess_s_per_image=metrics["preprocess_s_per_image"],
             preprocess_cpus=shape["preprocess_cpus"], worker_type=shape["worker_type"],
-            cpus_per_worker=shape["cpus_per_worker"] or 1, gpu_busy=metrics["gpu_utilization"]),
+            cpus_per_worker=shape["cpus_per_worker"] or 1, gpu_busy=metrics["gpu_utilization"],
+            on_gpu=metrics["device"].startswith("cuda")),
+        "warnings": warnings_of(metrics),
     }
     print_summary(summary)
     path = Path(os.path.expanduser(args.results))
@@ -441,6 +450,16 @@ def main(argv=None) -> int:
     print(f"summary written to {path}")
     print("RESULT " + json.dumps(summary), flush=True)
     return 0
+
+
+def warnings_of(metrics: dict) -> list[str]:
+    """Figures the summary lacks, each in one line (printed, and kept in the summary)."""
+    if metrics.get("gpu_utilization_error"):
+        return [f"the GPU's utilization is missing: NVML could not be read "
+                f"({metrics['gpu_utilization_error']}); trainer_utilization falls back to the busy "
+                "share of each step, and the diagnosis cannot tell a busy GPU from a host-bound "
+                "trainer. Install nvidia-ml-py (requirements.txt pins it) on the GPU node."]
+    return []
 
 
 def print_summary(s: dict) -> None:
@@ -466,6 +485,8 @@ def print_summary(s: dict) -> None:
     if s["retried_preprocessing_tasks"]:
         print(f"retried work     {s['retried_preprocessing_tasks']} preprocessing task(s) "
               f"of {s['batch_size']} images re-run")
+    for warning in s["warnings"]:
+        print(f"WARNING          {warning}")
     print(f"diagnosis        {s['diagnosis']['text']}\n")
 
 

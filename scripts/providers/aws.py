@@ -57,6 +57,9 @@ BOOT_VOLUME_TYPES = ("gp2", "gp3", "io1", "io2", "standard")
 # Packages the jobs import on the cluster's nodes; their pins come from requirements.txt.
 JOB_PACKAGES = ("torch", "torchvision", "timm", "autograd", "pandas", "portpicker",
                 "scipy", "semver", "pymoo", "setuptools")
+# ...and on GPU nodes only: NVML's bindings, which torch.cuda.utilization needs (the Ray
+# image lacks them); without them the ViT job cannot tell a busy GPU from a host-bound one.
+GPU_JOB_PACKAGES = ("nvidia-ml-py",)
 NODEPS_REQUIREMENTS = REPO / "jobs" / "adaptdl_mnist" / "requirements-nodeps.txt"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own CPU-only wheels
 CONTAINER_USER = "1000:100"  # the `ray` user and `users` group of Ray's Docker images
@@ -337,7 +340,8 @@ def job_setup_commands(gpu: bool) -> list[str]:
     (measured in .venv), pulled on every worker boot for nothing. `torch==X` then counts
     as satisfied by the CPU build (X+cpu), so the second command installs only the rest."""
     pins = pinned_requirements(REPO / "requirements.txt")
-    missing = [p for p in JOB_PACKAGES if p not in pins]
+    packages = JOB_PACKAGES + (GPU_JOB_PACKAGES if gpu else ())
+    missing = [p for p in packages if p not in pins]
     if missing:
         raise KitError(f"requirements.txt: no pinned version for {', '.join(missing)}")
     nodeps = pinned_requirements(NODEPS_REQUIREMENTS).values()
@@ -345,7 +349,7 @@ def job_setup_commands(gpu: bool) -> list[str]:
         f"pip install -q --no-cache-dir --index-url {TORCH_CPU_INDEX} "
         + shlex.join([pins["torch"], pins["torchvision"]])]
     return commands + [
-        "pip install -q --no-cache-dir " + shlex.join(pins[p] for p in JOB_PACKAGES),
+        "pip install -q --no-cache-dir " + shlex.join(pins[p] for p in packages),
         "pip install -q --no-cache-dir --no-deps " + shlex.join(nodeps),
     ]
 
