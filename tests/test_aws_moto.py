@@ -289,7 +289,7 @@ def stubbed_quotas(limits: dict[str, float]):
     return client, stub
 
 
-def test_preflight_counts_vcpus_at_max_workers_and_what_runs_against_each_quota(hetero_values):
+def test_preflight_refuses_a_quota_below_min_workers_and_notes_one_below_max_workers(hetero_values):
     from scripts.core.errors import KitError
 
     with mock_aws():
@@ -302,14 +302,24 @@ def test_preflight_counts_vcpus_at_max_workers_and_what_runs_against_each_quota(
         stub.assert_no_pending_responses()
         text = str(error.value)
         assert ("vCPU quota 'Running On-Demand G and VT instances' (L-DB2E81BA) is 0; the mix needs "
-                "4 at max_workers and 0 already run: request 4 in the Service Quotas console") in text
-        assert "L-1216C47A" not in text  # 64 needed + 32 running fit in 96
+                "4 at min_workers and 0 already run: request at least 4 in the Service Quotas "
+                "console") in text
+        assert "L-1216C47A" not in text  # 64 needed at max_workers + 32 running fit in 96
 
-        quotas, stub = stubbed_quotas({"L-DB2E81BA": 8.0, "L-1216C47A": 64.0})
+        # 2 x c5.4xlarge (32 vCPUs) at min_workers + 32 running do not fit in 48: refused
+        quotas, stub = stubbed_quotas({"L-DB2E81BA": 8.0, "L-1216C47A": 48.0})
         with pytest.raises(KitError) as error:
             preflight_of(checked(hetero_values), quotas=quotas)
-        assert ("(L-1216C47A) is 64; the mix needs 64 at max_workers and 32 already run: "
-                "request 96") in str(error.value) and "L-DB2E81BA" not in str(error.value)
+        assert ("(L-1216C47A) is 48; the mix needs 32 at min_workers and 32 already run: "
+                "request at least 64") in str(error.value) and "L-DB2E81BA" not in str(error.value)
+
+        # 64: min_workers fit (32 + 32), max_workers (64 + 32) do not: a note, not a refusal
+        quotas, stub = stubbed_quotas({"L-DB2E81BA": 8.0, "L-1216C47A": 64.0})
+        found = preflight_of(checked(hetero_values), quotas=quotas)
+        (note,) = found["notes"]
+        assert note.startswith("vCPU quota 'Running On-Demand Standard") and "(L-1216C47A) is 64: it " \
+            "holds min_workers, but max_workers needs 64 with 32 already running" in note
+        assert "request 96" in note
 
         quotas, stub = stubbed_quotas({"L-DB2E81BA": 8.0, "L-1216C47A": 96.0})
         found = preflight_of(checked(hetero_values), quotas=quotas)

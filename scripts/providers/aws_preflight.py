@@ -8,7 +8,9 @@ only in its logs. With no zone set, the head and the workers could land in diffe
 zones, and Ray Data's images would then cross zones at a per-GB charge: the preflight
 picks one zone that offers every instance type and a usable subnet, and `make up` pins it.
 The vCPU quotas of a new account are often 0 for G and P instances: the preflight counts
-the vCPUs the mix needs at max_workers, plus what already runs, against each quota.
+the vCPUs the mix needs, plus what already runs, against each quota: an error below
+min_workers (the cluster could not come up), a note below max_workers (it could not scale
+that far).
 The AMI: `image_id: auto` is resolved from AWS's public SSM parameter; a resolved or
 pinned id must exist in the region, be x86_64, and (for a Deep Learning Base AMI, whose
 name dates the release) ship a driver that the GPU software needs.
@@ -120,10 +122,11 @@ def ami(ec2, ssm, aws: dict, problems: list[str], notes: list[str]) -> tuple:
     return image_id, name
 
 
-def vcpus_needed(values: dict) -> dict[tuple, int]:
-    """vCPUs per (family, market) with the head and max_workers of every worker type."""
+def vcpus_needed(values: dict, workers: str = "max_workers") -> dict[tuple, int]:
+    """vCPUs per (family, market) with the head and `workers` (min_workers or max_workers)
+    of every worker type."""
     need: dict[tuple, int] = {}
-    nodes = [(values["head"], 1, False)] + [(w, w["max_workers"], w["spot"])
+    nodes = [(values["head"], 1, False)] + [(w, w[workers], w["spot"])
                                             for w in values["workers"].values()]
     for node, count, spot in nodes:
         key = (family(node["instance_type"]), "spot" if spot else "on-demand")
@@ -150,9 +153,14 @@ def vcpus_running(ec2) -> dict[tuple, int]:
 
 
 def quota_problems(ec2, quotas, values: dict, notes: list[str]) -> list[str]:
+    """A quota that cannot hold the head and min_workers (plus what already runs) is an
+    error: `make up` would wait for workers that can never launch. One that holds them but
+    not max_workers is a note: the cluster comes up, and the autoscaler scales only as far
+    as the quota lets it."""
     problems = []
     running = vcpus_running(ec2)
-    for key, need in sorted(vcpus_needed(values).items()):
+    at_least, at_most = vcpus_needed(values, "min_workers"), vcpus_needed(values, "max_workers")
+    for key, most in sorted(at_most.items()):
         code, name = VCPU_QUOTAS[key]
         try:
             limit = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
@@ -160,12 +168,17 @@ def quota_problems(ec2, quotas, values: dict, notes: list[str]) -> list[str]:
             # No servicequotas:GetServiceQuota right, say: warn, do not block the launch.
             notes.append(f"quota {code} ({name}) not checked: {short(str(e), 100)[1:-1]}")
             continue
-        have = running.get(key, 0)
-        if have + need > limit:
+        have, least = running.get(key, 0), at_least.get(key, 0)
+        if have + least > limit:
             problems.append(
-                f"vCPU quota '{name}' ({code}) is {limit:g}; the mix needs {need} at max_workers and "
-                f"{have} already run: request {have + need:g} in the Service Quotas console (Amazon "
-                f"EC2, {code}), or lower max_workers")
+                f"vCPU quota '{name}' ({code}) is {limit:g}; the mix needs {least} at min_workers and "
+                f"{have} already run: request at least {have + least:g} in the Service Quotas console "
+                f"(Amazon EC2, {code}), or lower min_workers")
+        elif have + most > limit:
+            notes.append(
+                f"vCPU quota '{name}' ({code}) is {limit:g}: it holds min_workers, but max_workers "
+                f"needs {most} with {have} already running, so the autoscaler cannot scale that far; "
+                f"request {have + most:g} in the Service Quotas console (Amazon EC2, {code}) to let it")
     return problems
 
 
