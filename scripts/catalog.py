@@ -67,6 +67,29 @@ def gpu_driver_needed() -> tuple[int, str]:
     return max(torch_needs, image_needs), why
 
 
+# The oldest GPU architecture the pinned torch build ships kernels for: torch 2.14.1+cu130's
+# torch.cuda.get_arch_list() is sm_75, sm_80, sm_86, sm_90, sm_100, sm_120 (read on this
+# build machine; tests/test_render.py reads it again). On an older GPU torch imports, then
+# fails at the first kernel ("no kernel image is available"), after the bill has started.
+TORCH_MIN_COMPUTE_CAPABILITY = (7, 5)
+# Compute capability per GPU model: NVIDIA's list of CUDA GPUs (developer.nvidia.com/cuda-gpus).
+GPU_COMPUTE_CAPABILITY = {"T4": (7, 5), "A10G": (8, 6), "L4": (8, 9), "V100": (7, 0),
+                          "A100": (8, 0), "H100": (9, 0)}
+
+
+def gpu_support_problem(instance_type: str) -> str | None:
+    """Why the pinned torch build cannot use this type's GPU; None where it can (or no GPU)."""
+    model = INSTANCE_TYPES[instance_type].gpu_model
+    if model is None:
+        return None
+    major, minor = GPU_COMPUTE_CAPABILITY[model]
+    need = TORCH_MIN_COMPUTE_CAPABILITY
+    if (major, minor) >= need:
+        return None
+    return (f"its {model} (compute capability {major}.{minor}) is older than the pinned torch "
+            f"CUDA {TORCH_CUDA} build supports (sm_{need[0]}{need[1]} and newer)")
+
+
 @dataclass(frozen=True)
 class InstanceType:
     vcpus: int

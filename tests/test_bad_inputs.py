@@ -3,6 +3,7 @@
 YAML structure or shell code. Values-file cases run through the kit's own CLI (kit.main)
 on edited copies of the example files; Make-variable cases run through `make` itself."""
 
+import json
 import os
 import subprocess
 import sys
@@ -466,3 +467,78 @@ def test_every_string_field_refuses_injection(cluster, path, is_key):
             build_text(cluster, yaml.safe_dump(values).encode())
         assert "\n" not in str(refused.value)
     assert not os.path.exists("/tmp/raykit-pwned")
+
+
+# --- the price-performance surfaces: plan, bench FROM=, the JSON the kit writes ---------
+
+EXTREME_NUMBERS = [10 ** 400, 1e308, 5e-324, -0.0]
+
+
+@pytest.mark.parametrize("figure", EXTREME_NUMBERS, ids=repr)
+def test_extreme_profile_figures_are_one_line_naming_the_figure(tmp_path, capsys, figure):
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"trainer_images_per_s": figure, "preprocess_images_per_s_per_cpu": 5}))
+    assert kit.main(["plan", "--profile", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: trainer images/s: ")
+
+
+@pytest.mark.parametrize("field", ["usd_per_hour", "mean_step_s", "images_per_s"])
+@pytest.mark.parametrize("figure", EXTREME_NUMBERS, ids=repr)
+def test_extreme_bench_rows_are_one_line_naming_the_field(tmp_path, capsys, field, figure):
+    row = {"name": "a", "usd_per_hour": 1.0, "mean_step_s": 0.1} | {field: figure}
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps([row]))
+    assert kit.main(["bench", "--from", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"rows[0].{field}" in err
+
+
+def test_a_plan_that_no_values_file_can_hold_is_refused_not_searched_for_ever(capsys):
+    """10^7 images/s fed at 0.001 per vCPU: billions of vCPUs; refused at once."""
+    args = "--trainer-images-per-s 10000000 --cpu-images-per-s 0.001 --write toobig"
+    assert kit.main(["plan", "--args", args]) == 2
+    err = capsys.readouterr().err
+    assert "more than 100 workers of any CPU type hold" in err
+    assert not (REPO / "cluster_templates" / "toobig.yaml").exists()
+
+
+def test_a_null_figure_in_a_profile_names_its_key(tmp_path, capsys):
+    path = tmp_path / "summary.json"
+    path.write_text('{"trainer_images_per_s": null, "preprocess_images_per_s_per_cpu": 5}')
+    assert kit.main(["plan", "--profile", str(path)]) == 2
+    assert "trainer_images_per_s is null" in capsys.readouterr().err
+
+
+def test_plan_help_is_documented_and_answers(capsys):
+    assert kit.main(["plan", "--args=--help"]) == 0
+    assert "--trainer-images-per-s" in capsys.readouterr().out
+
+
+def test_repeated_row_names_are_refused(tmp_path, capsys):
+    path = tmp_path / "rows.json"
+    row = {"name": "a", "usd_per_hour": 1.0, "mean_step_s": 0.1}
+    path.write_text(json.dumps([row, dict(row, mean_step_s=0.2)]))
+    assert kit.main(["bench", "--from", str(path)]) == 2
+    assert "rows[1].name: 'a' names rows[0] too" in capsys.readouterr().err
+
+
+def test_what_the_kit_writes_as_json_it_reads_back(tmp_path):
+    """A job summary may hold Infinity (a rate over a zero time): the kit's copy in
+    build/results/ is standard JSON, which `make plan PROFILE=` reads."""
+    from scripts.core.inputs import json_text, read_json
+    from scripts.core.submit import keep_result
+
+    keep_result(tmp_path, "job-1", "vit_synthetic", [], 0,
+                {"trainer_images_per_s": float("inf"), "steps": [1.0, float("nan")]})
+    kept = read_json("PROFILE", str(tmp_path / "job-1.json"), "")
+    assert kept["result"] == {"trainer_images_per_s": None, "steps": [1.0, None]}
+    assert json.loads(json_text({"a": float("-inf")})) == {"a": None}
+
+
+def test_the_vit_jobs_summary_is_standard_json():
+    sys.path.insert(0, str(REPO / "jobs" / "vit_synthetic"))
+    from main import finite
+
+    assert json.dumps(finite({"d": {"rate": float("inf")}, "x": [float("nan"), 2.0]}),
+                      allow_nan=False) == '{"d": {"rate": null}, "x": [null, 2.0]}'

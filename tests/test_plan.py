@@ -177,10 +177,10 @@ def test_make_plan_reads_a_saved_job_summary(tmp_path):
 
 BAD_PROFILES = [
     ("missing field", {"trainer_images_per_s": 90}, "no trainer_images_per_s and preprocess_images_per_s_per_cpu"),
-    ("zero rate", {"trainer_images_per_s": 0, "preprocess_images_per_s_per_cpu": 5}, "trainer images/s: 0 is not a positive"),
-    ("negative rate", {"trainer_images_per_s": 9, "preprocess_images_per_s_per_cpu": -5}, "CPU images/s per vCPU: -5 is not a positive"),
-    ("string rate", {"trainer_images_per_s": "9", "preprocess_images_per_s_per_cpu": 5}, "trainer images/s: '9' is not a positive"),
-    ("boolean rate", {"trainer_images_per_s": True, "preprocess_images_per_s_per_cpu": 5}, "trainer images/s: True is not a positive"),
+    ("zero rate", {"trainer_images_per_s": 0, "preprocess_images_per_s_per_cpu": 5}, "trainer images/s: 0 is not a number of images/s"),
+    ("negative rate", {"trainer_images_per_s": 9, "preprocess_images_per_s_per_cpu": -5}, "CPU images/s per vCPU: -5 is not a number of images/s"),
+    ("string rate", {"trainer_images_per_s": "9", "preprocess_images_per_s_per_cpu": 5}, "trainer images/s: '9' is not a number of images/s"),
+    ("boolean rate", {"trainer_images_per_s": True, "preprocess_images_per_s_per_cpu": 5}, "trainer images/s: True is not a number of images/s"),
     ("infinite rate", '{"trainer_images_per_s": Infinity, "preprocess_images_per_s_per_cpu": 5}', "not JSON"),
     ("not JSON", "trainer: 5", "not JSON"),
     ("a list", "[1, 2]", "no trainer_images_per_s"),
@@ -198,8 +198,8 @@ def test_bad_profiles_get_one_line_errors(tmp_path, name, body, message):
 BAD_ARGS = [
     ("unknown type", "--gpu-instance g9.huge --trainer-images-per-s 9 --cpu-images-per-s 1", "not a GPU type"),
     ("a CPU type as the GPU", "--gpu-instance c5.4xlarge --trainer-images-per-s 9 --cpu-images-per-s 1", "not a GPU type"),
-    ("negative figure", "--trainer-images-per-s -3 --cpu-images-per-s 1", "-3.0 is not a positive"),
-    ("NaN figure", "--trainer-images-per-s nan --cpu-images-per-s 1", "nan is not a positive"),
+    ("negative figure", "--trainer-images-per-s -3 --cpu-images-per-s 1", "-3.0 is not a number of images/s"),
+    ("NaN figure", "--trainer-images-per-s nan --cpu-images-per-s 1", "nan is not a number of images/s"),
     ("not a number", "--trainer-images-per-s lots --cpu-images-per-s 1", "invalid float value: 'lots'"),
     ("no figures at all", "", "plan needs a profile"),
     ("unknown flag", "--gpus 4", "unrecognized arguments: --gpus 4"),

@@ -9,6 +9,7 @@ CPU workers (in a heterogeneous mix) declare, so they never take the trainer's C
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -446,10 +447,23 @@ def main(argv=None) -> int:
     print_summary(summary)
     path = Path(os.path.expanduser(args.results))
     path.parent.mkdir(parents=True, exist_ok=True)
+    summary = finite(summary)  # standard JSON: the kit refuses Infinity when it reads it back
     path.write_text(json.dumps(summary, indent=2))
     print(f"summary written to {path}")
     print("RESULT " + json.dumps(summary), flush=True)
     return 0
+
+
+def finite(value):
+    """The summary with each non-finite number (a rate over a time measured as zero, say)
+    as None: JSON has no Infinity, and `make plan PROFILE=` reads the summary strictly."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
 
 
 def warnings_of(metrics: dict) -> list[str]:

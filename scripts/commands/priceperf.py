@@ -1,6 +1,5 @@
 """Price-performance commands: cost, plan, bench."""
 
-import json
 import time
 
 import yaml
@@ -10,7 +9,7 @@ from scripts.build import build
 from scripts.commands.jobs import run_once
 from scripts.commands.lifecycle import refuse_if_up
 from scripts.core.errors import KitError
-from scripts.core.inputs import check_name, parse_timeout, split_args
+from scripts.core.inputs import check_name, json_text, parse_timeout, split_args
 from scripts.core.paths import BENCH, TEMPLATES
 from scripts.pricing import bench_table as bench
 from scripts.pricing import planner
@@ -33,7 +32,7 @@ def cmd_plan(a) -> int:
     if options.write:
         write_plan(options.write, chosen, options.region)
     if options.json:
-        print(json.dumps(planner.plan_json(chosen, ranked)))
+        print(json_text(planner.plan_json(chosen, ranked), indent=None))
         return 0
     reserved = catalog.INSTANCE_TYPES[chosen.head].vcpus - catalog.preprocess_vcpus(chosen.head)
     print(f"profile: {profile.gpu_instance} trains {profile.trainer_images_per_s:g} images/s "

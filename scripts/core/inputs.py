@@ -104,6 +104,21 @@ def job_id(text: str) -> str:
     return text
 
 
+def json_text(value, indent: int | None = 2) -> str:
+    """JSON as the kit writes it: standard JSON only. A non-finite number (a rate over a
+    time measured as zero) becomes null, so that every file the kit writes reads back
+    through read_json, which refuses NaN and Infinity."""
+    def finite(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [finite(x) for x in v]
+        return v
+    return json.dumps(finite(value), indent=indent, allow_nan=False)
+
+
 def read_json(variable: str, path_text: str, hint: str, max_bytes: int = 1 << 20):
     """The JSON in the file a Make variable names (PROFILE, FROM): a regular file of at
     most max_bytes, strict JSON (no NaN or Infinity); anything else is one error line

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 from scripts.core.errors import KitError, short
-from scripts.core.inputs import job_dir
+from scripts.core.inputs import job_dir, json_text
 from scripts.core.ray_cli import use_auth_in_this_process
 from scripts.core.state import write_atomic
 
@@ -80,8 +80,8 @@ def keep_result(results_dir: Path, submission_id: str, job: str, args: list[str]
     """A copy of the job's summary on this machine, even when the job ran on AWS."""
 
     path = results_dir / f"{submission_id}.json"
-    write_atomic(path, json.dumps({"submission_id": submission_id, "job": job, "args": args,
-                                   "exit_code": code, "result": result}, indent=2) + "\n", 0o644)
+    write_atomic(path, json_text({"submission_id": submission_id, "job": job, "args": args,
+                                  "exit_code": code, "result": result}) + "\n", 0o644)
     print(f"summary kept in {path}", flush=True)
 
 

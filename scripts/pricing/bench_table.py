@@ -23,14 +23,12 @@ scripts/pricing/formulas.py's, so a measured row and a published one mean the sa
 """
 
 import csv
-import json
-import math
 import re
 import time
 from pathlib import Path
 
 from scripts.core.errors import KitError, short
-from scripts.core.inputs import check_name, read_json
+from scripts.core.inputs import check_name, json_text, read_json
 from scripts.pricing.formulas import cost_change, usd_per_100_steps, usd_per_million_images
 from scripts.pricing.planner import predicted_images_per_s
 
@@ -103,7 +101,13 @@ def read_rows(path_text: str) -> list[dict]:
         data = data["rows"]
     if not isinstance(data, list) or not 1 <= len(data) <= MAX_ROWS:
         raise KitError(f"FROM={short(path_text)}: not a list of 1 to {MAX_ROWS} rows; {hint}")
-    return [checked_row(i, row) for i, row in enumerate(data)]
+    rows = [checked_row(i, row) for i, row in enumerate(data)]
+    names = [row["name"] for row in rows]
+    for i, name in enumerate(names):
+        if name in names[:i]:  # the chart would draw both as one bar
+            raise KitError(f"FROM: rows[{i}].name: {short(name)} names rows[{names.index(name)}] "
+                           "too; give each row a name of its own")
+    return rows
 
 
 def checked_row(i: int, row) -> dict:
@@ -120,10 +124,10 @@ def checked_row(i: int, row) -> dict:
     if not isinstance(row["name"], str) or not ROW_NAME.fullmatch(row["name"]):
         raise KitError(f"{where}.name: {short(row['name'])} is not a name (letters, digits, "
                        "spaces and _.,:+()/x-, starting with a letter or digit, at most 80)")
-    number(row, "usd_per_hour", where, low=0.0)
-    number(row, "mean_step_s", where, low=0.0, open_low=True)
+    number(row, "usd_per_hour", where, low=MIN_USD_PER_HOUR, high=MAX_USD_PER_HOUR)
+    number(row, "mean_step_s", where, low=MIN_STEP_S, high=MAX_STEP_S)
     for field in ("images_per_s", "predicted_images_per_s"):
-        number(row, field, where, low=0.0, open_low=True, optional=True)
+        number(row, field, where, low=MIN_IMAGES_PER_S, high=MAX_IMAGES_PER_S, optional=True)
     for field in SHARES:
         number(row, field, where, low=0.0, high=1.0, optional=True)
     use = row.get("cpu_utilization")
@@ -137,16 +141,22 @@ def checked_row(i: int, row) -> dict:
     return {field: row.get(field) for field in FIELDS if field not in DERIVED}
 
 
-def number(row: dict, field: str, where: str, low: float, high: float = math.inf,
-           open_low: bool = False, optional: bool = False) -> None:
+# Plausible ranges of a row's figures: past them the table's arithmetic overflows or
+# underflows (a 400-digit integer has no float; 1/5e-324 is inf) and says nothing.
+MIN_USD_PER_HOUR, MAX_USD_PER_HOUR = 1e-6, 1e5  # a price of 0 would divide by zero
+MIN_STEP_S, MAX_STEP_S = 1e-6, 1e5
+MIN_IMAGES_PER_S, MAX_IMAGES_PER_S = 1e-6, 1e9
+
+
+def number(row: dict, field: str, where: str, low: float, high: float,
+           optional: bool = False) -> None:
+    """A figure within [low, high], compared as it is (no float() of a huge integer)."""
     value = row.get(field)
     if value is None and optional:
         return
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-          and (value > low if open_low else value >= low) and value <= high)
-    if not ok:
-        bound = f"{'above' if open_low else 'at least'} {low:g}" + (f" and at most {high:g}" if high != math.inf else "")
-        raise KitError(f"{where}.{field}: {short(value, 40)} is not a number {bound}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise KitError(f"{where}.{field}: {short(value, 40)} is not a number from {low:g} to "
+                       f"{high:g}")
 
 
 # --- output --------------------------------------------------------------------------
@@ -181,7 +191,7 @@ def save(rows: list[dict], bench_dir: Path) -> Path:
             continue
     else:
         raise KitError(f"could not create a new directory under {bench_dir}")
-    (out / "rows.json").write_text(json.dumps({"rows": rows}, indent=2) + "\n")
+    (out / "rows.json").write_text(json_text({"rows": rows}) + "\n")
     with open(out / "rows.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()

@@ -87,6 +87,11 @@ def missing_vcpus(profile: Profile, head: str) -> int:
             - catalog.preprocess_vcpus(head))
 
 
+# A values file holds at most this many workers of a type (worker_count in
+# cluster_templates/schema/aws.schema.yaml): a mix needing more is no plan the kit can launch.
+MAX_WORKERS_PER_TYPE = 100
+
+
 def cpu_types() -> list[str]:
     return [t for t, spec in catalog.INSTANCE_TYPES.items()
             if spec.gpus == 0 and catalog.preprocess_vcpus(t) > 0]
@@ -109,7 +114,14 @@ def options(profile: Profile, region: str) -> tuple[list[Option], Option]:
             continue
         for cpu in cpu_types():
             count = math.ceil(missing / catalog.preprocess_vcpus(cpu))
-            feeding.append(option(profile, head, [{"instance_type": cpu, "count": count}], region))
+            if count <= MAX_WORKERS_PER_TYPE:
+                feeding.append(option(profile, head, [{"instance_type": cpu, "count": count}], region))
+    if not feeding:
+        raise KitError(f"plan: feeding {profile.trainer_images_per_s:g} images/s at "
+                       f"{profile.cpu_images_per_s:g} images/s per vCPU takes "
+                       f"{vcpus_to_feed(profile.trainer_images_per_s, profile.cpu_images_per_s)} "
+                       f"preprocessing vCPUs, more than {MAX_WORKERS_PER_TYPE} workers of any CPU "
+                       "type hold; check the profile's figures")
     feeding.sort(key=lambda o: (o.usd_per_million_images, o.usd_per_hour, o.name))
     return feeding, option(profile, profile.gpu_instance, [], region)
 
@@ -122,12 +134,12 @@ def cheaper_mix_of_types(chosen: Option, profile: Profile, region: str) -> Optio
     best = None
     for first in cpu_types():
         per_first = catalog.preprocess_vcpus(first)
-        for n_first in range(1, math.ceil(missing / per_first)):
+        for n_first in range(1, min(math.ceil(missing / per_first), MAX_WORKERS_PER_TYPE + 1)):
             rest = missing - n_first * per_first
             for second in cpu_types():
-                if second == first:
-                    continue
                 n_second = math.ceil(rest / catalog.preprocess_vcpus(second))
+                if second == first or n_second > MAX_WORKERS_PER_TYPE:
+                    continue
                 mix = option(profile, chosen.head, [{"instance_type": first, "count": n_first},
                                                     {"instance_type": second, "count": n_second}], region)
                 if best is None or mix.usd_per_hour < best.usd_per_hour:
@@ -156,11 +168,19 @@ def parser() -> Parser:
     return p
 
 
+# The range of images/s a figure may take: past it the arithmetic overflows, underflows to
+# zero or asks for more nodes than any region has (a planner loop that never ends).
+MIN_IMAGES_PER_S, MAX_IMAGES_PER_S = 1e-3, 1e7
+
+
 def positive(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value <= 0:
-        raise KitError(f"{what}: {short(value)} is not a positive number of images/s; "
-                       "measure it (PROFILE=build/results/<job>.json) or pass a figure > 0")
+    """A measured rate, as data: a number (never a bool), compared before any conversion
+    (an integer of 400 digits has no float), within the planner's range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not MIN_IMAGES_PER_S <= value <= MAX_IMAGES_PER_S:
+        raise KitError(f"{what}: {short(value)} is not a number of images/s from "
+                       f"{MIN_IMAGES_PER_S:g} to {MAX_IMAGES_PER_S:g}; measure it "
+                       "(PROFILE=build/results/<job>.json) or pass such a figure")
     return float(value)
 
 
@@ -180,19 +200,29 @@ def read_profile(path_text: str) -> dict:
     return data
 
 
-def profile_from(args: list[str], profile_path: str) -> tuple[Profile, argparse.Namespace]:
+def profile_from(args: list[str], profile_path: str) -> tuple[Profile | None, argparse.Namespace]:
+    """The profile and the options; (None, options) for --help, which needs no profile."""
     a = parser().parse_args(args)
+    if a.help:
+        return None, a
     found = read_profile(profile_path) if profile_path else {}
     gpu = a.gpu_instance or "g5.xlarge"
     spec = catalog.INSTANCE_TYPES.get(gpu)
     if spec is None or not spec.gpus:
         raise KitError(f"ARGS: --gpu-instance {short(gpu)} is not a GPU type of scripts/catalog.py; "
                        f"use one such as g5.xlarge")
+    if catalog.gpu_support_problem(gpu):
+        raise KitError(f"ARGS: --gpu-instance {gpu}: {catalog.gpu_support_problem(gpu)}; "
+                       "use one such as g5.xlarge")
     if a.region not in catalog.PRICED_REGIONS:
         raise KitError(f"ARGS: --region {short(a.region)} has no prices in scripts/catalog.py; "
                        f"use one of {', '.join(catalog.PRICED_REGIONS)}")
     trainer = a.trainer_images_per_s if a.trainer_images_per_s is not None else found.get("trainer_images_per_s")
     cpu = a.cpu_images_per_s if a.cpu_images_per_s is not None else found.get("preprocess_images_per_s_per_cpu")
+    for key, figure in (("trainer_images_per_s", trainer), ("preprocess_images_per_s_per_cpu", cpu)):
+        if figure is None and key in found:
+            raise KitError(f"PROFILE={short(profile_path)}: {key} is null (the job measured no "
+                           "such figure); pass a summary of a run that trained, or the figure in ARGS")
     if trainer is None or cpu is None:
         raise KitError("plan needs a profile: PROFILE=build/results/<id>.json, or "
                        "ARGS=\"--trainer-images-per-s N --cpu-images-per-s M\"")

@@ -137,6 +137,10 @@ def value_problems(values: dict) -> list[str]:
                             + " (known: scripts/catalog.py INSTANCE_TYPES; add it there)")
             continue
         problems += disk_problems(key, node["disk"], spec, volume_types, docker)
+        unsupported = catalog.gpu_support_problem(itype)
+        if unsupported:
+            problems.append(f"{key}.instance_type: {itype}: {unsupported}; pick a newer GPU "
+                            "type such as g5.xlarge (A10G) or g6.xlarge (L4)")
 
     specs = {k: catalog.INSTANCE_TYPES.get(n["instance_type"]) for k, n in nodes.items()}
     if None not in specs.values():
