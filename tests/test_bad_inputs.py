@@ -169,6 +169,10 @@ VALUE_CASES = [
     ("a local worker type its prices_as file lacks", "local_hetero", lambda v: rename(v, "workers.cpu_worker", "cruncher"),
      "workers.cruncher: hetero.yaml has no worker type 'cruncher'"),
     ("pin_cpus as a string", "local", lambda v: set_path(v, "pin_cpus", "yes"), "pin_cpus"),
+    ("a GPU older than the pinned torch supports", "single",
+     lambda v: set_path(v, "head.instance_type", "p3.2xlarge"),
+     "head.instance_type: p3.2xlarge: its V100 (compute capability 7.0) is older than the pinned "
+     "torch CUDA 13.0 build supports (sm_75 and newer)"),
     ("41 tags", "hetero", lambda v: set_path(v, "aws.tags", {f"t{i}": "x" for i in range(41)}), "aws.tags"),
     ("11 worker types", "local",
      lambda v: set_path(v, "workers", {f"w{i}": {"cpus": 1, "min_workers": 0, "max_workers": 1} for i in range(11)}),

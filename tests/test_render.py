@@ -229,3 +229,14 @@ def test_gpu_nodes_install_nvml_and_cpu_only_nodes_do_not():
     assert any(pin in command for command in config["head_setup_commands"])
     worker = config["available_node_types"]["cpu_worker"]["worker_setup_commands"]
     assert not any("nvidia-ml-py" in command for command in worker)
+
+
+def test_the_catalogs_oldest_gpu_is_the_oldest_the_installed_torch_build_ships_kernels_for():
+    """catalog.TORCH_MIN_COMPUTE_CAPABILITY is read off the pinned torch build: if torch's
+    pin moves, this says whether the supported GPUs moved with it."""
+    import torch
+
+    oldest = min(int(arch.split("_")[1]) for arch in torch.cuda.get_arch_list() if arch.startswith("sm_"))
+    assert oldest == int("".join(map(str, catalog.TORCH_MIN_COMPUTE_CAPABILITY)))
+    for model in {spec.gpu_model for spec in catalog.INSTANCE_TYPES.values() if spec.gpu_model}:
+        assert model in catalog.GPU_COMPUTE_CAPABILITY  # every GPU model of the catalog is rated
