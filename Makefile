@@ -5,7 +5,7 @@ CLUSTER ?= local#        a values file in cluster_templates/ (local, local_singl
 JOB     ?= vit_synthetic#   a directory in jobs/ (vit_synthetic, adaptdl_mnist, smoke)
 ARGS    ?=#              flags for the job, split as a shell would: ARGS="--steps 20 --batch-size 16"
 TIMEOUT ?=#              stop a submitted job after this many seconds (empty: 6 h on AWS, no limit locally)
-DRY_RUN ?=#              1: `make up` prints what it would launch, and launches nothing
+DRY_RUN ?=#              1: `make up`, `run` and `bench` print what they would launch, and launch nothing
 PURGE   ?=#              1: `make down` on AWS also deletes the cluster's security group
 ID      ?=#              a job's id, for `make logs` and `make stop-job` (`make jobs` lists them)
 FOLLOW  ?=#              1: `make logs` follows the job until it ends, `make monitor` the autoscaler

@@ -546,3 +546,51 @@ def test_the_vit_jobs_summary_is_standard_json():
 
     assert json.dumps(finite({"d": {"rate": float("inf")}, "x": [float("nan"), 2.0]}),
                       allow_nan=False) == '{"d": {"rate": null}, "x": [null, 2.0]}'
+
+
+def test_a_second_values_file_cannot_take_over_a_running_cluster(hetero_values):
+    """mine.yaml copied from hetero.yaml keeps cluster_name: hetero; with hetero up, `ray up`
+    of mine would reconfigure it and `make down CLUSTER=mine` terminate it: the preflight
+    (the first step of `make up`) refuses, naming the name and the fix."""
+    import boto3
+    from moto import mock_aws
+
+    from scripts.core.errors import KitError
+    from scripts.providers.aws_preflight import cluster_name_problems
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        assert cluster_name_problems(ec2, "hetero", "us-east-1") == []
+        image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="c5.large",
+                          TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                              {"Key": "ray-cluster-name", "Value": "hetero"}]}])
+        (problem,) = cluster_name_problems(ec2, "hetero", "us-east-1")
+        assert problem.startswith("cluster_name: 'hetero' is in use in us-east-1: 1 instance(s)")
+        assert cluster_name_problems(ec2, "hetero2", "us-east-1") == []
+        from scripts.providers.aws_preflight import preflight
+        with pytest.raises(KitError, match="cluster_name: 'hetero' is in use"):
+            preflight(build_text("mine", yaml.safe_dump(hetero_values).encode()).values)
+
+
+@pytest.mark.parametrize("clusters,message", [
+    ("local_single local_single", "CLUSTERS: local_single named twice"),
+    ("local_single hetero", "CLUSTERS: mixes aws and local values files"),
+])
+def test_bench_refuses_before_any_cluster_starts(capsys, clusters, message):
+    from scripts.core.paths import LAUNCHED
+
+    before = sorted(LAUNCHED.glob("*.json")) if LAUNCHED.is_dir() else []
+    assert kit.main(["bench", "--clusters", clusters]) == 2
+    assert message in capsys.readouterr().err
+    assert (sorted(LAUNCHED.glob("*.json")) if LAUNCHED.is_dir() else []) == before
+
+
+def test_bench_dry_run_launches_nothing(capsys):
+    from scripts.core.paths import LAUNCHED
+
+    before = sorted(LAUNCHED.glob("*.json")) if LAUNCHED.is_dir() else []
+    assert kit.main(["bench", "--dry-run", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "== local_single" in out and "== local_hetero" in out and "nothing is launched" in out
+    assert (sorted(LAUNCHED.glob("*.json")) if LAUNCHED.is_dir() else []) == before

@@ -7,9 +7,9 @@ import yaml
 from scripts import catalog
 from scripts.build import build
 from scripts.commands.jobs import run_once
-from scripts.commands.lifecycle import refuse_if_up
+from scripts.commands.lifecycle import prepared, print_plan, refuse_if_up
 from scripts.core.errors import KitError
-from scripts.core.inputs import check_name, json_text, parse_timeout, split_args
+from scripts.core.inputs import check_name, flag, json_text, parse_timeout, split_args
 from scripts.core.paths import BENCH, TEMPLATES
 from scripts.pricing import bench_table as bench
 from scripts.pricing import planner
@@ -88,11 +88,22 @@ def cmd_bench(a) -> int:
         print(f"rows from {a.from_}:")
     else:
         args, timeout = split_args(a.args), parse_timeout(a.timeout)
-        # Every values file checked and priced before the first cluster launches.
+        # Every values file checked, priced and preflighted (the AWS account too) before
+        # the first cluster launches: nothing starts that a later check would refuse.
         clusters = [build(name) for name in bench.cluster_names(a.clusters)]
+        providers = sorted({built.provider.NAME for built in clusters})
+        if len(providers) > 1:
+            raise KitError(f"CLUSTERS: mixes {' and '.join(providers)} values files; a bench "
+                           "compares mixes of one provider, so run one bench per provider")
         prices = [priced(built) for built in clusters]
         for built in clusters:
             refuse_if_up(built.cluster)
+        clusters = [prepared(built) for built in clusters]
+        if flag("DRY_RUN", a.dry_run):
+            for built in clusters:
+                print(f"\n== {built.cluster}")
+                print_plan(built)
+            return 0
         measured, profile = [], None
         for built, (name, usd_per_hour) in zip(clusters, prices):
             print(f"\n== bench {len(measured) + 1}/{len(clusters)}: {name} (${usd_per_hour:.3f}/h)",

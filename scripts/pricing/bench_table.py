@@ -49,7 +49,11 @@ def cluster_names(text: str) -> list[str]:
     if not 1 <= len(names) <= 10:
         raise KitError(f"CLUSTERS={short(text)}: name 1 to 10 values files, separated by "
                        'spaces, e.g. CLUSTERS="single hetero"')
-    return [check_name("CLUSTERS", name) for name in names]
+    names = [check_name("CLUSTERS", name) for name in names]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise KitError(f"CLUSTERS: {', '.join(repeated)} named twice; name each values file once")
+    return names
 
 
 def measured_row(name: str, usd_per_hour: float, summary: dict, profile: dict | None) -> dict:

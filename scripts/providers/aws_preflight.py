@@ -60,7 +60,7 @@ def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None) -> dict:
     account = caller_account(sts)
     types = sorted({values["head"]["instance_type"]}
                    | {w["instance_type"] for w in values["workers"].values()})
-    problems = []
+    problems = cluster_name_problems(ec2, values["cluster_name"], aws["region"])
     zones = offered_zones(ec2, types)
     common = sorted(set.intersection(*(zones[t] for t in types)))
     wanted = aws["availability_zone"]
@@ -193,6 +193,22 @@ def caller_account(sts) -> str:
     except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as e:
         raise KitError(f"AWS rejected the credentials ({short(str(e), 160)[1:-1]}); check "
                        "`aws sts get-caller-identity`") from None
+
+
+def cluster_name_problems(ec2, cluster_name: str, region: str) -> list[str]:
+    """Ray knows a cluster by its name alone (the tag ray-cluster-name): launching a second
+    values file under the name of a cluster that runs would reconfigure that cluster, and
+    `make down` of the second file would terminate it."""
+    filters = [{"Name": "tag:ray-cluster-name", "Values": [cluster_name]},
+               {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}]
+    ids = [i["InstanceId"] for page in ec2.get_paginator("describe_instances").paginate(Filters=filters)
+           for r in page["Reservations"] for i in r["Instances"]]
+    if not ids:
+        return []
+    return [f"cluster_name: '{cluster_name}' is in use in {region}: {len(ids)} instance(s) carry "
+            f"its tag ({', '.join(sorted(ids)[:3])}{', ...' if len(ids) > 3 else ''}); launching "
+            "would take that cluster over. Pick another cluster_name, or `make down` the values "
+            "file that launched it first"]
 
 
 def offered_zones(ec2, types: list[str]) -> dict[str, set[str]]:
