@@ -82,6 +82,16 @@ VALUE_CASES = [
      "docker.volumes[0].host"),
     ("host root mounted", "hetero",
      lambda v: set_path(v, "docker.volumes", [{"host": "/", "container": "/host"}]), "docker.volumes.0.host"),
+    ("a host path on a system directory", "hetero",
+     lambda v: set_path(v, "docker.volumes", [{"host": "/home/ubuntu", "container": "/data"}]),
+     "docker.volumes[0].host: '/home/ubuntu' is a system directory of the node"),
+    ("a host path under /etc", "hetero",
+     lambda v: set_path(v, "docker.volumes", [{"host": "/etc/ray", "container": "/data"}]),
+     "docker.volumes[0].host: '/etc/ray' is a system directory"),
+    ("two volumes with one container path", "hetero",
+     lambda v: set_path(v, "docker.volumes", [{"host": "/mnt/a", "container": "/data"},
+                                              {"host": "/mnt/b", "container": "/data"}]),
+     "docker.volumes[1].container: '/data' is docker.volumes[0]'s too"),
     ("shell in extra_run_options", "hetero",
      lambda v: set_path(v, "docker.extra_run_options", ["--privileged; curl x"]),
      "docker.extra_run_options.0"),
@@ -594,3 +604,29 @@ def test_bench_dry_run_launches_nothing(capsys):
     out = capsys.readouterr().out
     assert "== local_single" in out and "== local_hetero" in out and "nothing is launched" in out
     assert (sorted(LAUNCHED.glob("*.json")) if LAUNCHED.is_dir() else []) == before
+
+
+def test_a_prices_as_file_that_does_not_validate_fails_validate(monkeypatch, capsys):
+    """local_hetero priced as an AWS file with a typo: `make validate` says so, instead of
+    `make cost` or `make bench` failing later."""
+    import uuid
+
+    name = f"broken_{uuid.uuid4().hex[:8]}"
+    broken = load_example("hetero")
+    broken["workers"]["cpu_worker"]["instance_type"] = "c5.4xlage"
+    path = REPO / "cluster_templates" / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(broken))
+    try:
+        line = kit_error(monkeypatch, capsys, "local_hetero",
+                         edited("local_hetero", lambda v: set_path(v, "prices_as", name)))
+    finally:
+        path.unlink()
+    assert f"prices_as: {name} does not validate" in line and "c5.4xlage" in line
+
+
+def test_a_tag_in_any_script_is_allowed_as_aws_allows_it():
+    values = load_example("hetero")
+    values["aws"]["tags"] = {"équipe": "Forschung-Müller 研究"}
+    config = build_text("hetero", yaml.safe_dump(values, allow_unicode=True).encode()).config
+    tags = config["available_node_types"]["ray.head.default"]["node_config"]["TagSpecifications"][0]["Tags"]
+    assert {"Key": "équipe", "Value": "Forschung-Müller 研究"} in tags

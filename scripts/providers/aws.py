@@ -112,11 +112,7 @@ def value_problems(values: dict) -> list[str]:
     if zone and zone[:-1] != region:
         problems.append(f"aws.availability_zone: {zone} is not in region {region}; "
                         f"use a zone such as {region}a")
-    for i, volume in enumerate(docker["volumes"]):
-        for side in ("host", "container"):
-            if {".", ".."} & set(volume[side].split("/")):
-                problems.append(f"docker.volumes[{i}].{side}: {short(volume[side])} has a '.' or "
-                                "'..' part; write the path without them")
+    problems += volume_problems(docker["volumes"])
     if aws["ssh_cidr"] and aws["security_group_ids"]:
         problems.append("aws.ssh_cidr: applies to the group the kit creates, but "
                         "aws.security_group_ids names your own; set the SSH rule in your group, "
@@ -145,6 +141,37 @@ def value_problems(values: dict) -> list[str]:
     specs = {k: catalog.INSTANCE_TYPES.get(n["instance_type"]) for k, n in nodes.items()}
     if None not in specs.values():
         problems += mix_problems(values, nodes, specs)
+    return problems
+
+
+# Directories of the node's OS: the kit creates each volume's host dir, hands it to the
+# container's user, and mounts a fresh data volume over the first one, so a host path here
+# (or under the first group) would hide or take over the system's own files, after billing.
+SYSTEM_DIR_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc",
+                    "/run", "/sbin", "/snap", "/sys", "/usr")
+SYSTEM_DIRS = ("/", "/home", "/home/ubuntu", "/mnt", "/opt", "/root", "/srv", "/tmp", "/var",
+               "/var/lib", "/var/log")
+
+
+def volume_problems(volumes: list[dict]) -> list[str]:
+    problems = []
+    for i, volume in enumerate(volumes):
+        for side in ("host", "container"):
+            if {".", ".."} & set(volume[side].split("/")):
+                problems.append(f"docker.volumes[{i}].{side}: {short(volume[side])} has a '.' or "
+                                "'..' part; write the path without them")
+        host = volume["host"].rstrip("/") or "/"
+        if host in SYSTEM_DIRS or any(host == top or host.startswith(top + "/")
+                                      for top in SYSTEM_DIR_TREES):
+            problems.append(f"docker.volumes[{i}].host: {short(volume['host'])} is a system directory "
+                            "of the node (the kit chowns each host dir to the container's user and "
+                            "mounts a data volume over the first); use a dir of its own such as /mnt/data")
+    containers = [v["container"].rstrip("/") or "/" for v in volumes]
+    for i, path in enumerate(containers):
+        if path in containers[:i]:
+            problems.append(f"docker.volumes[{i}].container: {short(volumes[i]['container'])} is "
+                            f"docker.volumes[{containers.index(path)}]'s too (Docker refuses to "
+                            "start the container); give each volume its own container path")
     return problems
 
 
