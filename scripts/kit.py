@@ -37,13 +37,13 @@ import argparse
 import os
 import signal
 import sys
-import tempfile
 import time
 import traceback
 
 from scripts.commands import day2, jobs, lifecycle, priceperf
 from scripts.core.errors import KitError
 from scripts.core.paths import LOGS
+from scripts.core.state import make_dir
 
 COMMANDS = {
     # lifecycle
@@ -98,18 +98,17 @@ def raise_keyboard_interrupt(signum, frame):
 
 
 def internal_error(exc: BaseException) -> str:
-    """Write the traceback to build/logs/ (a private temp file if that fails); return where."""
+    """Write the traceback to build/logs/ and return where; where that cannot be written,
+    the traceback goes to stderr (never to a file outside build/)."""
     text = "".join(traceback.format_exception(exc))
     try:
-        LOGS.mkdir(parents=True, exist_ok=True)
+        make_dir(LOGS)
         path = LOGS / f"kit-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
         path.write_text(text)
         return str(path)
-    except OSError:
-        fd, path = tempfile.mkstemp(prefix="kit-error-", suffix=".log")
-        os.write(fd, text.encode())
-        os.close(fd)
-        return path
+    except (OSError, KitError) as e:
+        print(text, file=sys.stderr, end="")
+        return f"the traceback above ({LOGS} could not be written: {e})"
 
 
 def main(argv=None) -> int:

@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -407,6 +409,64 @@ def test_an_internal_error_says_so_and_where_the_details_are(monkeypatch, capsys
     assert err.startswith("error: internal error in the kit (KeyError)") and len(err.splitlines()) == 1
     (log,) = tmp_path.glob("kit-error-*.log")
     assert str(log) in err and "Traceback" in log.read_text()
+
+
+def test_an_internal_error_with_no_writable_log_dir_stays_inside_build(monkeypatch, capsys, tmp_path):
+    blocker = tmp_path / "logs"
+    blocker.write_text("a file where build/logs belongs")
+    monkeypatch.setattr(kit, "LOGS", blocker)
+    monkeypatch.setitem(kit.COMMANDS, "validate", lambda a: {}["boom"])
+    before = set(Path(tempfile.gettempdir()).glob("kit-error-*.log"))
+    assert kit.main(["validate"]) == 70
+    err = capsys.readouterr().err
+    assert "Traceback" in err and f"{blocker} could not be written" in err
+    assert set(Path(tempfile.gettempdir()).glob("kit-error-*.log")) == before
+
+
+# --- what the kit finds under build/ ----------------------------------------------------
+
+def kit_run(build_dir: Path, command: str) -> subprocess.CompletedProcess:
+    """The CLI on a build dir of the test's own, as the Makefile runs it; a hang fails."""
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir), KIT_CLUSTER="local")
+    return subprocess.run([sys.executable, "-m", "scripts.kit", command], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def one_error_line(run: subprocess.CompletedProcess) -> str:
+    assert run.returncode == 2, run.stderr
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("error: ") and "Traceback" not in run.stderr
+    return line
+
+
+@pytest.mark.parametrize("plant", ["fifo", "huge", "directory", "symlink"])
+def test_a_record_of_the_wrong_kind_is_one_line_never_a_hang(tmp_path, plant):
+    launched = tmp_path / "build" / "launched"
+    launched.mkdir(parents=True)
+    record = launched / "local.json"
+    if plant == "fifo":
+        os.mkfifo(record)
+    elif plant == "huge":
+        with open(record, "wb") as f:
+            f.truncate(1 << 30)  # sparse: 1 GiB that takes no disk
+    elif plant == "directory":
+        record.mkdir()
+    else:
+        record.symlink_to("/dev/zero")
+    assert "launched/local.json is corrupt" in one_error_line(kit_run(tmp_path / "build", "status"))
+
+
+def test_a_lock_file_of_the_wrong_kind_is_one_line_never_a_hang(tmp_path):
+    launched = tmp_path / "build" / "launched"
+    launched.mkdir(parents=True)
+    os.mkfifo(launched / "local.lock")
+    assert "local.lock" in one_error_line(kit_run(tmp_path / "build", "down"))
+
+
+def test_a_file_where_a_build_dir_belongs_is_one_line(tmp_path):
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "launched").write_text("not a directory")
+    assert "launched cannot be a directory" in one_error_line(kit_run(tmp_path / "build", "down"))
 
 
 def test_unknown_command_and_flags_are_one_line(capsys):

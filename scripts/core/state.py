@@ -11,6 +11,7 @@ two `make up`/`make down` of the same cluster from racing.
 import fcntl
 import json
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,9 +32,19 @@ def config_path(cluster: str) -> Path:
     return LAUNCHED / f"{cluster}.yaml"
 
 
+def make_dir(path: Path) -> None:
+    """`path` as a directory (created private if missing); one error line where a file,
+    FIFO or dangling link of that name stands in the way."""
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as e:
+        raise KitError(f"{path} cannot be a directory ({e.strerror}): something else has that "
+                       "name; move it away and run the command again") from None
+
+
 def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
     """Readers see the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as f:
@@ -68,10 +79,12 @@ def load(cluster: str, record_schemas: dict[str, dict]) -> dict | None:
     fix = (f"it is not a record the kit wrote; move it away, then `make down CLUSTER={cluster}` "
            "stops a local cluster's processes without it (an AWS cluster: `ray down` by hand)")
     try:
-        data = path.read_bytes()
-        if len(data) > MAX_RECORD_BYTES:
-            raise ValueError(f"{len(data)} bytes")
-        record = json.loads(data)
+        kind = path.lstat()  # never follow a link, nor open a FIFO (it would block) or a device
+        if not stat.S_ISREG(kind.st_mode):
+            raise ValueError("not a regular file")
+        if kind.st_size > MAX_RECORD_BYTES:
+            raise ValueError(f"{kind.st_size} bytes")
+        record = json.loads(path.read_bytes())
     except (OSError, ValueError) as e:
         raise KitError(f"{where} is corrupt ({short(str(e), 80)}); {fix}") from None
     if not isinstance(record, dict) or record.get("cluster") != cluster \
@@ -93,8 +106,15 @@ def launched_clusters() -> list[str]:
 @contextmanager
 def lock(cluster: str):
     """Held while a command starts or stops `cluster`; a second one is refused at once."""
-    LAUNCHED.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(LAUNCHED / f"{cluster}.lock", "w") as f:
+    make_dir(LAUNCHED)
+    path = LAUNCHED / f"{cluster}.lock"
+    try:  # a FIFO there would block a plain open; a link could point anywhere
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as e:
+        raise KitError(f"{path} cannot be opened as a lock file ({e.strerror}); move it away") from None
+    with os.fdopen(fd, "w") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise KitError(f"{path} is not a regular file; move it away")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from scripts.core.errors import KitError, short
 from scripts.core.inputs import check_name, json_text, read_json
+from scripts.core.state import make_dir
 from scripts.pricing.formulas import cost_change, usd_per_100_steps, usd_per_million_images
 from scripts.pricing.planner import predicted_images_per_s
 
@@ -186,6 +187,7 @@ def table(rows: list[dict]) -> list[str]:
 def save(rows: list[dict], bench_dir: Path) -> Path:
     """build/bench/<timestamp>/: rows.json (FROM= reads it back), rows.csv, chart.png."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    make_dir(bench_dir)
     for attempt in range(100):  # two benches in one second each get a directory
         out = bench_dir / (stamp if attempt == 0 else f"{stamp}-{attempt}")
         try:
