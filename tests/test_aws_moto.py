@@ -534,6 +534,43 @@ def test_the_head_policy_allows_what_the_autoscaler_does_to_its_own_cluster_only
     assert not any(s["Action"] == "iam:CreateServiceLinkedRole" for s in policy["Statement"])
 
 
+def test_the_head_policy_lets_the_autoscaler_launch_spot_workers(home, hetero_values):
+    """A spot worker's RunInstances (Ray's create_node, replayed in moto) carries
+    InstanceMarketOptions: AWS then also checks the call against the spot instance request
+    it creates. The policy of a spot mix allows that resource; an on-demand mix's does not."""
+    import boto3
+
+    from ray.autoscaler._private.aws import utils as ray_aws_utils
+
+    from scripts.providers import aws
+
+    hetero_values["workers"]["cpu_worker"]["spot"] = True
+    spot = build_text("hetero", yaml.safe_dump(hetero_values).encode())
+    calls = []
+    with mock_aws():
+        boto3.setup_default_session()
+        ray_aws_utils.resource_cache.cache_clear()
+        ray_aws_utils.client_cache.cache_clear()
+        try:
+            config, provider, _, _ = launch_every_node_type("hetero", copy.deepcopy(spot.config))
+            provider.ec2.meta.client.meta.events.register(
+                "provide-client-params.ec2", lambda params, model, **_: calls.append((model.name, params)))
+            provider.ec2_fail_fast.meta.client.meta.events.register(
+                "provide-client-params.ec2", lambda params, model, **_: calls.append((model.name, params)))
+            provider.create_node(copy.deepcopy(config["available_node_types"]["cpu_worker"]["node_config"]),
+                                 {"ray-node-kind": "worker", "ray-user-node-type": "cpu_worker",
+                                  "ray-node-name": "ray-hetero-worker"}, 1)
+        finally:
+            ray_aws_utils.resource_cache.cache_clear()
+            ray_aws_utils.client_cache.cache_clear()
+            boto3.DEFAULT_SESSION = None
+    launches = [params for name, params in calls if name == "RunInstances"]
+    assert launches and all(p["InstanceMarketOptions"]["MarketType"] == "spot" for p in launches)
+    assert allows(aws.head_policy(spot.values), "ec2:RunInstances", resource="spot-instances-request")
+    assert not allows(aws.head_policy(build("hetero").values), "ec2:RunInstances",
+                      resource="spot-instances-request")
+
+
 def test_make_render_writes_the_head_policy_beside_the_config(tmp_path):
     import json
     import os

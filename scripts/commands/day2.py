@@ -5,7 +5,7 @@ import time
 from scripts.commands.jobs import job_client
 from scripts.commands.lifecycle import require_record
 from scripts.core.inputs import flag
-from scripts.node.autostop import job_states, seconds_left
+from scripts.node.autostop import head_started_at, job_states, seconds_left
 from scripts.providers import PROVIDERS
 
 
@@ -21,7 +21,9 @@ def autostop_status(cluster: str, record: dict) -> str:
     """The watchdog's own arithmetic on the same jobs: the time left, or what holds it."""
     minutes = record["autostop_minutes"]
     with job_client(cluster) as client:
-        left = seconds_left(job_states(client), record["up_at"], time.time(), minutes * 60)
+        # the watchdog's start of the clock; `up_at` (before `ray up`) only if Ray's is unread
+        started = head_started_at(client.get_address()) or record["up_at"]
+        left = seconds_left(job_states(client), started, time.time(), minutes * 60)
     if left is None:
         return f"autostop: held up by a running job (then {minutes} min with no job)"
     return (f"autostop: the cluster stops itself in {max(left, 0) / 60:.0f} min unless a job "

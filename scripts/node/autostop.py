@@ -13,7 +13,8 @@ cluster down and exits:
 While the job API cannot be reached, no job is seen to start: the clock runs on from the
 last one seen, so a head whose dashboard died does not bill forever either.
 
-`make status` shows the time left, computed by the same seconds_left from the same jobs.
+`make status` shows the time left, computed by the same seconds_left from the same jobs
+and the same start: the head node's start time as Ray publishes it (head_started_at).
 A local cluster's watchdog (scripts/providers/local_autostop.py) runs this clock with the
 local provider's teardown. Like everything in scripts/node/, this file needs nothing of the
 kit: `make up` on AWS ships scripts/node/ alone to the nodes.
@@ -46,10 +47,26 @@ def job_states(client) -> list[tuple[str, float | None]]:
             for info in client.list_jobs()]
 
 
+def head_started_at(address: str) -> float | None:
+    """When the head node started (epoch seconds), as Ray's state API publishes it; None
+    if it cannot be read. The clock's start for the watchdog and for `make status` alike:
+    both then count the same idle time, whenever each of them started."""
+    from ray.util.state import list_nodes
+
+    try:
+        heads = list_nodes(address=address, filters=[("is_head_node", "=", True)],
+                           raise_on_missing_output=False)
+    except Exception:  # noqa: BLE001 (the dashboard not up yet, or gone)
+        return None
+    times = [node.start_time_ms / 1000 for node in heads if node.start_time_ms]
+    return min(times) if times else None
+
+
 def watch(address: str, limit_s: float, teardown, poll_s: float = POLL_S) -> None:
     from ray.job_submission import JobSubmissionClient  # the token comes from the environment
 
-    started = last_busy = time.time()
+    started = head_started_at(address) or time.time()
+    last_busy = time.time()
     while True:
         now = time.time()
         try:

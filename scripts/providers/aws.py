@@ -540,6 +540,13 @@ def head_policy(values: dict) -> dict:
          "Condition": {"StringEquals": {"ec2:ResourceTag/ray-kit-cluster": name}}},
     ]
     if any(w["spot"] for w in values["workers"].values()):
+        # A RunInstances with InstanceMarketOptions (spot) also creates a spot instance
+        # request, a resource of its own that the call must be allowed on (AWS's example
+        # policies, "Work with Spot Instances"); Ray tags only instances and volumes, so it
+        # carries no cluster tag to condition on.
+        statements.append({"Sid": "LaunchSpotWorkers", "Effect": "Allow",
+                           "Action": "ec2:RunInstances",
+                           "Resource": f"{arn}:*:spot-instances-request/*"})
         # The first spot launch of an account creates EC2's spot service-linked role.
         statements.append({"Sid": "SpotServiceLinkedRole", "Effect": "Allow",
                            "Action": "iam:CreateServiceLinkedRole", "Resource": "*",
