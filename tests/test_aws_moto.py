@@ -110,7 +110,9 @@ def test_joined_workers_counts_only_this_clusters_joined_workers():
         run_tagged(ec2, "hetero", "worker", "cpu_worker", "up-to-date", count=2)
         run_tagged(ec2, "hetero", "worker", "cpu_worker", "setting-up")  # still booting
         run_tagged(ec2, "other", "worker", "cpu_worker", "up-to-date")   # another cluster
+        run_tagged(ec2, "hetero", "worker", "cpu_worker", "update-failed")  # its setup failed
         assert joined_workers(RECORD) == {"cpu_worker": 2}
+        assert joined_workers(RECORD, "update-failed") == {"cpu_worker": 1}
 
 
 def test_wait_until_ready_returns_once_min_workers_joined(capsys):
@@ -135,11 +137,33 @@ def test_wait_until_ready_times_out_naming_what_is_missing(monkeypatch):
 
     monkeypatch.setattr(aws, "launch_errors", lambda record: "Failed to launch 2 node(s) of type cpu_worker.")
     with pytest.raises(KitError) as error:
-        aws.wait_until_ready(RECORD | {"ready_timeout_s": 0.05}, joined=lambda r: {"cpu_worker": 1},
+        aws.wait_until_ready(RECORD | {"ready_timeout_s": 0.05},
+                             joined=lambda r, status="up-to-date": {"cpu_worker": 1} if status == "up-to-date" else {},
                              poll_s=0.01)
     text = str(error.value)
     assert "still missing: 1 x cpu_worker" in text and "Failed to launch 2 node(s)" in text
     assert "`make down CLUSTER=hetero` stops it" in text and "\n" not in text
+
+
+def test_a_worker_whose_setup_failed_is_named_at_the_time_out_with_its_error(monkeypatch):
+    """A worker whose setup command failed is tagged update-failed and relaunched in a loop:
+    at the time-out `make up` says so, with the updater's line from the autoscaler's log."""
+    from scripts.core.errors import KitError
+    from scripts.providers import aws
+
+    log = ("2026-11-23 08:01:02 INFO autoscaler.py:1 StandardAutoscaler: 2 nodes\n"
+           "  Setup command `pip install -q torch==2.14.1` failed with exit code 1. stderr: "
+           "No space left on device\n")
+    monkeypatch.setattr(aws, "launch_errors", lambda record: aws.autoscaler_failures(log))
+    counts = {"up-to-date": {}, "update-failed": {"cpu_worker": 2}}
+    with pytest.raises(KitError) as error:
+        aws.wait_until_ready(RECORD | {"ready_timeout_s": 0.05},
+                             joined=lambda r, status="up-to-date": counts[status], poll_s=0.01)
+    text = str(error.value)
+    assert "still missing: 2 x cpu_worker; 2 x cpu_worker launched but its setup failed (tagged " \
+           "update-failed" in text
+    assert "Setup command `pip install -q torch==2.14.1` failed with exit code 1. stderr: No space" in text
+    assert aws.autoscaler_failures("nothing here\n") == "(no launch or setup failure in its log)"
 
 
 def test_given_subnet_and_security_group_are_used_and_no_group_is_created(home, hetero_values):

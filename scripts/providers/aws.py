@@ -46,7 +46,7 @@ READY_POLL_S = 10
 # Tags Ray's autoscaler puts on every instance it launches (ray.autoscaler.tags); a worker
 # is tagged up-to-date once it has joined the cluster.
 TAG_CLUSTER, TAG_KIND, TAG_USER_TYPE = "ray-cluster-name", "ray-node-type", "ray-user-node-type"
-TAG_STATUS, UP_TO_DATE = "ray-node-status", "up-to-date"
+TAG_STATUS, UP_TO_DATE, UPDATE_FAILED = "ray-node-status", "up-to-date", "update-failed"
 
 # EBS volume sizes per type, GiB (docs.aws.amazon.com/ebs/latest/userguide/ebs-volume-types.html,
 # 2026-11); st1 and sc1 cannot be boot volumes.
@@ -613,14 +613,16 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     return record
 
 
-def joined_workers(record: dict) -> dict[str, int]:
-    """{worker type: instances that joined}, from the tags the head's autoscaler sets."""
+def joined_workers(record: dict, status: str = UP_TO_DATE) -> dict[str, int]:
+    """{worker type: running instances in `status`}, from the tags the head's autoscaler
+    sets: up-to-date (joined), or update-failed (its setup failed; the autoscaler
+    terminates and relaunches it, each one billed)."""
     import boto3
 
     ec2 = boto3.client("ec2", region_name=record["region"])
     filters = [{"Name": f"tag:{TAG_CLUSTER}", "Values": [record["cluster_name"]]},
                {"Name": f"tag:{TAG_KIND}", "Values": ["worker"]},
-               {"Name": f"tag:{TAG_STATUS}", "Values": [UP_TO_DATE]},
+               {"Name": f"tag:{TAG_STATUS}", "Values": [status]},
                {"Name": "instance-state-name", "Values": ["running"]}]
     counts: dict[str, int] = {}
     for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
@@ -678,27 +680,43 @@ def wait_until_ready(record: dict, joined=joined_workers, poll_s: float = READY_
         if not missing:
             return
         if elapsed > record["ready_timeout_s"]:
+            failed = joined(record, UPDATE_FAILED)
             raise KitError(
                 f"after {elapsed / 60:.0f} min still missing: "
                 + ", ".join(f"{n} x {name}" for name, n in missing.items())
+                + "".join(f"; {n} x {name} launched but its setup failed (tagged {UPDATE_FAILED}: "
+                          "the autoscaler relaunches it, each one billed)"
+                          for name, n in failed.items() if name in missing)
                 + f"; the head's autoscaler says: {launch_errors(record)}; the cluster is left "
                 f"as it is: `make status CLUSTER={record['cluster']}` shows it, "
                 f"`make down CLUSTER={record['cluster']}` stops it")
         time.sleep(poll_s)
 
 
+# What the head's autoscaler logs when a worker cannot be had: EC2 refused the launch, or
+# the node launched and its setup failed (Ray's updater: "Setup command `...` failed with
+# exit code N. stderr: ...").
+AUTOSCALER_FAILURES = ("Failed to launch", "failed with exit code")
+
+
 def launch_errors(record: dict) -> str:
-    """The head autoscaler's last launch failures, read over SSH from its log."""
-    command = ("grep -h 'Failed to launch' /tmp/ray/session_latest/logs/monitor.* 2>/dev/null "
-               "| tail -n 3")
+    """The head autoscaler's last launch and setup failures, read over SSH from its log."""
+    command = ("grep -h -e 'Failed to launch' -e 'failed with exit code' "
+               "/tmp/ray/session_latest/logs/monitor.* 2>/dev/null | tail -n 6")
     try:
         result = subprocess.run([ray_cli(), "exec", str(state.config_path(record["cluster"])),
                                  command], env=ray_env(), capture_output=True, text=True,
                                 timeout=120, start_new_session=True)
     except subprocess.TimeoutExpired:
         return "(its log could not be read within 120 s)"
-    found = [line for line in result.stdout.splitlines() if "Failed to launch" in line]
-    return " | ".join(short(line, 200)[1:-1] for line in found) or "(no launch failure in its log)"
+    return autoscaler_failures(result.stdout)
+
+
+def autoscaler_failures(log_text: str) -> str:
+    """The failure lines of the autoscaler's log, last ones last, in one line."""
+    found = [line for line in log_text.splitlines() if any(f in line for f in AUTOSCALER_FAILURES)]
+    return (" | ".join(short(line.strip(), 200)[1:-1] for line in found[-3:])
+            or "(no launch or setup failure in its log)")
 
 
 def down(cluster: str, record: dict | None, purge: bool = False) -> str:
