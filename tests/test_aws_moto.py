@@ -619,3 +619,79 @@ def test_the_head_policy_lets_spot_workers_create_ec2s_spot_role_only_when_there
     values["workers"]["cpu_worker"]["spot"] = True
     spot = [s for s in aws.head_policy(values)["Statement"] if s["Action"] == "iam:CreateServiceLinkedRole"]
     assert spot and spot[0]["Condition"] == {"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}}
+
+
+# --- zone fallback ------------------------------------------------------------------------
+
+def capacity_error_text(zone: str) -> str:
+    """What `ray up` prints when RunInstances is refused for capacity: botocore's own
+    ClientError text, made by botocore's Stubber in the real error shape."""
+    from botocore.exceptions import ClientError
+    from botocore.stub import Stubber
+
+    client = boto3.client("ec2", region_name="us-east-1")
+    with Stubber(client) as stub:
+        stub.add_client_error(
+            "run_instances", service_error_code="InsufficientInstanceCapacity", http_status_code=500,
+            service_message=f"We currently do not have sufficient g5.xlarge capacity in the "
+                            f"Availability Zone you requested ({zone}). Our system will be working "
+                            "on provisioning additional capacity.")
+        try:
+            client.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1)
+        except ClientError as e:
+            return f"create_instances: Attempt failed with {e}, retrying.\n{e}\n"
+    raise AssertionError("the stub did not raise")
+
+
+@pytest.fixture
+def launches(tmp_path, monkeypatch):
+    """`ray up` stood in for: each call's zone (from the launched config) is recorded;
+    the head finds no capacity in the zones listed in `launches.full`."""
+    from scripts.core import state
+    from scripts.providers import aws
+
+    monkeypatch.setattr(state, "LAUNCHED", tmp_path / "launched")
+    monkeypatch.setattr(aws, "wait_until_ready", lambda record: None)
+    tried, full = [], set()
+
+    def ray_up(args, keep_output=False):
+        zone = yaml.safe_load(open(args[-1]))["provider"]["availability_zone"]
+        tried.append(zone)
+        return (1, capacity_error_text(zone)) if zone in full else (0, "cluster up\n")
+
+    monkeypatch.setattr(aws, "run_ray", ray_up)
+    return tried, full
+
+
+def test_a_head_refused_capacity_is_launched_in_the_next_zone(home, launches, hetero_values, capsys):
+    from scripts.commands.lifecycle import preflight_and_launch
+    from scripts.core import state
+
+    tried, full = launches
+    with mock_aws():
+        publish_dlami(boto3.client("ec2", region_name="us-east-1"), "20261020")
+        built = build_text("hetero", yaml.safe_dump(hetero_values).encode())
+        first = preflight_of(checked(hetero_values))["availability_zone"]
+        full.add(first)
+        record = preflight_and_launch(built)
+    assert len(tried) == 2 and tried[0] == first and tried[1] != first
+    assert record["cluster"] == "hetero"
+    assert f"zone {first} has no g5.xlarge capacity now (InsufficientInstanceCapacity); no head " \
+           "was launched; trying another zone" in capsys.readouterr().out
+    launched = yaml.safe_load(state.config_path("hetero").read_text())
+    assert launched["provider"]["availability_zone"] == tried[1]  # what `make down` reads
+
+
+def test_a_zone_the_values_file_names_is_never_swapped(home, launches, hetero_values):
+    from scripts.commands.lifecycle import preflight_and_launch
+    from scripts.core.errors import KitError
+
+    tried, full = launches
+    hetero_values["aws"]["availability_zone"] = "us-east-1b"
+    full.add("us-east-1b")
+    with mock_aws():
+        publish_dlami(boto3.client("ec2", region_name="us-east-1"), "20261020")
+        with pytest.raises(KitError, match="aws.availability_zone: us-east-1b has no capacity "
+                                           "for the head now; try again later"):
+            preflight_and_launch(build_text("hetero", yaml.safe_dump(hetero_values).encode()))
+    assert tried == ["us-east-1b"]

@@ -5,7 +5,7 @@ from contextlib import contextmanager
 
 from scripts.build import build
 from scripts.commands.lifecycle import (
-    launch,
+    preflight_and_launch,
     prepared,
     print_plan,
     refuse_if_up,
@@ -95,9 +95,9 @@ def run_once(built, job: str, args: list[str], timeout: float | None) -> tuple[i
     """Up, submit, down: the job's exit code and summary. Down runs whatever happens."""
     with state.lock(built.cluster):
         refuse_if_up(built.cluster)  # a cluster this run did not start is never torn down
-        built = prepared(built)  # refused: nothing launched, nothing torn down
+        ready = prepared(built)  # refused: nothing launched, nothing torn down
         try:
-            record = launch(built)
+            record = preflight_and_launch(built, ready)
             return submit_to(record, job, args, timeout)
         finally:
             if state.record_path(built.cluster).exists():  # only what this run launched

@@ -9,7 +9,7 @@ import yaml
 
 from scripts.build import build, build_text
 from scripts.core import state
-from scripts.core.errors import KitError
+from scripts.core.errors import CapacityRefused, KitError
 from scripts.core.inputs import check_name, flag, values_file
 from scripts.core.paths import BENCH, BUILD, LAUNCHED, RENDERED, RESULTS
 from scripts.core.values import parse_yaml
@@ -42,10 +42,10 @@ def cmd_preflight(a) -> int:
     return 0
 
 
-def prepared(built):
+def prepared(built, avoid_zones: tuple = ()):
     """The provider's read-only preflight, then the config rebuilt with what it pinned
     (through the same checks as any values file)."""
-    values, found = built.provider.preflight(built.values)
+    values, found = built.provider.preflight(built.values, avoid_zones)
     for line in found:
         print(line, flush=True)
     if values == built.values:
@@ -59,7 +59,7 @@ def cmd_up(a) -> int:
         return print_plan(prepared(built))
     with state.lock(a.cluster):
         refuse_if_up(a.cluster)
-        launch(prepared(built))
+        preflight_and_launch(built)
     return 0
 
 
@@ -70,6 +70,22 @@ def print_plan(built) -> int:
     if cost:
         print(f"total ~${cost[0]:.2f}/h with min_workers, up to ~${cost[1]:.2f}/h at max_workers")
     return 0
+
+
+def preflight_and_launch(built, ready=None) -> dict:
+    """Preflight (unless `ready` is built's preflighted config), then launch. Where the
+    zone the preflight picked has no capacity for the head (nothing was launched),
+    preflight again without it: the next zone that offers every type, until none is left
+    (a zone named in the values file is never swapped)."""
+    refused: tuple = ()
+    ready = ready or prepared(built)
+    while True:
+        try:
+            return launch(ready)
+        except CapacityRefused as e:
+            print(f"{e}; trying another zone", flush=True)
+            refused += (e.zone,)
+            ready = prepared(built, refused)
 
 
 def refuse_if_up(cluster: str) -> None:

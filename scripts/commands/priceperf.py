@@ -98,11 +98,11 @@ def cmd_bench(a) -> int:
         prices = [priced(built) for built in clusters]
         for built in clusters:
             refuse_if_up(built.cluster)
-        clusters = [prepared(built) for built in clusters]
+        checked = [prepared(built) for built in clusters]  # each launch preflights again
         if flag("DRY_RUN", a.dry_run):
-            for built in clusters:
-                print(f"\n== {built.cluster}")
-                print_plan(built)
+            for ready in checked:
+                print(f"\n== {ready.cluster}")
+                print_plan(ready)
             return 0
         measured, profile = [], None
         for built, (name, usd_per_hour) in zip(clusters, prices):

@@ -9,6 +9,16 @@ class KitError(Exception):
         super().__init__(one_line(message))
 
 
+class CapacityRefused(KitError):
+    """The cloud had no capacity for a node in the zone the preflight picked (AWS's
+    InsufficientInstanceCapacity): nothing of the node was launched, and another zone may
+    have some. `make up` then preflights again without that zone."""
+
+    def __init__(self, zone: str, message: str):
+        super().__init__(message)
+        self.zone = zone
+
+
 def one_line(text: str, limit: int = 600) -> str:
     """Newlines folded, length capped: a hostile input never makes a long error."""
     text = " | ".join(part.strip() for part in str(text).splitlines() if part.strip())

@@ -34,17 +34,19 @@ class Provider(Protocol):
         """{file name suffix: text} that `make render` writes beside the config (AWS: the
         head's least-privilege IAM policy); {} when there is none."""
 
-    def preflight(self, values: dict) -> tuple[dict, list[str]]:
+    def preflight(self, values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
         """Read-only checks of the account or machine before anything is created; return
-        the values with what they decided pinned (e.g. the zone), and lines saying what
-        was found. Raise KitError naming every problem and its fix."""
+        the values with what they decided pinned (e.g. the zone, never one of avoid_zones:
+        those refused capacity), and lines saying what was found. Raise KitError naming
+        every problem and its fix."""
 
     def plan(self, values: dict, config: dict) -> list[str]:
         """What `up` would launch, in lines a person reads (`make up DRY_RUN=1`)."""
 
     def up(self, cluster: str, config_text: str, values: dict) -> dict:
         """Save the cluster's record (state.save) before anything starts, launch from the
-        rendered config, wait_until_ready; return the record down/status/job_address use."""
+        rendered config, wait_until_ready; return the record down/status/job_address use.
+        Raise CapacityRefused where the zone had no capacity for the head (nothing runs)."""
 
     def wait_until_ready(self, record: dict) -> None:
         """Block until the head and min_workers of every worker type have joined."""

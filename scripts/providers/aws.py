@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 from scripts import catalog
 from scripts.core import state
-from scripts.core.errors import KitError, short
+from scripts.core.errors import CapacityRefused, KitError, short
 from scripts.core.paths import NODE_PROGRAMS, REPO
 from scripts.core.ray_cli import free_port, port_open, ray_cli, ray_env
 from scripts.providers.aws_preflight import NO_CREDENTIALS, driver_problems
@@ -464,8 +464,8 @@ def node_usd_per_hour(node: dict, region: str) -> float | None:
                                      disk["root_gb"] + disk["data_gb"])
 
 
-def preflight(values: dict) -> tuple[dict, list[str]]:
-    found = check_account(values)
+def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
+    found = check_account(values, avoid_zones=avoid_zones)
     pinned = copy.deepcopy(values)
     pinned["aws"]["availability_zone"] = found["availability_zone"]
     pinned["aws"]["image_id"] = found["image_id"]
@@ -556,6 +556,10 @@ def head_policy(values: dict) -> dict:
 
 # --- lifecycle ----------------------------------------------------------------------
 
+# The error code EC2 answers RunInstances with when a zone has no capacity for the type
+# right now (botocore's ClientError text, which `ray up` prints): another zone may have some.
+CAPACITY_ERROR = "InsufficientInstanceCapacity"
+
 def require_credentials() -> None:
     """Fail with one line before `ray up`/`ray down` would fail with a traceback."""
     import boto3
@@ -569,12 +573,21 @@ def require_credentials() -> None:
         raise KitError(NO_CREDENTIALS)
 
 
-def run_ray(args: list[str]) -> int:
+def run_ray(args: list[str], keep_output: bool = False):
     """A `ray` command in a session of its own: the terminal's Ctrl-C reaches the kit,
-    which decides (an interrupted `ray up` is stopped; `ray down` is let finish)."""
-    proc = subprocess.Popen([ray_cli(), *args], env=ray_env(), start_new_session=True)
+    which decides (an interrupted `ray up` is stopped; `ray down` is let finish). Its exit
+    code; with keep_output, (code, its output), echoed as it comes."""
+    proc = subprocess.Popen([ray_cli(), *args], env=ray_env(), start_new_session=True,
+                            **({"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT,
+                                "text": True} if keep_output else {}))
     try:
-        return proc.wait()
+        if not keep_output:
+            return proc.wait()
+        lines = []
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            lines = (lines + [line])[-500:]  # the tail is where `ray up` says why it failed
+        return proc.wait(), "".join(lines)
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
         try:
@@ -602,11 +615,15 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
 
         create_ssh_group(boto3.client("ec2", region_name=record["region"]), values)
     try:
-        code = run_ray(["up", "-y", "--no-config-cache", "--disable-usage-stats",
-                        str(state.config_path(cluster))])
+        code, output = run_ray(["up", "-y", "--no-config-cache", "--disable-usage-stats",
+                                str(state.config_path(cluster))], keep_output=True)
     except KeyboardInterrupt:
         print(f"interrupted: {stop_hint}", flush=True)
         raise
+    if code != 0 and CAPACITY_ERROR in output:
+        zone = values["aws"]["availability_zone"]
+        raise CapacityRefused(zone, f"zone {zone} has no {values['head']['instance_type']} "
+                              f"capacity now ({CAPACITY_ERROR}); no head was launched")
     if code != 0:
         raise KitError(f"`ray up` failed (exit {code}); {stop_hint}")
     wait_until_ready(record)

@@ -47,9 +47,12 @@ def family(instance_type: str) -> str | None:
     return "standard" if name[0] in "acdhimrtz" else None
 
 
-def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None) -> dict:
+def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None,
+              avoid_zones: tuple = ()) -> dict:
     """Check the account for `values`; return {"account", "availability_zone", "subnet",
-    "image_id", "image_name", "notes"} or raise one KitError listing every problem with its fix."""
+    "image_id", "image_name", "notes"} or raise one KitError listing every problem with its
+    fix. avoid_zones: zones that just refused capacity for the head (`make up` tries the
+    next zone offering every type; a zone the values file names is never swapped)."""
     import boto3
 
     aws = values["aws"]
@@ -69,6 +72,10 @@ def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None) -> dict:
         if missing:
             problems.append(f"aws.availability_zone: {wanted} does not offer {', '.join(missing)}; "
                             f"zones that offer every type: {', '.join(common) or 'none'}")
+        if wanted in avoid_zones:
+            problems.append(f"aws.availability_zone: {wanted} has no capacity for the head now; "
+                            "try again later, or set availability_zone: null to let `make up` "
+                            "try the other zones that offer every type")
         candidates = [wanted]
     elif not common:
         problems.append("no zone of the region offers all of " + ", ".join(
@@ -76,7 +83,10 @@ def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None) -> dict:
             + "; change an instance type or the region")
         candidates = []
     else:
-        candidates = common
+        candidates = [zone for zone in common if zone not in avoid_zones]
+        if not candidates:
+            problems.append(f"every zone that offers all the types ({', '.join(common)}) refused "
+                            "capacity for the head; try again later, or another head type")
     zone, subnet = pick_subnet(ec2, aws, candidates, problems)
     if aws["key_pair"]:
         problems += key_pair_problems(ec2, aws["key_pair"], aws["region"])

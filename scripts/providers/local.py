@@ -157,7 +157,7 @@ def companion_files(cluster: str, values: dict) -> dict[str, str]:
     return {}
 
 
-def preflight(values: dict) -> tuple[dict, list[str]]:
+def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
     return values, []  # value_problems already checked this machine's memory
 
 
