@@ -14,7 +14,7 @@ from scripts.commands.lifecycle import (
     teardown,
 )
 from scripts.core import state, submit
-from scripts.core.errors import KitError
+from scripts.core.errors import KitError, not_running
 from scripts.core.inputs import flag, job_dir, job_id, parse_timeout, split_args
 from scripts.core.paths import RESULTS
 from scripts.core.ray_cli import use_auth_in_this_process
@@ -46,11 +46,14 @@ def job_client(cluster: str):
     from ray.job_submission import JobSubmissionClient  # Ray's SDK: imported when used
 
     record = require_record(cluster)
-    with PROVIDERS[record["provider"]].job_address(record) as (address, _, token):
+    provider = PROVIDERS[record["provider"]]
+    with provider.job_address(record) as (address, _, token):
         use_auth_in_this_process(token)
         try:
             yield JobSubmissionClient(address)
         except (ConnectionError, RuntimeError, ValueError) as e:
+            if not provider.is_running(record):  # it died under the command
+                raise KitError(not_running(cluster)) from None
             raise KitError(f"cluster '{cluster}': {str(e).splitlines()[0][:200]}") from None
 
 

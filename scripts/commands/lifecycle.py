@@ -153,6 +153,7 @@ def require_record(cluster: str) -> dict:
     return record
 
 
+
 @contextmanager
 def signals_deferred():
     """Teardown runs to the end through any number of Ctrl-C, SIGTERM and SIGHUP."""

@@ -19,6 +19,13 @@ class CapacityRefused(KitError):
         self.zone = zone
 
 
+def not_running(cluster: str) -> str:
+    """The one line for a cluster whose record stands but whose processes are gone (killed,
+    or dead under a command), instead of whatever Ray's client raised."""
+    return (f"cluster '{cluster}' is not running (its record is stale); `make down "
+            f"CLUSTER={cluster}` then `make up CLUSTER={cluster}`")
+
+
 def one_line(text: str, limit: int = 600) -> str:
     """Newlines folded, length capped: a hostile input never makes a long error."""
     text = " | ".join(part.strip() for part in str(text).splitlines() if part.strip())

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from scripts.core import state
-from scripts.core.errors import KitError
+from scripts.core.errors import KitError, not_running
 from scripts.core.inputs import values_file
 from scripts.core.paths import BUILD, REPO
 from scripts.core.ray_cli import free_port, ray_cli, ray_env, use_auth_in_this_process
@@ -336,6 +336,8 @@ def status(record: dict) -> int:
     result = subprocess.run([ray_cli(), "status", f"--address={record['gcs_address']}"],
                             env=ray_env(record["auth_token"]), capture_output=True, text=True,
                             timeout=60)
+    if result.returncode != 0:
+        require_running(record)  # it died under the command: the kit's one line, not Ray's
     print(result.stdout + result.stderr, end="")
     return result.returncode
 
@@ -384,13 +386,20 @@ def job_address(record: dict):
 
 
 def is_running(record: dict) -> bool:
-    return bool(cluster_processes(record["cluster"]))
+    """The cluster answers while its head's GCS runs: without it no command reaches the
+    cluster, whatever else of it is left (a worker's raylet, the dashboard, the watchdog)."""
+    for proc in cluster_processes(record["cluster"]):
+        try:
+            if proc.name() == "gcs_server":
+                return True
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return False
 
 
 def require_running(record: dict) -> None:
     if not is_running(record):
-        raise KitError(f"local cluster '{record['cluster']}' is not running (its record is "
-                       f"stale); run `make down CLUSTER={record['cluster']}` then `make up`")
+        raise KitError(not_running(record["cluster"]))
 
 
 def down(cluster: str, record: dict | None, purge: bool = False) -> str:
