@@ -690,3 +690,30 @@ def test_a_tag_in_any_script_is_allowed_as_aws_allows_it():
     config = build_text("hetero", yaml.safe_dump(values, allow_unicode=True).encode()).config
     tags = config["available_node_types"]["ray.head.default"]["node_config"]["TagSpecifications"][0]["Tags"]
     assert {"Key": "équipe", "Value": "Forschung-Müller 研究"} in tags
+
+
+def test_bench_wait_refuses_bad_input_with_exit_2(tmp_path):
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"))
+    run = subprocess.run([sys.executable, "-m", "scripts.benchmarks.bench_wait", "--cluster", "../x"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and run.stderr.startswith("error: CLUSTER='../x' is not a name")
+    assert "Traceback" not in run.stderr
+
+
+def test_bench_wait_tears_down_only_a_cluster_its_own_make_up_started(monkeypatch, tmp_path):
+    """`make up` refused (say another `make up` of it holds the lock): bench-wait must not
+    then `make down` a cluster it did not start."""
+    from scripts.benchmarks import bench_wait
+
+    calls = []
+
+    def kit(command, cluster, **variables):
+        calls.append(command)
+        raise SystemExit(2)  # what bench_wait.kit does when the command fails
+
+    monkeypatch.setattr(bench_wait, "kit", kit)
+    monkeypatch.setattr(sys, "argv", ["bench_wait", "--cluster", "local"])
+    monkeypatch.setattr(bench_wait, "load_record", lambda cluster: None)
+    with pytest.raises(SystemExit) as exited:
+        bench_wait.main()
+    assert exited.value.code == 2 and calls == ["up"]
