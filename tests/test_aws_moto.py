@@ -1,6 +1,7 @@
 """The rendered AWS configs launch what they say, against moto (in-process, offline)."""
 
 import copy
+from contextlib import contextmanager
 
 import boto3
 import pytest
@@ -493,46 +494,56 @@ def allows(policy: dict, action: str, tags: dict | None = None, request_tags: di
     return False
 
 
-def test_the_head_policy_allows_what_the_autoscaler_does_to_its_own_cluster_only(home):
-    """Every EC2 call Ray's node provider makes to launch, tag and terminate a worker is
-    allowed by the policy `make render` writes; the same calls on another cluster's
-    instance are not."""
+@contextmanager
+def ray_provider_calls_in_moto(cluster: str, config: dict | None = None):
+    """Ray's AWS node provider in moto after every node type was launched (as `ray up` and
+    the autoscaler do), each EC2 call it makes from then on recorded as (operation,
+    params); Ray's cached clients are cleared before and after. Yields (config, provider,
+    ec2, calls)."""
     import boto3
 
     from ray.autoscaler._private.aws import utils as ray_aws_utils
 
-    from scripts.providers import aws
-
-    values = build("hetero").values
-    policy = aws.head_policy(values)
     calls = []
     with mock_aws():
         boto3.setup_default_session()
         ray_aws_utils.resource_cache.cache_clear()
         ray_aws_utils.client_cache.cache_clear()
         try:
-            # `ray up` (the user's credentials) bootstraps and launches the head; from then
-            # on the head's autoscaler, on the policy's rights, manages the workers
-            config, provider, ec2, _ = launch_every_node_type("hetero")
+            config, provider, ec2, _ = launch_every_node_type(cluster, config)
             for resource in {id(r): r for r in (provider.ec2, provider.ec2_fail_fast)}.values():
                 resource.meta.client.meta.events.register(
                     "provide-client-params.ec2",
                     lambda params, model, **_: calls.append((model.name, params)))
-            worker_type = config["available_node_types"]["cpu_worker"]
-            before = set(provider.non_terminated_nodes({}))
-            provider.create_node(copy.deepcopy(worker_type["node_config"]),
-                                 {"ray-node-kind": "worker", "ray-user-node-type": "cpu_worker",
-                                  "ray-node-name": "ray-hetero-worker"}, 1)
-            (worker,) = set(provider.non_terminated_nodes({})) - before
-            provider.set_node_tags(worker, {"ray-node-status": "up-to-date"})
-            provider.non_terminated_nodes({})  # flushes the batched tag update
-            provider.terminate_node(worker)
-            other = ec2.run_instances(ImageId="ami-12345678", InstanceType="c5.4xlarge", MinCount=1,
-                                      MaxCount=1)["Instances"][0]["InstanceId"]
+            yield config, provider, ec2, calls
         finally:
             ray_aws_utils.resource_cache.cache_clear()
             ray_aws_utils.client_cache.cache_clear()
             boto3.DEFAULT_SESSION = None
+
+
+def test_the_head_policy_allows_what_the_autoscaler_does_to_its_own_cluster_only(home):
+    """Every EC2 call Ray's node provider makes to launch, tag and terminate a worker is
+    allowed by the policy `make render` writes; the same calls on another cluster's
+    instance are not."""
+    from scripts.providers import aws
+
+    values = build("hetero").values
+    policy = aws.head_policy(values)
+    # `ray up` (the user's credentials) bootstraps and launches the head; from then on the
+    # head's autoscaler, on the policy's rights, manages the workers
+    with ray_provider_calls_in_moto("hetero") as (config, provider, ec2, calls):
+        worker_type = config["available_node_types"]["cpu_worker"]
+        before = set(provider.non_terminated_nodes({}))
+        provider.create_node(copy.deepcopy(worker_type["node_config"]),
+                             {"ray-node-kind": "worker", "ray-user-node-type": "cpu_worker",
+                              "ray-node-name": "ray-hetero-worker"}, 1)
+        (worker,) = set(provider.non_terminated_nodes({})) - before
+        provider.set_node_tags(worker, {"ray-node-status": "up-to-date"})
+        provider.non_terminated_nodes({})  # flushes the batched tag update
+        provider.terminate_node(worker)
+        other = ec2.run_instances(ImageId="ami-12345678", InstanceType="c5.4xlarge", MinCount=1,
+                                  MaxCount=1)["Instances"][0]["InstanceId"]
         tags_of = {i["InstanceId"]: {t["Key"]: t["Value"] for t in i.get("Tags", [])}
                    for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
     ops = {name for name, _ in calls}
@@ -562,32 +573,14 @@ def test_the_head_policy_lets_the_autoscaler_launch_spot_workers(home, hetero_va
     """A spot worker's RunInstances (Ray's create_node, replayed in moto) carries
     InstanceMarketOptions: AWS then also checks the call against the spot instance request
     it creates. The policy of a spot mix allows that resource; an on-demand mix's does not."""
-    import boto3
-
-    from ray.autoscaler._private.aws import utils as ray_aws_utils
-
     from scripts.providers import aws
 
     hetero_values["workers"]["cpu_worker"]["spot"] = True
     spot = build_text("hetero", yaml.safe_dump(hetero_values).encode())
-    calls = []
-    with mock_aws():
-        boto3.setup_default_session()
-        ray_aws_utils.resource_cache.cache_clear()
-        ray_aws_utils.client_cache.cache_clear()
-        try:
-            config, provider, _, _ = launch_every_node_type("hetero", copy.deepcopy(spot.config))
-            provider.ec2.meta.client.meta.events.register(
-                "provide-client-params.ec2", lambda params, model, **_: calls.append((model.name, params)))
-            provider.ec2_fail_fast.meta.client.meta.events.register(
-                "provide-client-params.ec2", lambda params, model, **_: calls.append((model.name, params)))
-            provider.create_node(copy.deepcopy(config["available_node_types"]["cpu_worker"]["node_config"]),
-                                 {"ray-node-kind": "worker", "ray-user-node-type": "cpu_worker",
-                                  "ray-node-name": "ray-hetero-worker"}, 1)
-        finally:
-            ray_aws_utils.resource_cache.cache_clear()
-            ray_aws_utils.client_cache.cache_clear()
-            boto3.DEFAULT_SESSION = None
+    with ray_provider_calls_in_moto("hetero", copy.deepcopy(spot.config)) as (config, provider, _, calls):
+        provider.create_node(copy.deepcopy(config["available_node_types"]["cpu_worker"]["node_config"]),
+                             {"ray-node-kind": "worker", "ray-user-node-type": "cpu_worker",
+                              "ray-node-name": "ray-hetero-worker"}, 1)
     launches = [params for name, params in calls if name == "RunInstances"]
     assert launches and all(p["InstanceMarketOptions"]["MarketType"] == "spot" for p in launches)
     assert allows(aws.head_policy(spot.values), "ec2:RunInstances", resource="spot-instances-request")

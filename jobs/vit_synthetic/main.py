@@ -456,7 +456,8 @@ def main(argv=None) -> int:
 
 def finite(value):
     """The summary with each non-finite number (a rate over a time measured as zero, say)
-    as None: JSON has no Infinity, and `make plan PROFILE=` reads the summary strictly."""
+    as None: JSON has no Infinity, and `make plan PROFILE=` reads the summary strictly.
+    (The job runs on the cluster without the kit; the kit's json_text does the same.)"""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
