@@ -53,7 +53,8 @@ def standin_head(tmp_path):
                     f"--dashboard-agent-listen-port={free_port()}",
                     f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
                     f"--temp-dir={private}/ray", "--num-cpus=3",
-                    '--resources={"trainer": 1, "preprocess": 2}', "--object-store-memory=500000000"],
+                    "--labels=ray-subcluster=train,raykit-trainer-slots=1,raykit-preprocess=true",
+                    "--object-store-memory=500000000"],
                    env=env, check=True, capture_output=True, timeout=120, start_new_session=True)
     try:
         yield dashboard

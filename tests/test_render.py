@@ -74,10 +74,14 @@ def test_hetero_head_is_gpu_trainer_and_workers_cpu_preprocessors():
     head = config["available_node_types"][aws.HEAD_TYPE]
     worker = config["available_node_types"]["cpu_worker"]
     assert head["node_config"]["InstanceType"] == "g5.xlarge"
-    assert head["resources"] == {"CPU": 4, "GPU": 1, "trainer": 1}
+    # placement is by label alone: no custom resources (jobs/raykit/placement.py)
+    assert head["resources"] == {"CPU": 4, "GPU": 1}
+    assert head["labels"] == {"raykit-node-type": aws.HEAD_TYPE, "ray-subcluster": "train",
+                              "raykit-trainer-slots": "1"}
     assert worker["node_config"]["InstanceType"] == "c5.4xlarge"
     # a CPU worker keeps one vCPU for its raylet and object transfers (catalog.preprocess_vcpus)
-    assert worker["resources"] == {"CPU": 16, "preprocess": 15}
+    assert worker["resources"] == {"CPU": 15}
+    assert worker["labels"] == {"raykit-node-type": "cpu_worker", "ray-subcluster": "preprocess"}
     assert (worker["min_workers"], worker["max_workers"]) == (2, 4)
     assert config["max_workers"] == 4
     assert config["docker"]["image"] == catalog.DOCKER_IMAGE["gpu"]
@@ -171,14 +175,29 @@ def test_setup_commands_install_the_pinned_job_packages_cpu_torch_on_cpu_nodes()
     assert config["setup_commands"] == []
 
 
-def test_local_resources_put_trainer_on_head_and_preprocess_on_workers():
+def test_local_nodes_are_placed_by_labels_not_custom_resources():
     config = build("local").config
-    head = config["available_node_types"][local.HEAD_TYPE]["resources"]
-    worker = config["available_node_types"]["cpu_worker"]["resources"]
-    assert head["trainer"] == 1 and "preprocess" not in head
-    assert worker["preprocess"] == worker["CPU"] and "trainer" not in worker
-    assert worker["object_store_memory"] == 768 * 1024 * 1024
+    head = config["available_node_types"][local.HEAD_TYPE]
+    worker = config["available_node_types"]["cpu_worker"]
+    assert set(head["resources"]) == set(worker["resources"]) == {"CPU", "memory", "object_store_memory"}
+    assert head["labels"] == {"raykit-node-type": "head", "ray-subcluster": "train",
+                              "raykit-trainer-slots": "1"}
+    assert worker["labels"] == {"raykit-node-type": "cpu_worker", "ray-subcluster": "preprocess"}
+    assert worker["resources"]["object_store_memory"] == 768 * 1024 * 1024
     assert config["provider"]["module"] == local.PROVIDER_CLASS
+    # the single-node mix: a train node that preprocesses too, on one pinned core
+    single = build("local_single").config["available_node_types"][local.HEAD_TYPE]["labels"]
+    assert single == {"raykit-node-type": "head", "ray-subcluster": "train",
+                      "raykit-trainer-slots": "1", "raykit-preprocess": "true", "raykit-cores": "1"}
+
+
+def test_every_rendered_label_is_one_ray_accepts():
+    """Node type names become label values: the schema keeps them within Ray's rule."""
+    from ray._private.label_utils import validate_node_labels
+
+    for name in ("hetero", "single", "p4d_hetero", "local", "local_hetero", "local_single"):
+        for node_type in build(name).config["available_node_types"].values():
+            validate_node_labels(node_type["labels"])
 
 
 def test_missing_template_value_is_an_error_not_an_empty_string():
@@ -213,11 +232,14 @@ def test_validate_and_render_never_touch_a_launched_config(tmp_path, monkeypatch
     assert (tmp_path / "clusters" / "local.yaml").read_text() == build("local").text
 
 
-def test_a_preprocessing_gpu_head_keeps_a_vcpu_per_gpu_and_one_for_ray():
+def test_a_preprocessing_gpu_head_keeps_a_vcpu_for_ray():
+    """Its CPUs: one per GPU (the training workers) plus the catalog's preprocessing vCPUs;
+    the last vCPU stays with Ray's head processes."""
     config = build("single").config
-    head = config["available_node_types"][aws.HEAD_TYPE]["resources"]
-    vcpus, gpus = head["CPU"], head["GPU"]
-    assert head["preprocess"] == vcpus - gpus - 1
+    head = config["available_node_types"][aws.HEAD_TYPE]
+    vcpus = catalog.INSTANCE_TYPES[head["node_config"]["InstanceType"]].vcpus
+    assert head["resources"] == {"CPU": vcpus - 1, "GPU": 1}
+    assert head["labels"]["raykit-preprocess"] == "true"
 
 
 def test_gpu_nodes_install_nvml_and_cpu_only_nodes_do_not():

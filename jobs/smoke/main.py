@@ -1,7 +1,8 @@
 """Cluster smoke test: which nodes run what. `make submit JOB=smoke`
 
-Runs tasks that need the `preprocess` resource (CPU workers) and one that needs the
-`trainer` resource (the GPU head, or its local stand-in), then prints one line
+Runs tasks that select the preprocess subcluster (the CPU workers) and one that selects
+the train subcluster (the GPU head, or its local stand-in) by node label
+(raykit.placement), then prints one line
 `RESULT {...}` with the node IP each ran on. `--fail-with N` exits with code N after the
 report, to check that failures reach `make submit`'s exit code; `--sleep S` waits S seconds
 after the report, so that a test can interrupt a running job.
@@ -14,15 +15,16 @@ import sys
 import time
 
 import ray
+from raykit import placement
 
 
-@ray.remote(num_cpus=1, resources={"preprocess": 1})
+@ray.remote(num_cpus=1)
 def preprocess_task(i: int) -> str:
     time.sleep(0.5)  # long enough that the tasks spread over the workers
     return ray.util.get_node_ip_address()
 
 
-@ray.remote(num_cpus=1, resources={"trainer": 1})
+@ray.remote(num_cpus=1, label_selector=placement.train_selector())
 def trainer_task() -> str:
     return ray.util.get_node_ip_address()
 
@@ -40,7 +42,10 @@ def main() -> int:
 
     ray.init()
     head_ip = ray.util.get_node_ip_address()
-    preprocess_ips = ray.get([preprocess_task.remote(i) for i in range(args.tasks)])
+    # the preprocess subcluster; anywhere where a train node preprocesses too (one node)
+    selector = placement.data_selector(ray.nodes())
+    task = preprocess_task.options(label_selector=selector) if selector else preprocess_task
+    preprocess_ips = ray.get([task.remote(i) for i in range(args.tasks)])
     result = {
         "driver_node": head_ip,
         "driver_host": socket.gethostname(),

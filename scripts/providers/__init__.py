@@ -20,6 +20,9 @@ class Provider(Protocol):
     # A job's time limit when TIMEOUT is empty (None: none): a forgotten job on a cloud
     # cluster bills until it ends.
     DEFAULT_JOB_TIMEOUT_S: float | None
+    # How a job's requirements.txt is honoured: "pip" (Ray's runtime_env installs them on
+    # each node) or "installed" (the cluster runs this machine's .venv: they must be there)
+    JOB_PACKAGES: str
 
     def value_problems(self, values: dict) -> list[str]:
         """The provider's own rules on schema-checked values: 'key: problem; fix' each."""

@@ -16,6 +16,7 @@ import subprocess
 import time
 from contextlib import contextmanager
 
+from jobs.raykit import placement
 from scripts import catalog
 from scripts.core import state
 from scripts.core.errors import CapacityRefused, KitError, short
@@ -27,6 +28,7 @@ from scripts.providers.aws_preflight import preflight as check_account
 NAME = "aws"
 HEAD_TYPE = "ray.head.default"
 DEFAULT_JOB_TIMEOUT_S = 6 * 3600  # TIMEOUT= overrides it (up to 7 days)
+JOB_PACKAGES = "pip"  # a job's requirements.txt: Ray's pip runtime_env, over the image's packages
 # Ports of the head's GCS and every node's object manager; the cluster's security group
 # opens all traffic between its own nodes, so any fixed ports do.
 GCS_PORT = 6379
@@ -306,12 +308,13 @@ def iam_profile(name_or_arn: str | None) -> dict | None:
 def aws_node(name: str, node: dict, preprocess: bool, spot: bool) -> dict:
     spec = catalog.INSTANCE_TYPES[node["instance_type"]]
     disk = node["disk"]
-    resources = {"CPU": spec.vcpus}
+    # Where work runs is the labels' business (placement.py): no custom resources. A node
+    # that preprocesses offers Ray the vCPUs the catalog leaves to it (one stays with
+    # Ray's own processes), plus one per GPU for its training workers.
+    resources = {"CPU": (catalog.preprocess_vcpus(node["instance_type"]) + spec.gpus
+                         if preprocess else spec.vcpus)}
     if spec.gpus:
-        # One training worker per GPU: `trainer` counts the slots the ViT job fills.
-        resources |= {"GPU": spec.gpus, "trainer": spec.gpus}
-    if preprocess:
-        resources["preprocess"] = catalog.preprocess_vcpus(node["instance_type"])
+        resources["GPU"] = spec.gpus
     volumes = [{"device": "/dev/sda1", "size_gb": disk["root_gb"], "type": disk["volume_type"]}]
     if disk["data_gb"]:
         volumes.append({"device": "/dev/sdf", "size_gb": disk["data_gb"],
@@ -325,6 +328,7 @@ def aws_node(name: str, node: dict, preprocess: bool, spot: bool) -> dict:
         "name": name,
         "instance_type": node["instance_type"],
         "resources": resources,
+        "labels": placement.node_labels(name, trainer_slots=spec.gpus, preprocess=preprocess),
         "volumes": volumes,
         "market_type": "spot" if spot else None,  # the head is never spot: losing it ends the cluster
         "image": catalog.DOCKER_IMAGE["gpu" if spec.gpus else "cpu"],

@@ -11,7 +11,6 @@ With `pin_cpus` (the default), each node runs on cores of its own (cpu_sets.py).
 """
 
 import hashlib
-import json
 import os
 import secrets
 import signal
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import psutil
 
+from jobs.raykit import placement
 from scripts.core import state
 from scripts.core.errors import KitError, not_running
 from scripts.core.inputs import values_file
@@ -37,14 +37,14 @@ NAME = "local"
 # head under this node type name; the rendered config must use the same one.
 HEAD_TYPE = "ray.head.default"
 DEFAULT_JOB_TIMEOUT_S = None  # it runs on this machine: no bill to cap
+# A job's requirements.txt must already be satisfied in .venv, which every local node runs:
+# Ray's pip runtime_env would clone that whole virtualenv (torch included, ~6 GB) per job.
+JOB_PACKAGES = "installed"
 PROVIDER_CLASS = "scripts.providers.loopback_node_provider.LoopbackNodeProvider"
 # Ray rewrites 127.0.0.1 to the host's network address; any other 127.x address stays on
 # loopback. Workers take 127.0.0.3, 127.0.0.4, ... (loopback_node_provider.py).
 HEAD_IP = "127.0.0.2"
 MARKER = "RAYKIT_CLUSTER_ID"
-# Node labels jobs read (jobs/vit_synthetic): a node's type, and a pinned node's cores.
-NODE_TYPE_LABEL = "raykit-node-type"
-CORES_LABEL = "raykit-cores"
 JOIN_TIMEOUT_S = 180  # RAYKIT_JOIN_TIMEOUT_S overrides it (tests)
 MIB = 1024 * 1024
 
@@ -122,11 +122,12 @@ def template_context(cluster: str, values: dict) -> dict:
     head = values["head"]
     return {
         "provider_class": PROVIDER_CLASS,
-        "head": {"name": HEAD_TYPE,
-                 "resources": resources(head, head["trainer_slots"], head["preprocess"])},
+        "head": {"name": HEAD_TYPE, "resources": resources(head),
+                 "labels": head_labels(values)},
         "workers": [
             {"name": name, "min_workers": w["min_workers"], "max_workers": w["max_workers"],
-             "resources": resources(w, trainer_slots=0, preprocess=True),
+             "resources": resources(w),
+             "labels": placement.node_labels(name, trainer_slots=0, preprocess=True),
              # read by loopback_node_provider.py (Ray's schema leaves node_config alone)
              "node_config": {"cores": cores(w) if values["pin_cpus"] else None}}
             for name, w in values["workers"].items()
@@ -134,17 +135,21 @@ def template_context(cluster: str, values: dict) -> dict:
     }
 
 
-def resources(node: dict, trainer_slots: int, preprocess: bool) -> dict:
-    """Logical resources of a simulated node. `trainer` stands in for GPUs; `preprocess`
-    marks CPUs that Ray Data may use (ray-project/ray#13270: declare them explicitly)."""
-    out = {"CPU": node["cpus"]}
-    if trainer_slots:
-        out["trainer"] = trainer_slots
-    if preprocess:
-        out["preprocess"] = node["cpus"]
-    out["memory"] = node["memory_mb"] * MIB
-    out["object_store_memory"] = node["object_store_mb"] * MIB
-    return out
+def resources(node: dict) -> dict:
+    """Logical resources of a simulated node: no custom ones. Where work runs is the
+    labels' business (jobs/raykit/placement.py)."""
+    return {"CPU": node["cpus"], "memory": node["memory_mb"] * MIB,
+            "object_store_memory": node["object_store_mb"] * MIB}
+
+
+def head_labels(values: dict) -> dict[str, str]:
+    """The head's labels: a train node with `trainer_slots` stand-ins for GPUs (or, with
+    none, a preprocessing node), and with pin_cpus the cores it really has."""
+    head = values["head"]
+    labels = placement.node_labels("head", head["trainer_slots"], head["preprocess"])
+    if values["pin_cpus"]:
+        labels[placement.CORES] = str(cores(head))
+    return labels
 
 
 def config_problems(config: dict) -> list[str]:
@@ -224,9 +229,6 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         "up_at": time.time(),
         "autostop_minutes": values["autostop_minutes"],
     }
-    head_resources = {key: value for key, value in resources(head, head["trainer_slots"],
-                                                              head["preprocess"]).items()
-                      if key not in ("CPU", "memory", "object_store_memory")}
     command = [
         ray_cli(), "start", "--head", "--disable-usage-stats",
         f"--node-ip-address={HEAD_IP}", f"--port={gcs_port}",
@@ -238,10 +240,9 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         f"--temp-dir={record['temp_dir']}",
         f"--autoscaling-config={state.config_path(cluster)}",
         f"--num-cpus={head['cpus']}", "--num-gpus=0",
-        f"--resources={json.dumps(head_resources)}",
-        # what jobs read to tell node types apart and, pinned, the cores a node really has
-        f"--labels={NODE_TYPE_LABEL}=head"
-        + (f",{CORES_LABEL}={cores(head)}" if values["pin_cpus"] else ""),
+        # ray start takes labels as key=value,...: the values are the kit's own names
+        # and counts (placement.py), never a values file's free text
+        "--labels=" + ",".join(f"{k}={v}" for k, v in head_labels(values).items()),
         f"--object-store-memory={head['object_store_mb'] * MIB}",
         f"--memory={head['memory_mb'] * MIB}",
     ]

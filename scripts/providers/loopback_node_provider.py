@@ -33,7 +33,7 @@ from ray.autoscaler.tags import (
 )
 
 from scripts.providers import cpu_sets
-from scripts.providers.local import CORES_LABEL, NODE_TYPE_LABEL
+from jobs.raykit.placement import CORES
 
 MAX_WORKERS = 250  # 127.0.0.3 .. 127.0.0.252; the local schema allows far fewer
 
@@ -82,12 +82,12 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
         resources = copy.deepcopy(resources)  # the pops below must not leak to the caller
         with self.lock:
             node_type = tags[TAG_RAY_USER_NODE_TYPE]
-            # Jobs tell node types apart by these labels (the ViT job's CPU use per type).
-            labels = dict(labels or {}, **{NODE_TYPE_LABEL: node_type})
+            # The node type's labels from the config (placement.py), plus its real cores
+            labels = dict(labels or {})
             node_id = self._next_hex_node_id()
             cores = self._free_cores(node_config.get("cores") or 0)
             if cores:
-                labels[CORES_LABEL] = str(len(cores))
+                labels[CORES] = str(len(cores))
             params = ray._private.parameter.RayParams(
                 node_ip_address=worker_ip(self._next_node_id),
                 gcs_address=self._gcs_address,
