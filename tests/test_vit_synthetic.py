@@ -11,10 +11,11 @@ import pytest
 from conftest import REPO, local_cluster_up, make
 from scripts.core.submit import result_line
 
-sys.path.insert(0, str(REPO / "jobs" / "vit_synthetic"))
-from diagnosis import DATA_BOUND_WAIT_FRACTION, diagnose  # noqa: E402
-from main import GpuUtilization, parse_args, warnings_of  # noqa: E402
-from pipeline import Preprocess, build_transform, make_images  # noqa: E402
+sys.path[:0] = [str(REPO / "jobs" / "vit_synthetic"), str(REPO / "jobs")]
+from raykit.diagnosis import DATA_BOUND_WAIT_FRACTION, diagnose  # noqa: E402
+from main import parse_args  # noqa: E402
+from pipeline import Preprocess, build_transform, decode_images, make_images  # noqa: E402
+from raykit.profile import GpuUtilization, measured, warnings_of  # noqa: E402
 
 
 def test_synthetic_images_shape_dtype_and_reproducibility():
@@ -35,13 +36,31 @@ def test_transform_gives_chw_float_and_blurs():
     assert float(blurred.std()) < float(plain.std())  # blurring smooths random noise
 
 
-def test_preprocess_stage_records_node_and_cpu_time_of_both_stages():
-    images = make_images({"id": np.arange(3)}, image_size=32)
-    out = Preprocess(blur_count=1, blur_kernel=3)(images)
+def test_measured_stages_record_node_and_add_up_their_cpu_time():
+    images = measured(make_images)({"id": np.arange(3)}, image_size=32)
+    out = measured(Preprocess(blur_count=1, blur_kernel=3))(images)
     assert out["image"].shape == (3, 3, 32, 32) and out["image"].dtype == np.float32
-    assert len(out["node"]) == 3
+    assert len(out["node"]) == 3 and len(out["label"]) == 3
     assert (images["preprocess_cpu_s"] > 0).all()  # generating counts as reading
     assert (out["preprocess_cpu_s"] > images["preprocess_cpu_s"]).all()  # plus the transforms
+
+
+def test_image_files_decode_to_rgb_at_the_model_size_with_labels_from_their_folder():
+    import io
+
+    from PIL import Image
+
+    def encoded(fmt: str, mode: str, size: int) -> bytes:
+        out = io.BytesIO()
+        Image.new(mode, (size, size), 128).save(out, fmt)
+        return out.getvalue()
+
+    batch = {"bytes": [encoded("JPEG", "RGB", 40), encoded("PNG", "L", 32), encoded("PNG", "RGBA", 32)],
+             "path": ["/d/7/a.jpg", "bucket/cats/b.png", "/d/1007/c.png"]}
+    out = decode_images(batch, image_size=32)
+    assert out["image"].shape == (3, 32, 32, 3) and out["image"].dtype == np.uint8
+    assert out["label"][0] == 7 and out["label"][2] == 7  # class folders, modulo 1000
+    assert 0 <= out["label"][1] < 1000
 
 
 def test_diagnosis_data_bound_asks_for_more_cpu_workers():

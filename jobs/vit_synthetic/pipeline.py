@@ -1,30 +1,50 @@
-"""The job's data: synthetic images and the heavy CPU preprocessing (Ray Data stages).
+"""The job's data: synthetic images or JPEG/PNG files, and the heavy CPU preprocessing
+(Ray Data stages). Each stage is wrapped in raykit.profile.measured, which records the node
+that ran it and its CPU seconds per image: the job proves where preprocessing ran and
+measures its cost per CPU (decoding included, for files).
 
-Kept free of Ray Train so that the benchmark (scripts/benchmarks/bench_data.py) and the unit tests
-run exactly the code the job runs.
+Kept free of Ray Train so that the benchmark (scripts/benchmarks/bench_data.py) and the unit
+tests run exactly the code the job runs.
 """
 
-import time
+import io
+import zlib
 
 import numpy as np
 import torch
+from raykit.profile import measured
 from torchvision import transforms
 
 NUM_CLASSES = 1000
+IMAGE_EXTENSIONS = ["jpg", "jpeg", "png"]
 
 
 def make_images(batch: dict, image_size: int, num_classes: int = NUM_CLASSES) -> dict:
-    """Random HWC uint8 images and labels, seeded by the record ids (reproducible). The
-    CPU seconds it takes are the stand-in for reading and decoding real images: they are
-    counted as preprocessing (the `preprocess_cpu_s` column that Preprocess adds to)."""
-    start = time.thread_time()
+    """Random HWC uint8 images and labels, seeded by the record ids (reproducible): the
+    synthetic stand-in for reading and decoding image files."""
     ids = batch["id"]
     rng = np.random.default_rng(int(ids[0]))
-    images = rng.integers(0, 256, (len(ids), image_size, image_size, 3), dtype=np.uint8)
-    labels = rng.integers(0, num_classes, len(ids), dtype=np.int64)
-    seconds = time.thread_time() - start
-    return {"image": images, "label": labels,
-            "preprocess_cpu_s": np.full(len(ids), seconds / len(ids), dtype=np.float64)}
+    return {"image": rng.integers(0, 256, (len(ids), image_size, image_size, 3), dtype=np.uint8),
+            "label": rng.integers(0, num_classes, len(ids), dtype=np.int64)}
+
+
+def decode_images(batch: dict, image_size: int, num_classes: int = NUM_CLASSES) -> dict:
+    """JPEG/PNG bytes -> HWC uint8 RGB images of image_size x image_size; the label is the
+    folder a file sits in (a class number, or any name, hashed)."""
+    from PIL import Image
+
+    images, labels = [], []
+    for data, path in zip(batch["bytes"], batch["path"]):
+        with Image.open(io.BytesIO(data)) as image:
+            image = image.convert("RGB")
+            if image.size != (image_size, image_size):
+                image = image.resize((image_size, image_size), Image.BILINEAR)
+            images.append(np.asarray(image, dtype=np.uint8))
+        parts = str(path).split("/")
+        folder = parts[-2] if len(parts) > 1 else ""
+        labels.append(int(folder) % num_classes if folder.isdigit()
+                      else zlib.crc32(folder.encode()) % num_classes)
+    return {"image": np.stack(images), "label": np.array(labels, dtype=np.int64)}
 
 
 def build_transform(blur_count: int, blur_kernel: int) -> transforms.Compose:
@@ -36,52 +56,66 @@ def build_transform(blur_count: int, blur_kernel: int) -> transforms.Compose:
 
 
 class Preprocess:
-    """A Ray Data map_batches stage: HWC uint8 images -> normalized CHW float32.
-
-    Each batch also records the node that ran it and the CPU seconds it took, so the job
-    can prove where preprocessing ran and measure its throughput per CPU. CPU time, not
-    wall time: where a task shares its core (with the trainer, or another node's tasks on
-    an unpinned local cluster), wall time would count the other's share too."""
+    """HWC uint8 images -> normalized CHW float32, through the heavy augmentation."""
 
     def __init__(self, blur_count: int, blur_kernel: int):
         self.transform = build_transform(blur_count, blur_kernel)
         torch.set_num_threads(1)  # one Ray CPU per task: no oversubscription
 
     def __call__(self, batch: dict) -> dict:
-        import ray
-
-        start = time.thread_time()  # the transforms run on this thread (1 torch thread)
         images = torch.stack([self.transform(image) for image in batch["image"]]).numpy()
-        seconds = time.thread_time() - start
-        n = len(images)
-        return {
-            "image": images,
-            "label": batch["label"],
-            "node": np.array([ray.util.get_node_ip_address()] * n),
-            "preprocess_cpu_s": batch["preprocess_cpu_s"] + seconds / n,
-        }
+        return {"image": images, "label": batch["label"]}
 
 
 def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count: int,
-                  blur_kernel: int, resources: dict | None = None):
-    """ray.data.range -> random images -> preprocessing, one block per training batch so
-    batches stream to the trainer one by one (no whole-block stalls).
+                  blur_kernel: int, data: str = "synthetic", filesystem=None):
+    """num_records images, one block per training batch so that batches stream to the
+    trainer one by one (no whole-block stalls): `synthetic` (ray.data.range -> random
+    images), or a directory / s3:// URI of JPEG/PNG files (read, then decoded on the
+    preprocessing nodes); then the heavy preprocessing.
 
-    The stages take whole blocks (batch_size=None), which lets Ray Data fuse the range
-    read and both maps into one task per batch: a map_batches(batch_size=N) after a read
-    is never fused, and the separate read tasks then cost a quarter of the throughput."""
+    The stages take whole blocks (batch_size=None), which lets Ray Data fuse the read and
+    both maps into one task per batch: a map_batches(batch_size=N) after a read is never
+    fused, and the separate read tasks then cost a quarter of the throughput. Where the
+    tasks run is the DataContext's label selector (raykit.profile.configure_data)."""
     import ray
 
     # Ray Data reserves part of the CPUs for each operator by default; with the cheap
-    # range read as its own operator that idles half of a small cluster's CPUs.
+    # read as its own operator that idles half of a small cluster's CPUs.
     ray.data.DataContext.get_current().op_resource_reservation_enabled = False
-    stage_resources = {"num_cpus": 1}
-    if resources:
-        stage_resources["resources"] = resources
-    preprocess = Preprocess(blur_count, blur_kernel)
-    return (
-        ray.data.range(num_records, override_num_blocks=max(1, num_records // batch_size))
-        .map_batches(make_images, fn_kwargs={"image_size": image_size},
-                     batch_size=None, **stage_resources)
-        .map_batches(preprocess, batch_size=None, **stage_resources)
-    )
+    blocks = max(1, num_records // batch_size)
+    if data == "synthetic":
+        images = ray.data.range(num_records, override_num_blocks=blocks).map_batches(
+            measured(make_images), fn_kwargs={"image_size": image_size},
+            batch_size=None, num_cpus=1)
+    else:
+        # the first num_records files, listed here: a limit() after the read would keep
+        # Ray Data from fusing it with the maps
+        paths = image_files(data, filesystem)[:num_records]
+        files = ray.data.read_binary_files(paths, include_paths=True, override_num_blocks=blocks,
+                                           filesystem=filesystem or filesystem_of(data))
+        images = files.map_batches(
+            measured(decode_images), fn_kwargs={"image_size": image_size},
+            batch_size=None, num_cpus=1)
+    return images.map_batches(measured(Preprocess(blur_count, blur_kernel)),
+                              batch_size=None, num_cpus=1)
+
+
+def filesystem_of(data: str):
+    import pyarrow.fs
+
+    return pyarrow.fs.FileSystem.from_uri(data)[0]
+
+
+def image_files(data: str, filesystem=None) -> list[str]:
+    """The JPEG/PNG files under `data` (an absolute directory or an s3:// URI), sorted,
+    as paths of the filesystem that reads them."""
+    import pyarrow.fs
+
+    if filesystem is None:
+        filesystem, root = pyarrow.fs.FileSystem.from_uri(data)
+    else:
+        root = data.removeprefix("s3://")
+    infos = filesystem.get_file_info(pyarrow.fs.FileSelector(root, recursive=True))
+    return sorted(i.path for i in infos if i.type == pyarrow.fs.FileType.File
+                  and i.path.rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 JOB_DIR = Path(__file__).resolve().parents[2] / "jobs" / "vit_synthetic"
-sys.path.insert(0, str(JOB_DIR))
+sys.path[:0] = [str(JOB_DIR), str(JOB_DIR.parent)]  # the job's pipeline, and raykit it imports
 from pipeline import Preprocess, build_dataset, make_images  # noqa: E402
 
 ARGS = None  # the parsed flags, in each process of the limit's pool
@@ -81,7 +81,7 @@ class RayData:
 
         self.args = args
         ray.init(num_cpus=cores, include_dashboard=False, logging_level="ERROR",
-                 runtime_env={"env_vars": {"PYTHONPATH": str(JOB_DIR)}})
+                 runtime_env={"env_vars": {"PYTHONPATH": f"{JOB_DIR}:{JOB_DIR.parent}"}})
         ray.data.DataContext.get_current().enable_progress_bars = False
         logging.getLogger("ray.data").setLevel(logging.WARNING)  # a line per dataset run
         self.consume(cores * args.batch_size)  # warm up: worker processes, imports
