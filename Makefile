@@ -9,6 +9,7 @@ DRY_RUN ?=#              1: `make up`, `run` and `bench` print what they would l
 PURGE   ?=#              1: `make down` on AWS also deletes the cluster's security group
 ID      ?=#              a job's id, for `make logs` and `make stop-job` (`make jobs` lists them)
 FOLLOW  ?=#              1: `make logs` follows the job until it ends, `make monitor` the autoscaler
+VERBOSE ?=#              1: `make submit`, `run` and `demo` show Ray's own INFO lines in the job's log
 PROFILE ?=#              a job summary for `make plan`, e.g. build/results/<id>.json
 CLUSTERS ?=#             values files `make bench` runs in turn (empty: local_single local_hetero)
 FROM    ?=#              rows.json for `make bench` to re-print and plot (saved or published rows)
@@ -18,11 +19,11 @@ PYTHON  ?= python3#      the interpreter that creates .venv (3.11)
 # raw text ($(value ...): make expands nothing in it) is exported as KIT_*, so quotes, `$`,
 # backticks and `;` are data. The originals are not exported: make would expand them on
 # the way (running a `$(shell ...)` in them). scripts/core/inputs.py checks each one.
-unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW PROFILE CLUSTERS FROM PYTHON
+unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW VERBOSE PROFILE CLUSTERS FROM PYTHON
 # Make exports every variable set on its command line, expanding it on the way: any other
 # name given there (or an attempt to replace the kit's own variables below) could run
 # shell code before a recipe starts. Refuse it before anything runs.
-USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW PROFILE CLUSTERS FROM PYTHON
+USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW VERBOSE PROFILE CLUSTERS FROM PYTHON
 $(foreach v,$(.VARIABLES),$(if $(and $(filter command line,$(origin $(v))),$(filter-out $(USER_VARIABLES),$(v))),\
   $(error error: $(v) is not a variable of this Makefile; use $(USER_VARIABLES), see `make help`)))
 export KIT_CLUSTER := $(value CLUSTER)
@@ -33,6 +34,7 @@ export KIT_DRY_RUN := $(value DRY_RUN)
 export KIT_PURGE   := $(value PURGE)
 export KIT_ID      := $(value ID)
 export KIT_FOLLOW  := $(value FOLLOW)
+export KIT_VERBOSE := $(value VERBOSE)
 export KIT_PROFILE := $(value PROFILE)
 export KIT_CLUSTERS := $(value CLUSTERS)
 export KIT_FROM    := $(value FROM)
@@ -44,7 +46,7 @@ STAMP := $(VENV)/.installed
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo cost plan bench test test-adaptdl bench-data bench-wait clean
+.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images cost plan bench test test-adaptdl bench-data bench-wait clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -104,7 +106,10 @@ run: $(STAMP) ## up + submit + down; tears down only what it launched, through C
 	@$(KIT) run
 
 demo: $(STAMP) ## the ViT job end to end on the local simulated cluster
-	@$(MAKE) --no-print-directory run CLUSTER=local JOB=vit_synthetic ARGS= TIMEOUT=
+	@$(MAKE) --no-print-directory run CLUSTER=local JOB=vit_synthetic ARGS= TIMEOUT= VERBOSE="$$KIT_VERBOSE"
+
+images: $(STAMP) ## a JPEG image set for a job's --data (default build/images; see ARGS=--help)
+	@$(KIT) images
 
 cost: $(STAMP) ## CLUSTER's $/h per node type at min and max workers, EBS included, and totals
 	@$(KIT) cost

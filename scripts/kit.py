@@ -21,6 +21,7 @@ day2, priceperf).
   down      stop what `up` started (local: its processes; aws: `ray down`, checked; PURGE=1:
             also the cluster's security group)
   run       up + submit + down; down runs, through Ctrl-C and SIGTERM, if this run launched
+  images    write a JPEG image set (ARGS: --count, --size, --dir) for a job's --data
   clean     remove build/, keeping the records of clusters that may be running
   cost      CLUSTER's $/h per node type at min and max workers, with EBS, and totals
   plan      the cheapest mix that feeds the trainers, from PROFILE=<job summary> or ARGS
@@ -40,7 +41,7 @@ import sys
 import time
 import traceback
 
-from scripts.commands import day2, jobs, lifecycle, priceperf
+from scripts.commands import day2, images, jobs, lifecycle, priceperf
 from scripts.core.errors import KitError
 from scripts.core.paths import LOGS
 from scripts.core.state import make_dir
@@ -53,6 +54,8 @@ COMMANDS = {
     # jobs
     "submit": jobs.cmd_submit, "jobs": jobs.cmd_jobs, "logs": jobs.cmd_logs,
     "stop-job": jobs.cmd_stop_job, "run": jobs.cmd_run,
+    # data
+    "images": images.cmd_images,
     # day 2
     "status": day2.cmd_status, "dashboard": day2.cmd_dashboard, "attach": day2.cmd_attach,
     "monitor": day2.cmd_monitor,
@@ -84,6 +87,8 @@ def parse(argv) -> argparse.Namespace:
     p.add_argument("--id", default=env.get("KIT_ID", ""), help="a job's submission id (ID)")
     p.add_argument("--follow", default=env.get("KIT_FOLLOW", ""),
                    help="1: `logs` follows the job until it ends (FOLLOW)")
+    p.add_argument("--verbose", default=env.get("KIT_VERBOSE", ""),
+                   help="1: a job's log shows Ray's own INFO lines too (VERBOSE)")
     p.add_argument("--profile", default=env.get("KIT_PROFILE", ""),
                    help="a job summary for `plan`, e.g. build/results/<id>.json (PROFILE)")
     p.add_argument("--clusters", default=env.get("KIT_CLUSTERS", ""),

@@ -15,19 +15,20 @@ from scripts.commands.lifecycle import (
 )
 from scripts.core import state, submit
 from scripts.core.errors import KitError, not_running
-from scripts.core.inputs import flag, job_dir, job_id, parse_timeout, split_args
+from scripts.core.inputs import flag, job_id, job_requirements, parse_timeout, split_args
 from scripts.core.paths import RESULTS
 from scripts.core.ray_cli import use_auth_in_this_process
 from scripts.providers import PROVIDERS
 
 
 def cmd_submit(a) -> int:
-    job_dir(a.job)  # a typo in JOB fails before any tunnel opens
-    args, timeout = split_args(a.args), parse_timeout(a.timeout)
-    return submit_to(require_record(a.cluster), a.job, args, timeout)[0]
+    job_requirements(a.job)  # a typo in JOB or its requirements fails before any tunnel opens
+    args, timeout, verbose = split_args(a.args), parse_timeout(a.timeout), flag("VERBOSE", a.verbose)
+    return submit_to(require_record(a.cluster), a.job, args, timeout, verbose)[0]
 
 
-def submit_to(record: dict, job: str, args: list[str], timeout: float | None) -> tuple[int, dict | None]:
+def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
+              verbose: bool = False) -> tuple[int, dict | None]:
     """The job's exit code and summary (its RESULT line, None if it printed none)."""
     provider = PROVIDERS[record["provider"]]
     if timeout is None and provider.DEFAULT_JOB_TIMEOUT_S:
@@ -36,7 +37,8 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None) ->
               f"{timeout / 3600:g} h; set TIMEOUT=<seconds> (up to 7 days) to change it", flush=True)
     with provider.job_address(record) as (address, python, token):
         return submit.submit(address, job, args, python, token, timeout_s=timeout,
-                             results_dir=RESULTS)
+                             results_dir=RESULTS, verbose=verbose,
+                             job_packages=provider.JOB_PACKAGES)
 
 
 @contextmanager
@@ -86,22 +88,25 @@ def cmd_stop_job(a) -> int:
 
 
 def cmd_run(a) -> int:
-    job_dir(a.job)
-    args, timeout = split_args(a.args), parse_timeout(a.timeout)
+    packages = job_requirements(a.job)  # checked before anything is launched
+    args, timeout, verbose = split_args(a.args), parse_timeout(a.timeout), flag("VERBOSE", a.verbose)
     built = build(a.cluster)  # a refused config launches nothing and tears nothing down
+    if built.provider.JOB_PACKAGES == "installed":
+        submit.require_installed(a.job, packages)
     if flag("DRY_RUN", a.dry_run):
         return print_plan(prepared(built))
-    return run_once(built, a.job, args, timeout)[0]
+    return run_once(built, a.job, args, timeout, verbose)[0]
 
 
-def run_once(built, job: str, args: list[str], timeout: float | None) -> tuple[int, dict | None]:
+def run_once(built, job: str, args: list[str], timeout: float | None,
+             verbose: bool = False) -> tuple[int, dict | None]:
     """Up, submit, down: the job's exit code and summary. Down runs whatever happens."""
     with state.lock(built.cluster):
         refuse_if_up(built.cluster)  # a cluster this run did not start is never torn down
         ready = prepared(built)  # refused: nothing launched, nothing torn down
         try:
             record = preflight_and_launch(built, ready)
-            return submit_to(record, job, args, timeout)
+            return submit_to(record, job, args, timeout, verbose)
         finally:
             if state.record_path(built.cluster).exists():  # only what this run launched
                 print(f"tearing down '{built.cluster}'", flush=True)

@@ -20,6 +20,7 @@ from scripts.core.paths import JOBS, TEMPLATES
 NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 NAME_RULE = "lowercase letters, digits, '_' and '-', starting with a letter, at most 40"
 MAX_ARGS_CHARS = 4096
+MAX_REQUIREMENTS_BYTES = 64 * 1024
 MAX_TIMEOUT_S = 7 * 24 * 3600
 JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -63,6 +64,39 @@ def job_dir(job: str) -> Path:
     if not (path / "main.py").is_file() or JOBS.resolve() != path.resolve().parent:
         raise KitError(f"JOB={job}: no job jobs/{job}/main.py; choose one of: {choices('JOB')}")
     return path
+
+
+def job_requirements(job: str) -> list[str]:
+    """The pip requirements of jobs/<job>/requirements.txt (none without the file): one
+    PEP 508 requirement per line, `#` comments allowed. Options (-r, --index-url, -e) and
+    paths are refused: the file must mean the same on this machine and on every node."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    path = job_dir(job) / "requirements.txt"
+    if not path.is_file():
+        return []
+    where = f"jobs/{job}/requirements.txt"
+    if path.stat().st_size > MAX_REQUIREMENTS_BYTES:
+        raise KitError(f"{where} is over {MAX_REQUIREMENTS_BYTES // 1024} KiB; list only the "
+                       "packages the job needs beyond the kit's image")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise KitError(f"{where} is not UTF-8 text; save it as UTF-8") from None
+    packages = []
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            requirement = None
+        if requirement is None or text.startswith("-") or requirement.url:
+            raise KitError(f"{where} line {number}: {short(text)} is not a requirement; write "
+                           "one package per line, such as einops==0.8.1 (no options, URLs or paths)")
+        packages.append(text)
+    return packages
 
 
 def split_args(text: str) -> list[str]:

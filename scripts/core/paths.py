@@ -10,6 +10,7 @@ REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "cluster_templates"
 SCHEMAS = TEMPLATES / "schema"
 JOBS = REPO / "jobs"
+JOB_LIBRARY = JOBS / "raykit"  # shipped to every job (py_modules)
 # the programs that run on the cluster's nodes; `make up` on AWS mounts this folder alone
 NODE_PROGRAMS = REPO / "scripts" / "node"
 BUILD = Path(os.environ.get("RAYKIT_BUILD_DIR") or REPO / "build").resolve()

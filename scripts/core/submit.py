@@ -9,13 +9,16 @@ would run). A job that outlives its time limit, or a Ctrl-C, stops the job on th
 import asyncio
 import datetime
 import json
+import logging
+import re
 import shlex
 import time
 import uuid
 from pathlib import Path
 
 from scripts.core.errors import KitError, short
-from scripts.core.inputs import job_dir, json_text
+from scripts.core.inputs import job_dir, job_requirements, json_text
+from scripts.core.paths import JOB_LIBRARY
 from scripts.core.ray_cli import use_auth_in_this_process
 from scripts.core.state import write_atomic
 
@@ -24,25 +27,47 @@ RESULT_PREFIX = "RESULT "  # every job ends by printing its summary as `RESULT {
 # The working dir is uploaded to the cluster (Ray caps it at 512 MiB): never caches or data.
 EXCLUDES = [".git", "__pycache__", "*.pyc", ".pytest_cache", "data", "results", "*.ckpt"]
 FINAL_STATUS_WAIT_S = 30
+# Quiet by default (VERBOSE=1 shows all): Ray's own INFO lines are asked down at their
+# source where a setting reaches it (QUIET_ENV, in the job's environment, and
+# raykit.profile.train_logging), and dropped from the stream where none does: the job
+# supervisor's INFO lines and its echo of the entrypoint (the kit prints it), and the
+# lines below. Warnings, errors and tracebacks of the job always pass.
+QUIET_ENV = {"RAY_LOGGER_LEVEL": "warning", "RAY_DATA_LOG_LEVEL": "WARNING", "RAYKIT_VERBOSE": "0"}
+RAY_INFO_LINE = re.compile(r"^(\x1b\[\d+m)?(\([^)]* pid=\d+[^)]*\))?(\x1b\[0m)? ?"
+                           r"(\[)?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\s+(INFO|DEBUG) ")
+WORKER_PREFIX = r"^(?:(\x1b\[\d+m)?\([^)]* pid=\d+[^)]*\)(\x1b\[0m)? )?"  # "(Actor pid=1) "
+BENIGN_LINES = [
+    # Ray 2.60's Train controller logs this at error level on every run; nothing failed
+    re.compile(r"core_worker\.cc:\d+: Actor with class name: 'PreemptionWatcher' "
+               r".* has constructor arguments in the object store and max_restarts > 0"),
+    # Train's per-report INFO line, logged past its LoggingConfig by the report thread
+    re.compile(WORKER_PREFIX + r"Reporting training result \d+: TrainingReport\("),
+    # Ray Data's notice that progress bars are off: the jobs turn them off on purpose
+    re.compile(WORKER_PREFIX + r"Progress bars disabled\. To enable, set "),
+]
+# This process's own INFO loggers ("Uploading package ...")
+SDK_LOGGERS = ["ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk",
+               "ray._private.runtime_env.packaging"]
 
 
 def submit(address: str, job: str, args: list[str], python: str, auth_token: str | None,
            timeout_s: float | None = None, env_vars: dict | None = None,
-           results_dir: Path | None = None) -> tuple[int, dict | None]:
+           results_dir: Path | None = None, verbose: bool = False,
+           job_packages: str = "installed") -> tuple[int, dict | None]:
     """Run jobs/<job>/main.py on the cluster; block, streaming logs; return its exit code
     and its summary (the RESULT line; None if it printed none). The summary is also kept
-    in results_dir/<submission id>.json."""
+    in results_dir/<submission id>.json. verbose: Ray's INFO lines too. job_packages: how
+    the job's requirements.txt is honoured (the provider's JOB_PACKAGES)."""
     from ray.job_submission import JobSubmissionClient
 
-    workdir = job_dir(job)
+    packages = job_requirements(job)
+    if job_packages == "installed":
+        require_installed(job, packages)
+    for name in SDK_LOGGERS:  # imported above: their INFO level is set
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
     use_auth_in_this_process(auth_token)
     entrypoint = shlex.join([python, ENTRYPOINT, *args])
-    # Every log line, in full: Ray's dedup would fold a job's periodic progress lines.
-    # RAY_TRAIN_ENABLE_PRINT_PATCH=0: Ray Train (V2) re-routes a training worker's print()
-    # through its logger and also prints it, so every line of it reached the log twice.
-    runtime_env = {"working_dir": str(workdir), "excludes": EXCLUDES,
-                   "env_vars": {"RAY_DEDUP_LOGS": "0", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
-                   | (env_vars or {})}
+    runtime_env = job_runtime_env(job, packages, job_packages, verbose, env_vars)
     try:
         client = JobSubmissionClient(address)
         submission_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
@@ -52,7 +77,7 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     print(f"job {submission_id}: {entrypoint}", flush=True)
     seen: list[str] = []
     try:
-        asyncio.run(asyncio.wait_for(stream_logs(client, submission_id, seen), timeout_s))
+        asyncio.run(asyncio.wait_for(stream_logs(client, submission_id, seen, verbose), timeout_s))
     except (TimeoutError, asyncio.TimeoutError):
         stop(client, submission_id)
         raise KitError(f"job {submission_id} ran past its {timeout_s:g} s limit "
@@ -75,6 +100,44 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     return code, result
 
 
+def job_runtime_env(job: str, packages: list[str], job_packages: str, verbose: bool,
+                    env_vars: dict | None = None) -> dict:
+    """The job's runtime_env: its folder, the kit's job library, its environment and, where
+    the provider installs them (JOB_PACKAGES "pip"), its requirements."""
+    # Every log line, in full: Ray's dedup would fold a job's periodic progress lines.
+    # RAY_TRAIN_ENABLE_PRINT_PATCH=0: Ray Train (V2) re-routes a training worker's print()
+    # through its logger and also prints it, so every line of it reached the log twice.
+    # jobs/raykit (placement, profile) ships with every job: `import raykit` works there.
+    runtime_env = {"working_dir": str(job_dir(job)), "excludes": EXCLUDES,
+                   "py_modules": [str(JOB_LIBRARY)],
+                   "env_vars": {"RAY_DEDUP_LOGS": "0", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+                   | ({"RAYKIT_VERBOSE": "1"} if verbose else QUIET_ENV) | (env_vars or {})}
+    if packages and job_packages == "pip":  # a virtualenv on each node, over the image's packages
+        runtime_env["pip"] = {"packages": packages, "pip_check": False}
+    return runtime_env
+
+
+def require_installed(job: str, packages: list[str]) -> None:
+    """Each requirement satisfied in this Python (the local cluster's), or one error line
+    naming it and the command that installs it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import Requirement
+
+    for text in packages:
+        requirement = Requirement(text)
+        if requirement.marker and not requirement.marker.evaluate():
+            continue
+        try:
+            found = version(requirement.name)
+        except PackageNotFoundError:
+            found = None
+        if found is None or not requirement.specifier.contains(found, prereleases=True):
+            have = f"{found} is installed" if found else "it is not installed"
+            raise KitError(f"jobs/{job}/requirements.txt: {text} ({have}); the local cluster "
+                           f"runs .venv: .venv/bin/pip install {shlex.quote(text)}")
+
+
 def keep_result(results_dir: Path, submission_id: str, job: str, args: list[str], code: int,
                 result: dict) -> None:
     """A copy of the job's summary on this machine, even when the job ran on AWS."""
@@ -91,10 +154,19 @@ def lost(submission_id: str, error: Exception) -> KitError:
                     "whether it is still up")
 
 
-async def stream_logs(client, submission_id: str, seen: list[str]) -> None:
+async def stream_logs(client, submission_id: str, seen: list[str], verbose: bool = True) -> None:
     async for lines in client.tail_job_logs(submission_id):
-        print(lines, end="", flush=True)
-        seen += [line for line in lines.splitlines(keepends=True) if line.startswith(RESULT_PREFIX)]
+        lines = lines.splitlines(keepends=True)
+        shown = lines if verbose else [line for line in lines if not noise(line, submission_id)]
+        print("".join(shown), end="", flush=True)
+        seen += [line for line in lines if line.startswith(RESULT_PREFIX)]
+
+
+def noise(line: str, submission_id: str) -> bool:
+    """A line of Ray's own chatter that quiet mode leaves out (QUIET_ENV's comment)."""
+    return (bool(RAY_INFO_LINE.match(line))
+            or line.startswith(f"Running entrypoint for job {submission_id}: ")
+            or any(pattern.search(line) for pattern in BENIGN_LINES))
 
 
 def job_table(client) -> list[str]:

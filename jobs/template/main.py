@@ -1,0 +1,121 @@
+"""Your own job, on the kit's heterogeneous cluster: copy this folder to jobs/<name>/ and
+replace the three marked parts (decode/augment, the model, the step). Then
+`make submit JOB=<name> ARGS="--data /abs/dir"` (or s3://bucket/prefix).
+
+What the kit gives it, and what the few raykit lines do:
+- placement: Ray Data's tasks run on the preprocessing nodes, Ray Train's workers on the
+  GPU node(s), by node label (raykit.placement, through profile.cluster_shape)
+- a profile: the summary, the diagnosis and the RESULT line that `make plan PROFILE=`
+  reads (raykit.profile)
+"""
+
+import argparse
+import io
+import sys
+import time
+
+import numpy as np
+from raykit import profile
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True,
+                   help="JPEG/PNG files: an absolute directory every node can read, or s3://...")
+    p.add_argument("--steps", type=int, default=10, help="training steps per worker")
+    p.add_argument("--batch-size", type=int, default=16, help="images per step per worker")
+    p.add_argument("--image-size", type=int, default=64, help="images are resized to this square")
+    p.add_argument("--results", default="~/raykit-results/template.json", help="the summary JSON")
+    args = p.parse_args(argv)
+    for name in ("steps", "batch_size", "image_size"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")  # exits 2, before Ray
+    return args
+
+
+# --- 1. preprocessing: runs on the CPU workers --------------------------------------------
+
+def decode_and_augment(batch: dict, image_size: int) -> dict:
+    """JPEG/PNG bytes -> float32 CHW images, flipped at random; label = the file's folder."""
+    from PIL import Image
+
+    images = []
+    for data in batch["bytes"]:
+        with Image.open(io.BytesIO(data)) as image:
+            pixels = np.asarray(image.convert("RGB").resize((image_size, image_size)), np.float32)
+        if np.random.rand() < 0.5:
+            pixels = pixels[:, ::-1]
+        images.append(pixels.transpose(2, 0, 1) / 255.0)
+    labels = [int(path.split("/")[-2]) if path.split("/")[-2].isdigit() else 0 for path in batch["path"]]
+    return {"image": np.stack(images), "label": np.array(labels, dtype=np.int64)}
+
+
+# --- 2. the model ---------------------------------------------------------------------------
+
+def build_model(num_classes: int = 10):
+    import torch.nn as nn
+
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+                         nn.Flatten(), nn.Linear(16 * 16, num_classes))
+
+
+# --- 3. the training loop: runs on the GPU node(s) ------------------------------------------
+
+def train_loop(config: dict) -> None:
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    model = ray.train.torch.prepare_model(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    steps = profile.TrainProfile()  # times each wait for data and each step
+    shard = ray.train.get_dataset_shard("train")
+    for batch in steps.batches(shard.iter_batches(batch_size=config["batch_size"],
+                                                        batch_format="numpy", drop_last=True)):
+        images = torch.tensor(batch["image"], device=steps.device)  # a copy: batches are read-only
+        labels = torch.tensor(batch["label"], device=steps.device)
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        steps.step_done(batch)
+        if len(steps.steps_s) >= config["steps"]:
+            break
+    profile.report(steps.metrics(final_loss=float(loss.item())))
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import ray
+    from ray.train import DataConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    ray.init()
+    shape = profile.cluster_shape()  # the cluster's train and preprocess nodes, by label
+    workers = shape["trainer_slots"]
+    problem = profile.check_shape(shape, workers)
+    if problem:
+        sys.exit(problem)
+    data_options = profile.configure_data(shape)  # Ray Data on the preprocessing nodes
+    files = ray.data.read_binary_files(args.data, include_paths=True,
+                                       file_extensions=["jpg", "jpeg", "png"])
+    dataset = files.map_batches(
+        profile.measured(decode_and_augment), fn_kwargs={"image_size": args.image_size},
+        batch_size=args.batch_size, num_cpus=1)
+    trainer = TorchTrainer(
+        train_loop, train_loop_config={"batch_size": args.batch_size, "steps": args.steps},
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=shape["gpus"] > 0,
+                                     label_selector=shape["train_selector"]),
+        datasets={"train": dataset},
+        dataset_config=DataConfig(execution_options=data_options),
+        run_config=RunConfig(name="template", logging_config=profile.train_logging()))
+    started = time.perf_counter()
+    metrics = trainer.fit().metrics
+    summary = profile.summarize("template", metrics, shape, workers=workers,
+                                batch_size=args.batch_size, wall_s=time.perf_counter() - started)
+    profile.emit(summary, args.results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

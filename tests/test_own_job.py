@@ -1,0 +1,192 @@
+"""A user's own job: the template copied as a user would, placed by node labels on the local
+cluster and profiled for `make plan`; its requirements file; image files (JPEG/PNG) from a
+path and from S3 (a moto server on 127.0.0.1); and autoscaler v2's label-driven scale-up."""
+
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from conftest import REPO, local_cluster_up, make
+from scripts.build import build
+from scripts.core.submit import result_line
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with local_cluster_up(tmp_path_factory.mktemp("build")) as (env, _):
+        yield env
+
+
+@pytest.fixture
+def copied_template():
+    """jobs/template copied to jobs/<a fresh name>, as the README says; removed after."""
+    name = f"my_job_{uuid.uuid4().hex[:8]}"
+    shutil.copytree(REPO / "jobs" / "template", REPO / "jobs" / name)
+    try:
+        yield name
+    finally:
+        shutil.rmtree(REPO / "jobs" / name, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def image_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("images")
+    run = make("images", f"ARGS=--count 64 --size 48 --dir {directory}", timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return directory
+
+
+def test_make_images_writes_decodable_jpegs_in_class_folders(image_dir):
+    from PIL import Image
+
+    files = sorted(image_dir.rglob("*.jpg"))
+    assert len(files) == 64 and {f.parent.name for f in files} == {str(c) for c in range(10)}
+    with Image.open(files[0]) as image:
+        assert image.format == "JPEG" and image.size == (48, 48) and image.mode == "RGB"
+
+
+@pytest.mark.parametrize("args,message", [
+    ("--count 0", "--count 0 is out of range"),
+    ("--size 5000", "--size 5000 is out of range"),
+    ("--count many", "invalid int value"),
+])
+def test_make_images_refuses_bad_args(args, message, tmp_path):
+    run = make("images", f"ARGS={args} --dir {tmp_path}/x", timeout=60)
+    assert run.returncode == 2 and message in run.stdout + run.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_copied_template_trains_on_the_head_preprocesses_on_workers_and_plans(
+        cluster, copied_template, image_dir, tmp_path):
+    results = tmp_path / "summary.json"
+    run = make("submit", "CLUSTER=local", f"JOB={copied_template}",
+               f"ARGS=--data {image_dir} --steps 3 --batch-size 8 --results {results}",
+               env=cluster, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    summary = result_line(run.stdout)
+    assert summary == json.loads(results.read_text())
+    assert summary["trainer_node"] == "127.0.0.2"  # the train subcluster: the head
+    assert set(summary["preprocess_nodes"]) <= {"127.0.0.3", "127.0.0.4"}  # decoded there
+    assert sum(summary["preprocess_nodes"].values()) >= 3 * 8
+    assert summary["preprocess_s_per_image"] > 0 and summary["diagnosis"]["verdict"]
+    # quiet by default: no Ray INFO chatter, no deprecation warning, no internal error line
+    for noise in (" INFO ", "deprecated", "PreemptionWatcher", "Running entrypoint"):
+        assert noise not in run.stdout + run.stderr, noise
+    plan = make("plan", f"PROFILE={results}", env=cluster, timeout=120)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert plan.stdout.startswith("profile: g5.xlarge trains ") and "\nchoice: " in plan.stdout
+
+
+def test_a_job_requirement_missing_from_the_local_venv_is_one_line_before_submitting(
+        cluster, copied_template):
+    (REPO / "jobs" / copied_template / "requirements.txt").write_text("surely-not-installed-pkg==1.0\n")
+    run = make("submit", "CLUSTER=local", f"JOB={copied_template}", "ARGS=--data /x", env=cluster)
+    assert run.returncode == 2
+    assert (f"error: jobs/{copied_template}/requirements.txt: surely-not-installed-pkg==1.0 "
+            "(it is not installed)") in run.stderr
+    assert "job " not in run.stdout  # nothing was submitted
+
+
+@pytest.mark.parametrize("line", ["-e .", "--index-url http://x", "pkg @ https://x/y.whl", "not a req!"])
+def test_a_requirements_line_that_is_no_plain_requirement_is_refused(copied_template, line):
+    from scripts.core.errors import KitError
+    from scripts.core.inputs import job_requirements
+
+    (REPO / "jobs" / copied_template / "requirements.txt").write_text(f"# ok\nnumpy>=1\n{line}\n")
+    with pytest.raises(KitError, match=r"requirements.txt line 3: .* is not a requirement"):
+        job_requirements(copied_template)
+
+
+def test_on_aws_a_jobs_requirements_go_to_rays_pip_runtime_env(copied_template):
+    from scripts.core.submit import job_runtime_env
+
+    env = job_runtime_env(copied_template, ["pillow>=10"], job_packages="pip", verbose=False)
+    assert env["pip"] == {"packages": ["pillow>=10"], "pip_check": False}
+    assert env["py_modules"] == [str(REPO / "jobs" / "raykit")]
+    assert env["env_vars"]["RAY_DATA_LOG_LEVEL"] == "WARNING"
+    local = job_runtime_env(copied_template, ["pillow>=10"], job_packages="installed", verbose=True)
+    assert "pip" not in local and local["env_vars"]["RAYKIT_VERBOSE"] == "1"
+
+
+def test_image_files_are_read_from_s3(tmp_path, image_dir):
+    """The ViT job's pipeline reads s3:// with pyarrow, which finds moto through
+    AWS_ENDPOINT_URL like any AWS client; the images decode in Ray Data tasks."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from scripts.core.ray_cli import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        s3.create_bucket(Bucket="images")
+        for path in sorted(image_dir.rglob("*.jpg"))[:24]:
+            s3.upload_file(str(path), "images", f"train/{path.parent.name}/{path.name}")
+        script = (
+            "import json, sys, ray\n"
+            f"sys.path[:0] = [{str(REPO / 'jobs' / 'vit_synthetic')!r}, {str(REPO / 'jobs')!r}]\n"
+            "from pipeline import build_dataset\n"
+            "ray.init(num_cpus=2, include_dashboard=False, logging_level='ERROR')\n"
+            "ds = build_dataset(16, 8, 32, 1, 3, data='s3://images/train')\n"
+            "batches = list(ds.iter_batches(batch_size=8, batch_format='numpy'))\n"
+            "print('OUT ' + json.dumps({'n': sum(len(b['label']) for b in batches),\n"
+            "  'shape': list(batches[0]['image'].shape[1:]), 'labels': sorted({int(x) for b in batches for x in b['label']}),\n"
+            "  'cpu': min(float(x) for b in batches for x in b['preprocess_cpu_s'])}))\n")
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                             env={**__import__("os").environ, "AWS_ENDPOINT_URL": endpoint,
+                                  "PYTHONPATH": f"{REPO / 'jobs' / 'vit_synthetic'}:{REPO / 'jobs'}"})
+    finally:
+        server.stop()
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    out = json.loads(next(line[4:] for line in run.stdout.splitlines() if line.startswith("OUT ")))
+    assert out["n"] == 16 and out["shape"] == [3, 32, 32]
+    assert set(out["labels"]) <= set(range(10)) and out["cpu"] > 0  # decode + blur, measured
+
+
+# --- autoscaler v2: a label demand scales the labelled node type up --------------------------
+
+def v2_launches(config: dict, cpus: int, subcluster: str) -> tuple[dict, int]:
+    """What Ray's autoscaler v2 scheduler launches for `cpus` 1-CPU tasks that select
+    ray-subcluster=<subcluster>, on `config` with no node running: ({type: count},
+    infeasible requests)."""
+    from ray.autoscaler.v2.instance_manager.config import AutoscalingConfig
+    from ray.autoscaler.v2.scheduler import ResourceDemandScheduler, SchedulingRequest
+    from ray.autoscaler.v2.utils import ResourceRequestUtil
+    from ray.core.generated.autoscaler_pb2 import ResourceRequestByCount
+    from ray.core.generated.common_pb2 import LabelSelectorOperator
+
+    autoscaling = AutoscalingConfig(config, skip_content_hash=True)
+    request = ResourceRequestUtil.make({"CPU": 1}, label_selectors=[[
+        ("ray-subcluster", LabelSelectorOperator.LABEL_OPERATOR_IN, [subcluster])]])
+    reply = ResourceDemandScheduler(None).schedule(SchedulingRequest(
+        disable_launch_config_check=True, node_type_configs=autoscaling.get_node_type_configs(),
+        max_num_nodes=autoscaling.get_max_num_nodes(),
+        resource_requests=[ResourceRequestByCount(request=request, count=cpus)]))
+    launched = {}
+    for launch in reply.to_launch:
+        launched[launch.instance_type] = launched.get(launch.instance_type, 0) + launch.count
+    return launched, len(reply.infeasible_resource_requests)
+
+
+@pytest.mark.parametrize("cluster_name,worker_cpus", [("hetero", 15), ("local", 1)])
+def test_autoscaler_v2_scales_the_preprocess_type_up_for_a_label_demand(cluster_name, worker_cpus):
+    """The rendered config, with its CPU workers at min_workers 0: Ray Data's 1-CPU tasks
+    selecting the preprocess subcluster bring up as many workers as they fill, up to
+    max_workers; without the labels in the config, v2 finds no type for them."""
+    config = build(cluster_name).config
+    worker = config["available_node_types"]["cpu_worker"]
+    worker["min_workers"] = 0
+    launched, infeasible = v2_launches(config, cpus=2 * worker_cpus, subcluster="preprocess")
+    assert launched == {"cpu_worker": 2} and infeasible == 0
+    launched, _ = v2_launches(config, cpus=100 * worker_cpus, subcluster="preprocess")
+    assert launched == {"cpu_worker": worker["max_workers"]}  # capped
+    for node_type in config["available_node_types"].values():
+        node_type.pop("labels")
+    assert v2_launches(config, cpus=2, subcluster="preprocess") == ({}, 2)  # both infeasible
