@@ -88,6 +88,15 @@ def local_cluster_up(build_dir: Path):
     remove_private_dir(state["temp_dir"])
 
 
+@pytest.fixture(scope="session")
+def shared_local_cluster(tmp_path_factory):
+    """One `make up CLUSTER=local` for the modules that only submit to it and read it
+    (test_local_cluster, test_own_job, test_vit_synthetic): (env, record); `make down`
+    and the check that nothing is left come at the end of the session."""
+    with local_cluster_up(tmp_path_factory.mktemp("shared-build")) as up:
+        yield up
+
+
 def publish_dlami(ec2, release: str = "20261020") -> str:
     """Register a Deep Learning Base AMI of that release in moto (in this process, or its
     server thread) and publish its id as AWS's public SSM parameter, as AWS does in every

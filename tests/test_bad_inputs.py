@@ -610,9 +610,9 @@ def test_what_the_kit_writes_as_json_it_reads_back(tmp_path):
     assert json.loads(json_text({"a": float("-inf")})) == {"a": None}
 
 
-def test_the_vit_jobs_summary_is_standard_json():
-    sys.path.insert(0, str(REPO / "jobs" / "vit_synthetic"))
-    from main import finite
+def test_a_jobs_summary_is_standard_json():
+    sys.path.insert(0, str(REPO / "jobs"))
+    from raykit.profile import finite
 
     assert json.dumps(finite({"d": {"rate": float("inf")}, "x": [float("nan"), 2.0]}),
                       allow_nan=False) == '{"d": {"rate": null}, "x": [null, 2.0]}'

@@ -13,14 +13,13 @@ import time
 
 import pytest
 
-from conftest import REPO, local_cluster_up, make, processes_of, remove_private_dir
+from conftest import REPO, make, processes_of, remove_private_dir
 from scripts.core.submit import result_line
 
 
-@pytest.fixture(scope="module")
-def cluster_env(tmp_path_factory):
-    with local_cluster_up(tmp_path_factory.mktemp("build")) as (env, state):
-        yield env, state
+@pytest.fixture
+def cluster_env(shared_local_cluster):
+    return shared_local_cluster
 
 
 def test_up_reports_every_node(cluster_env):

@@ -10,15 +10,14 @@ import uuid
 
 import pytest
 
-from conftest import REPO, local_cluster_up, make
+from conftest import REPO, make
 from scripts.build import build
 from scripts.core.submit import result_line
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with local_cluster_up(tmp_path_factory.mktemp("build")) as (env, _):
-        yield env
+@pytest.fixture
+def cluster(shared_local_cluster):
+    return shared_local_cluster[0]
 
 
 @pytest.fixture

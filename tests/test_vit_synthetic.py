@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, local_cluster_up, make
+from conftest import REPO, make
 from scripts.core.submit import result_line
 
 sys.path[:0] = [str(REPO / "jobs" / "vit_synthetic"), str(REPO / "jobs")]
@@ -138,10 +138,9 @@ def test_bad_flags_are_refused_before_ray_starts(flags, message, capsys):
     assert message in capsys.readouterr().err
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with local_cluster_up(tmp_path_factory.mktemp("build")) as (env, _):
-        yield env
+@pytest.fixture
+def cluster(shared_local_cluster):
+    return shared_local_cluster[0]
 
 
 def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
@@ -164,6 +163,10 @@ def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
     expected = "data-bound" if summary["data_wait_fraction"] > DATA_BOUND_WAIT_FRACTION else "compute-bound"  # no GPU here
     assert summary["diagnosis"]["verdict"] == expected
     assert "=== vit_synthetic summary ===" in run.stdout
+    # quiet: the job's lines and the kit's; no Ray INFO line, no deprecation warning
+    # (placement is by label: no exclude_resources), no internal core_worker line
+    for noise in (" INFO ", "deprecated", "core_worker.cc", "Running entrypoint"):
+        assert noise not in run.stdout + run.stderr, noise
     # progress: steps done, rate and time left, each line once (Ray Train printed it twice)
     progress = [line for line in run.stdout.splitlines() if "step 4/6:" in line]
     assert len(progress) == 1 and " images/s, ~" in progress[0] and " s left, loss " in progress[0]
@@ -231,3 +234,6 @@ def test_bench_data_prints_all_three_rates_and_both_ratios():
     assert len(rates) == 3 and all(rate > 0 for rate in rates)
     assert len([line for line in run.stdout.splitlines() if line.startswith("round ")]) == 2
     assert "b/a = " in run.stdout and "b/c = " in run.stdout
+    (tasks,) = re.findall(r"^Ray Data tasks: (\d+) of 16 images, mean ([\d.]+) s CPU each$",
+                          run.stdout, re.M)
+    assert int(tasks[0]) == 2 * 32 // 16 and float(tasks[1]) > 0  # 2 rounds of 32 images
