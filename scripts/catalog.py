@@ -174,7 +174,7 @@ def preprocess_vcpus(instance_type: str) -> int:
     process (the step loop, collation and host-to-GPU copies) and one for Ray's head
     processes (GCS, dashboard, the job's driver); a CPU node keeps one for its raylet and
     the object transfers that ship its images to the trainer. The AWS template offers the
-    rest as the `preprocess` resource, and the planner counts the same."""
+    rest to Ray as its CPUs (plus one per GPU for the trainers), and the planner counts the same."""
     spec = INSTANCE_TYPES[instance_type]
     return max(0, spec.vcpus - (spec.gpus + 1 if spec.gpus else 1))
 

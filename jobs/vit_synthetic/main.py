@@ -36,7 +36,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", choices=[*MODEL_PRESETS, "auto"], default="auto",
                    help="ViT preset; auto: base on a GPU, tiny on CPU")
     p.add_argument("--workers", type=int, default=0,
-                   help="training workers; 0: one per `trainer` slot of the cluster (one per GPU)")
+                   help="training workers; 0: one per trainer slot of the cluster (one per GPU)")
     p.add_argument("--log-every", type=int, default=5, help="print the mean step time every N steps")
     p.add_argument("--prefetch-batches", type=int, default=4, help="batches buffered ahead of the trainer")
     p.add_argument("--data", default="synthetic",
