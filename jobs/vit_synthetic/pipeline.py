@@ -68,7 +68,8 @@ class Preprocess:
 
 
 def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count: int,
-                  blur_kernel: int, data: str = "synthetic", filesystem=None):
+                  blur_kernel: int, data: str = "synthetic", filesystem=None,
+                  batches_per_task: int = 1):
     """num_records images, one block per training batch so that batches stream to the
     trainer one by one (no whole-block stalls): `synthetic` (ray.data.range -> random
     images), or a directory / s3:// URI of JPEG/PNG files (read, then decoded on the
@@ -83,7 +84,8 @@ def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count
     # Ray Data reserves part of the CPUs for each operator by default; with the cheap
     # read as its own operator that idles half of a small cluster's CPUs.
     ray.data.DataContext.get_current().op_resource_reservation_enabled = False
-    blocks = max(1, num_records // batch_size)
+    # batches_per_task > 1: longer tasks amortise Ray Data's per-task cost (make bench-data)
+    blocks = max(1, num_records // (batch_size * batches_per_task))
     if data == "synthetic":
         images = ray.data.range(num_records, override_num_blocks=blocks).map_batches(
             measured(make_images), fn_kwargs={"image_size": image_size},

@@ -84,21 +84,27 @@ class RayData:
                  runtime_env={"env_vars": {"PYTHONPATH": f"{JOB_DIR}:{JOB_DIR.parent}"}})
         ray.data.DataContext.get_current().enable_progress_bars = False
         logging.getLogger("ray.data").setLevel(logging.WARNING)  # a line per dataset run
-        self.task_cpu_s = []
+        self.batch_cpu_s = []
         self.consume(cores * args.batch_size)  # warm up: worker processes, imports
-        self.task_cpu_s = []
+        self.batch_cpu_s = []
 
     def consume(self, images: int) -> int:
-        """Iterate the dataset; keep each task's CPU seconds (one task per block, one block
-        per batch: the sum of its rows' measured preprocess_cpu_s)."""
+        """Iterate the dataset; keep each task's CPU seconds (one task per block of
+        batches_per_task batches: the sum of its rows' measured preprocess_cpu_s)."""
         a = self.args
-        dataset = build_dataset(images, a.batch_size, a.image_size, a.blur_count, a.blur_kernel)
+        dataset = build_dataset(images, a.batch_size, a.image_size, a.blur_count, a.blur_kernel,
+                                batches_per_task=a.batches_per_task)
         done = 0
         for batch in dataset.iter_batches(batch_size=a.batch_size, batch_format="numpy",
                                           prefetch_batches=4):
             done += len(batch["label"])
-            self.task_cpu_s.append(float(batch["preprocess_cpu_s"].sum()))
+            self.batch_cpu_s.append(float(batch["preprocess_cpu_s"].sum()))
         return done
+
+    @property
+    def task_cpu_s(self) -> list[float]:
+        k = self.args.batches_per_task
+        return [sum(self.batch_cpu_s[i:i + k]) for i in range(0, len(self.batch_cpu_s), k)]
 
     def round(self) -> float:
         return timed(lambda: self.consume(self.args.images))
@@ -156,9 +162,13 @@ def main() -> int:
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--blur-count", type=int, default=10)
     p.add_argument("--blur-kernel", type=int, default=11)
+    p.add_argument("--batches-per-task", type=int, default=1,
+                   help="batches each Ray Data task makes (the job makes 1)")
     args = p.parse_args()
-    if args.images % args.batch_size or args.images < args.batch_size or args.rounds < 1:
-        p.error("--images must be a positive multiple of --batch-size, --rounds at least 1")
+    if args.images % args.batch_size or args.images < args.batch_size or args.rounds < 1 \
+            or args.batches_per_task < 1:
+        p.error("--images must be a positive multiple of --batch-size, --rounds and "
+                "--batches-per-task at least 1")
     if any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
         # malloc reads these once, at process start: run again with them set
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]],
@@ -190,7 +200,8 @@ def main() -> int:
     print(f"b/a = {b / a:.2f} (target >= 0.95)   b/c = {b / c:.2f} (target >= 1.00)")
     # Ray Data notices a finished task only at the end of a 0.1 s polling window, and each
     # task pays its scheduling on top: the shorter the task, the larger that share.
-    print(f"Ray Data tasks: {len(engines['b'].task_cpu_s)} of {args.batch_size} images, "
+    print(f"Ray Data tasks: {len(engines['b'].task_cpu_s)} of "
+          f"{args.batch_size * args.batches_per_task} images, "
           f"mean {task_s:.3f} s CPU each")
     return 0
 
