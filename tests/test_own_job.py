@@ -59,6 +59,16 @@ def test_make_images_refuses_bad_args(args, message, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+def test_make_images_never_writes_among_other_files(tmp_path, image_dir):
+    (tmp_path / "notes.txt").write_text("mine")
+    for target in (tmp_path, tmp_path / "notes.txt"):
+        run = make("images", f"ARGS=--count 2 --dir {target}", timeout=60)
+        assert run.returncode == 2 and "error: ARGS: --dir " in run.stderr, run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    again = make("images", f"ARGS=--count 2 --size 48 --dir {image_dir}", timeout=60)
+    assert again.returncode == 0, again.stderr  # a set it wrote: rewritten in place
+
+
 def test_copied_template_trains_on_the_head_preprocesses_on_workers_and_plans(
         cluster, copied_template, image_dir, tmp_path):
     results = tmp_path / "summary.json"

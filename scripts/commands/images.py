@@ -11,7 +11,7 @@ import argparse
 import os
 from pathlib import Path
 
-from scripts.core.errors import KitError
+from scripts.core.errors import KitError, short
 from scripts.core.inputs import split_args
 from scripts.core.paths import BUILD, REPO
 
@@ -43,12 +43,27 @@ def cmd_images(a) -> int:
             raise KitError(f"ARGS: --{name} {getattr(options, name)} is out of range; "
                            f"give {low} to {high}")
     directory = (REPO / options.dir).resolve()
-    if directory.exists() and not directory.is_dir():
-        raise KitError(f"ARGS: --dir {options.dir} is not a directory; name a new or existing one")
+    problem = directory_problem(directory)
+    if problem:
+        raise KitError(f"ARGS: --dir {short(options.dir)} {problem}")
     written = write_images(directory, options.count, options.size, options.quality)
     print(f"{options.count} JPEG images of {options.size}px in {directory} ({written / 2**20:.1f} MiB); "
           f"train on them: make submit ARGS=\"--data {directory}\"")
     return 0
+
+
+def directory_problem(directory: Path) -> str | None:
+    """Images go only into a new directory or an image set this command wrote (class
+    folders 0-9 and nothing else): never among someone's files, nor into /etc or $HOME."""
+    if not directory.exists():
+        return None
+    if not directory.is_dir():
+        return "is not a directory; name a new one"
+    others = [p.name for p in directory.iterdir() if not (p.is_dir() and p.name.isdigit())]
+    if others:
+        return (f"holds other files ({short(others[0])}, ...); name a new directory or one "
+                "that `make images` wrote")
+    return None
 
 
 def write_images(directory: Path, count: int, size: int, quality: int) -> int:
