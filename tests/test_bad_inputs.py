@@ -332,6 +332,8 @@ MAKE_CASES = [
     ("shell in a job ID", "logs", [f"ID=x; touch {MARK}"], "ID="),
     ("stop-job without an ID", "stop-job", [], "set ID="),
     ("FOLLOW that is not 0 or 1", "logs", ["FOLLOW=always"], "FOLLOW="),
+    ("VERBOSE that is not 0 or 1", "submit", ["VERBOSE=$(id)"], "VERBOSE="),
+    ("images into a system directory", "images", ["ARGS=--count 1 --dir /etc"], "--dir '/etc' holds other files"),
     ("shell in PROFILE", "plan", [f"PROFILE=x; touch {MARK}"], "PROFILE="),
     ("make function in PROFILE", "plan", [f"PROFILE=$(shell touch {MARK})"], "PROFILE="),
     ("a device as PROFILE", "plan", ["PROFILE=/dev/zero"], "PROFILE="),
