@@ -30,9 +30,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, default=512, help=f"images to write (1-{MAX_COUNT})")
     p.add_argument("--size", type=int, default=256, help="width and height in pixels (32-1024)")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality (50-100)")
-    p.add_argument("--dir", default=str(DEFAULT_DIR.relative_to(REPO)),
-                   help="where to write them (under the checkout, or an absolute path such as "
-                        "the data volume's host path); files already there are replaced")
+    p.add_argument("--dir", default=str(DEFAULT_DIR),
+                   help="where to write them: a new directory or an image set this wrote (relative "
+                        "to the checkout, or absolute such as the data volume's host path)")
     return p
 
 
