@@ -199,3 +199,28 @@ def test_autoscaler_v2_scales_the_preprocess_type_up_for_a_label_demand(cluster_
     for node_type in config["available_node_types"].values():
         node_type.pop("labels")
     assert v2_launches(config, cpus=2, subcluster="preprocess") == ({}, 2)  # both infeasible
+
+
+def test_quiet_mode_drops_rays_chatter_and_keeps_warnings_errors_and_the_jobs_lines():
+    from scripts.core.submit import noise
+
+    sid = "vit_synthetic-0b1fe84f"
+    dropped = [
+        "2026-11-23 09:26:03,609\tINFO job_manager.py:581 -- Runtime env is setting up.",
+        f"Running entrypoint for job {sid}: python main.py",
+        "\x1b[36m(TrainController pid=21154)\x1b[0m [2026-11-23 09:26:27,537 E 21154 21194] core_worker.cc:2465: "
+        "Actor with class name: 'PreemptionWatcher' and ID: '8c2d' has constructor arguments in the "
+        "object store and max_restarts > 0",
+        "\x1b[36m(RayTrainWorker pid=1)\x1b[0m Reporting training result 1: TrainingReport(checkpoint=None)",
+        "\x1b[36m(SplitCoordinator pid=2)\x1b[0m Progress bars disabled. To enable, set `x`.",
+    ]
+    kept = [
+        "2026-11-23 09:26:03,609\tWARNING worker.py:1 -- something to look at",
+        "2026-11-23 09:26:03,609\tERROR streaming_executor_state.py:745 -- An exception was raised",
+        "\x1b[36m(RayTrainWorker pid=1)\x1b[0m [2026-11-23 09:26:27,537 E 1 2] core_worker.cc:9: a real error",
+        "Traceback (most recent call last):",
+        "\x1b[36m(RayTrainWorker pid=1)\x1b[0m step 2/6: mean step 0.041 s (data wait 0.000 s)",
+        "RESULT {}", "Running entrypoint for job another-job: x",
+    ]
+    assert [line for line in dropped if not noise(line, sid)] == []
+    assert [line for line in kept if noise(line, sid)] == []
