@@ -141,9 +141,9 @@ def test_image_files_are_read_from_s3(tmp_path, image_dir):
         script = (
             "import json, sys, ray\n"
             f"sys.path[:0] = [{str(REPO / 'jobs' / 'vit_synthetic')!r}, {str(REPO / 'jobs')!r}]\n"
-            "from pipeline import build_dataset\n"
+            "from pipeline import build_dataset, image_files\n"
             "ray.init(num_cpus=2, include_dashboard=False, logging_level='ERROR')\n"
-            "ds = build_dataset(16, 8, 32, 1, 3, data='s3://images/train')\n"
+            "ds = build_dataset(16, 8, 32, 1, 3, files=image_files('s3://images/train'))\n"
             "batches = list(ds.iter_batches(batch_size=8, batch_format='numpy'))\n"
             "print('OUT ' + json.dumps({'n': sum(len(b['label']) for b in batches),\n"
             "  'shape': list(batches[0]['image'].shape[1:]), 'labels': sorted({int(x) for b in batches for x in b['label']}),\n"

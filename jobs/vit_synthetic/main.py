@@ -178,14 +178,15 @@ def main(argv=None) -> int:
     use_gpu = shape["gpus"] > 0
     model = args.model if args.model != "auto" else ("base" if use_gpu else "tiny")
     num_records = args.batch_size * args.steps * workers  # exactly what the steps need
-    if args.data != "synthetic":
-        found = len(image_files(args.data))
+    files = image_files(args.data) if args.data != "synthetic" else None
+    if files is not None:
+        found = len(files[1])
         if found < num_records:
             sys.exit(f"error: --data {args.data} holds {found} JPEG/PNG files; {args.steps} "
                      f"steps of {args.batch_size} x {workers} need {num_records}: lower --steps "
-                     f"or generate more (`make images N={num_records}`)")
+                     f"or write more (`make images ARGS=\"--count {num_records}\"`)")
     dataset = build_dataset(num_records, args.batch_size, args.image_size, args.blur_count,
-                            args.blur_kernel, data=args.data)
+                            args.blur_kernel, files=files)
     print(f"training ViT-{model} on {workers} worker(s) ({'GPU' if use_gpu else 'CPU'}), "
           f"{num_records} images of {args.image_size}px "
           f"({'synthetic' if args.data == 'synthetic' else 'files from ' + args.data}), "

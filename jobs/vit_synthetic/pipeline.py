@@ -68,12 +68,11 @@ class Preprocess:
 
 
 def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count: int,
-                  blur_kernel: int, data: str = "synthetic", filesystem=None,
-                  batches_per_task: int = 1):
+                  blur_kernel: int, files: tuple | None = None, batches_per_task: int = 1):
     """num_records images, one block per training batch so that batches stream to the
-    trainer one by one (no whole-block stalls): `synthetic` (ray.data.range -> random
-    images), or a directory / s3:// URI of JPEG/PNG files (read, then decoded on the
-    preprocessing nodes); then the heavy preprocessing.
+    trainer one by one (no whole-block stalls): synthetic (ray.data.range -> random
+    images) where `files` is None, else JPEG/PNG files (image_files' filesystem and paths:
+    read, then decoded on the preprocessing nodes); then the heavy preprocessing.
 
     The stages take whole blocks (batch_size=None), which lets Ray Data fuse the read and
     both maps into one task per batch: a map_batches(batch_size=N) after a read is never
@@ -86,38 +85,30 @@ def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count
     ray.data.DataContext.get_current().op_resource_reservation_enabled = False
     # batches_per_task > 1: longer tasks amortise Ray Data's per-task cost (make bench-data)
     blocks = max(1, num_records // (batch_size * batches_per_task))
-    if data == "synthetic":
+    if files is None:
         images = ray.data.range(num_records, override_num_blocks=blocks).map_batches(
             measured(make_images), fn_kwargs={"image_size": image_size},
             batch_size=None, num_cpus=1)
     else:
-        # the first num_records files, listed here: a limit() after the read would keep
+        # the first num_records files of the listing: a limit() after the read would keep
         # Ray Data from fusing it with the maps
-        paths = image_files(data, filesystem)[:num_records]
-        files = ray.data.read_binary_files(paths, include_paths=True, override_num_blocks=blocks,
-                                           filesystem=filesystem or filesystem_of(data))
-        images = files.map_batches(
+        filesystem, paths = files
+        read = ray.data.read_binary_files(paths[:num_records], include_paths=True,
+                                          override_num_blocks=blocks, filesystem=filesystem)
+        images = read.map_batches(
             measured(decode_images), fn_kwargs={"image_size": image_size},
             batch_size=None, num_cpus=1)
     return images.map_batches(measured(Preprocess(blur_count, blur_kernel)),
                               batch_size=None, num_cpus=1)
 
 
-def filesystem_of(data: str):
+def image_files(data: str) -> tuple:
+    """(the filesystem of `data`, the JPEG/PNG files under it, sorted): `data` is an
+    absolute directory or an s3:// URI. Listed once, by the driver: the job checks the
+    count, and build_dataset reads exactly these."""
     import pyarrow.fs
 
-    return pyarrow.fs.FileSystem.from_uri(data)[0]
-
-
-def image_files(data: str, filesystem=None) -> list[str]:
-    """The JPEG/PNG files under `data` (an absolute directory or an s3:// URI), sorted,
-    as paths of the filesystem that reads them."""
-    import pyarrow.fs
-
-    if filesystem is None:
-        filesystem, root = pyarrow.fs.FileSystem.from_uri(data)
-    else:
-        root = data.removeprefix("s3://")
+    filesystem, root = pyarrow.fs.FileSystem.from_uri(data)
     infos = filesystem.get_file_info(pyarrow.fs.FileSelector(root, recursive=True))
-    return sorted(i.path for i in infos if i.type == pyarrow.fs.FileType.File
-                  and i.path.rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS)
+    return filesystem, sorted(i.path for i in infos if i.type == pyarrow.fs.FileType.File
+                              and i.path.rsplit(".", 1)[-1].lower() in IMAGE_EXTENSIONS)
