@@ -4,6 +4,7 @@ stopped mid-way by `make submit`'s TIMEOUT, each leaving no process of the job b
 
 import importlib.util
 import json
+import re
 import time
 
 import pytest
@@ -113,8 +114,15 @@ def test_elastic_run_scales_to_two_replicas_and_learns(cluster, tmp_path):
     assert printed == {k: v for k, v in summary.items() if k != "history"}
     assert summary["epochs"] == 2 and len(summary["history"]) == 2
     assert summary["final_test_accuracy"] > 0.5  # chance is 0.1
-    assert "generation 0: 1 replica(s)" in run.stdout  # AdaptDL starts with one replica
-    assert "generation 1: 2 replica(s)" in run.stdout  # rescaled, from the checkpoint
+    # Each generation's replica 0 says how many replicas it has. A generation may also end
+    # before it says so (a replica failing at start: AdaptDL restarts it, once in CI), so
+    # the checks are on the order: one replica first, two from a later generation on.
+    generations = [(int(g), int(r)) for g, r in
+                   re.findall(r"generation (\d+): (\d+) replica\(s\)", run.stdout)]
+    assert generations, run.stdout[-6000:]
+    assert generations[0][1] == 1, generations  # AdaptDL starts with one replica
+    assert [g for g, _ in generations] == sorted({g for g, _ in generations}), generations
+    assert any(r == 2 for g, r in generations[1:]), generations  # rescaled, from the checkpoint
     assert summary["max_replicas_used"] == 2 and summary["restarts"] >= 1
     assert all(e["global_batch_size"] for e in summary["history"])
     assert summary["history"][-1]["replicas"] == 2 and "epoch 1: replicas=2" in run.stdout
