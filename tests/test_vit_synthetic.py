@@ -237,3 +237,10 @@ def test_bench_data_prints_all_three_rates_and_both_ratios():
     (tasks,) = re.findall(r"^Ray Data tasks: (\d+) of 16 images, mean ([\d.]+) s CPU each$",
                           run.stdout, re.M)
     assert int(tasks[0]) == 2 * 32 // 16 and float(tasks[1]) > 0  # 2 rounds of 32 images
+    (shares,) = re.findall(r"^the cores' time during \(b\): Ray workers ([\d.]+)%, driver "
+                           r"([\d.]+)%, Ray daemons ([\d.]+)%, idle ([\d.]+)%$", run.stdout, re.M)
+    shares = [float(share) for share in shares]
+    assert shares[0] > 0 and shares[1] > 0 and shares[2] > 0  # each group was seen working
+    assert 99 <= sum(shares) <= 101 or shares[3] == 0  # the four add up (idle is what is left)
+    assert re.search(r"^b/a on the \d+% of the cores Ray's own processes leave = [\d.]+$",
+                     run.stdout, re.M)
