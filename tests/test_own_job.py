@@ -113,12 +113,18 @@ def test_a_requirements_line_that_is_no_plain_requirement_is_refused(copied_temp
 def test_on_aws_a_jobs_requirements_go_to_rays_pip_runtime_env(copied_template):
     from scripts.core.submit import job_runtime_env
 
-    env = job_runtime_env(copied_template, ["pillow>=10"], job_packages="pip", verbose=False)
+    env = job_runtime_env(copied_template, ["pillow>=10"], job_packages="pip", job_files="upload",
+                          verbose=False)
     assert env["pip"] == {"packages": ["pillow>=10"], "pip_check": False}
+    assert env["working_dir"] == str(REPO / "jobs" / copied_template)  # Ray uploads it
     assert env["py_modules"] == [str(REPO / "jobs" / "raykit")]
     assert env["env_vars"]["RAY_DATA_LOG_LEVEL"] == "WARNING"
-    local = job_runtime_env(copied_template, ["pillow>=10"], job_packages="installed", verbose=True)
+    local = job_runtime_env(copied_template, ["pillow>=10"], job_packages="installed",
+                            job_files="in place", verbose=True)
     assert "pip" not in local and local["env_vars"]["RAYKIT_VERBOSE"] == "1"
+    # the simulated nodes read the job where it is: no copy for their agents to replace
+    assert local["working_dir"] == f"local://{REPO / 'jobs' / copied_template}"
+    assert local["py_modules"] == [str(REPO / "jobs" / "raykit")]
 
 
 def test_image_files_are_read_from_s3(tmp_path, image_dir):

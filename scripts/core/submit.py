@@ -53,11 +53,12 @@ SDK_LOGGERS = ["ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job
 def submit(address: str, job: str, args: list[str], python: str, auth_token: str | None,
            timeout_s: float | None = None, env_vars: dict | None = None,
            results_dir: Path | None = None, verbose: bool = False,
-           job_packages: str = "installed") -> tuple[int, dict | None]:
+           job_packages: str = "installed", job_files: str = "in place") -> tuple[int, dict | None]:
     """Run jobs/<job>/main.py on the cluster; block, streaming logs; return its exit code
     and its summary (the RESULT line; None if it printed none). The summary is also kept
     in results_dir/<submission id>.json. verbose: Ray's INFO lines too. job_packages: how
-    the job's requirements.txt is honoured (the provider's JOB_PACKAGES)."""
+    the job's requirements.txt is honoured (the provider's JOB_PACKAGES); job_files: how its
+    folder reaches the nodes (JOB_FILES)."""
     from ray.job_submission import JobSubmissionClient
 
     packages = job_requirements(job)
@@ -67,7 +68,7 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
     use_auth_in_this_process(auth_token)
     entrypoint = shlex.join([python, ENTRYPOINT, *args])
-    runtime_env = job_runtime_env(job, packages, job_packages, verbose, env_vars)
+    runtime_env = job_runtime_env(job, packages, job_packages, job_files, verbose, env_vars)
     try:
         client = JobSubmissionClient(address)
         submission_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
@@ -100,18 +101,20 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     return code, result
 
 
-def job_runtime_env(job: str, packages: list[str], job_packages: str, verbose: bool,
-                    env_vars: dict | None = None) -> dict:
-    """The job's runtime_env: its folder, the kit's job library, its environment and, where
-    the provider installs them (JOB_PACKAGES "pip"), its requirements."""
+def job_runtime_env(job: str, packages: list[str], job_packages: str, job_files: str,
+                    verbose: bool, env_vars: dict | None = None) -> dict:
+    """The job's runtime_env: its folder and the kit's job library (uploaded, or where they
+    are: JOB_FILES), its environment and, where the provider installs them (JOB_PACKAGES
+    "pip"), its requirements."""
     # Every log line, in full: Ray's dedup would fold a job's periodic progress lines.
     # RAY_TRAIN_ENABLE_PRINT_PATCH=0: Ray Train (V2) re-routes a training worker's print()
     # through its logger and also prints it, so every line of it reached the log twice.
     # jobs/raykit (placement, profile) ships with every job: `import raykit` works there.
-    runtime_env = {"working_dir": str(job_dir(job)), "excludes": EXCLUDES,
-                   "py_modules": [str(JOB_LIBRARY)],
-                   "env_vars": {"RAY_DEDUP_LOGS": "0", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
-                   | ({"RAYKIT_VERBOSE": "1"} if verbose else QUIET_ENV) | (env_vars or {})}
+    # (uploaded even "in place": Ray unpacks a module once per node and never replaces it)
+    folder = ({"working_dir": f"local://{job_dir(job)}"} if job_files == "in place"
+              else {"working_dir": str(job_dir(job)), "excludes": EXCLUDES})
+    runtime_env = folder | {"py_modules": [str(JOB_LIBRARY)]} | {"env_vars": {"RAY_DEDUP_LOGS": "0", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+                           | ({"RAYKIT_VERBOSE": "1"} if verbose else QUIET_ENV) | (env_vars or {})}
     if packages and job_packages == "pip":  # a virtualenv on each node, over the image's packages
         runtime_env["pip"] = {"packages": packages, "pip_check": False}
     return runtime_env

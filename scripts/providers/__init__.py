@@ -23,6 +23,10 @@ class Provider(Protocol):
     # How a job's requirements.txt is honoured: "pip" (Ray's runtime_env installs them on
     # each node) or "installed" (the cluster runs this machine's .venv: they must be there)
     JOB_PACKAGES: str
+    # How a job's folder reaches the nodes: "upload" (Ray zips it into its object store
+    # and each node unpacks its copy) or "in place" (every node runs on this machine and
+    # reads it where it is)
+    JOB_FILES: str
 
     def value_problems(self, values: dict) -> list[str]:
         """The provider's own rules on schema-checked values: 'key: problem; fix' each."""

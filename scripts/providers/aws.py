@@ -29,6 +29,7 @@ NAME = "aws"
 HEAD_TYPE = "ray.head.default"
 DEFAULT_JOB_TIMEOUT_S = 6 * 3600  # TIMEOUT= overrides it (up to 7 days)
 JOB_PACKAGES = "pip"  # a job's requirements.txt: Ray's pip runtime_env, over the image's packages
+JOB_FILES = "upload"  # each node unpacks its own copy of the job's folder
 # Ports of the head's GCS and every node's object manager; the cluster's security group
 # opens all traffic between its own nodes, so any fixed ports do.
 GCS_PORT = 6379

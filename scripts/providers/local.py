@@ -40,6 +40,11 @@ DEFAULT_JOB_TIMEOUT_S = None  # it runs on this machine: no bill to cap
 # A job's requirements.txt must already be satisfied in .venv, which every local node runs:
 # Ray's pip runtime_env would clone that whole virtualenv (torch included, ~6 GB) per job.
 JOB_PACKAGES = "installed"
+# The job's folder as it is (a local:// URI). The simulated nodes share one session dir,
+# where each node's agent unpacked an uploaded working_dir in turn, removing the copy
+# before it: a process already running in it (the job's driver, a replica starting) lost
+# its files and failed an import.
+JOB_FILES = "in place"
 PROVIDER_CLASS = "scripts.providers.loopback_node_provider.LoopbackNodeProvider"
 # Ray rewrites 127.0.0.1 to the host's network address; any other 127.x address stays on
 # loopback. Workers take 127.0.0.3, 127.0.0.4, ... (loopback_node_provider.py).
