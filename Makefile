@@ -117,7 +117,7 @@ cost: $(STAMP) ## CLUSTER's $/h per node type at min and max workers, EBS includ
 plan: $(STAMP) ## cheapest mix feeding the GPUs, from PROFILE=<job summary> or ARGS (see ARGS=--help)
 	@$(KIT) plan
 
-bench: $(STAMP) ## ViT job on each of CLUSTERS (up, ARGS, down): $/100 steps table + JSON/CSV/PNG; FROM=rows.json
+bench: $(STAMP) ## ViT job on each of CLUSTERS: $/100 steps table + JSON/CSV/PNG; JOB=adaptdl_mnist: AdaptDL vs fixed Ray Train
 	@$(KIT) bench
 
 test: $(STAMP) ## run every test (offline: moto for AWS, the local cluster for Ray), then test-adaptdl

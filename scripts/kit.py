@@ -28,7 +28,9 @@ day2, priceperf).
             (--gpu-instance, --trainer-images-per-s, --cpu-images-per-s; --json, --write NAME)
   bench     the ViT job on each of CLUSTERS in turn (up, job with ARGS, down), then one
             price-performance table, saved to build/bench/<time>/ (JSON, CSV, PNG);
-            FROM=rows.json prints and plots saved or published rows instead
+            FROM=rows.json prints and plots saved or published rows instead;
+            JOB=adaptdl_mnist: AdaptDL vs fixed-size Ray Train on CLUSTER (running, or
+            started and stopped for it): time and $ to a target accuracy, JSON, CSV, PNG
 
 Inputs come from the environment the Makefile exports (KIT_CLUSTER, KIT_JOB, KIT_ARGS,
 KIT_TIMEOUT, KIT_PROFILE, ...), or from the flags below; scripts/core/inputs.py checks them.

@@ -2,10 +2,12 @@
 training to the end, a bad flag, a stalled job stopped by its own time limit, and a job
 stopped mid-way by `make submit`'s TIMEOUT, each leaving no process of the job behind."""
 
+import csv
 import importlib.util
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +28,7 @@ def job_module(name: str):
 
 flags = job_module("flags")
 data = job_module("data")
+summary_of = job_module("summary")
 
 
 def test_synthetic_mnist_shapes_reproducible_and_balanced():
@@ -59,12 +62,37 @@ def test_defaults_are_valid():
     (["--max-batch-size", "16", "--batch-size", "32"], "--max-batch-size 16 is below --batch-size 32"),
     (["--timeout", "0"], "--timeout must be positive"),
     (["--data", "cifar"], "invalid choice: 'cifar'"),
+    (["--trainer", "horovod"], "invalid choice: 'horovod'"),
+    (["--target-accuracy", "1.5"], "--target-accuracy must be from 0 to 1 (got 1.5)"),
+    (["--lr", "nan"], "--lr must be a finite number (got nan)"),
+    (["--cpus", "inf"], "--cpus must be a finite number (got inf)"),
 ])
 def test_bad_flags_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         flags.parse(argv)
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_summary_times_the_target_and_counts_replica_seconds():
+    args = flags.parse(["--target-accuracy", "0.8"])
+    epochs = [{"epoch": 0, "replicas": 1, "global_batch_size": 64, "train_loss": 1.0,
+               "test_accuracy": 0.7, "end_s": 40.0},
+              {"epoch": 1, "replicas": 2, "global_batch_size": 128, "train_loss": 0.5,
+               "test_accuracy": 0.85, "end_s": 70.0}]
+    generations = [{"generation": 0, "replicas": 1, "start_s": 5.0},
+                   {"generation": 1, "replicas": 2, "start_s": 25.0}]  # a rescale mid-epoch 0
+    s = summary_of.summarize(args, epochs, generations, trainer="adaptdl", restarts=1)
+    assert s["time_to_target_s"] == 70.0 and s["replica_seconds"] == 1 * 20 + 2 * 45
+    assert s["replicas_over_time"] == [[5.0, 1], [25.0, 2]]
+    assert s["end_s_per_epoch"] == [40.0, 70.0] and s["test_accuracy_per_epoch"] == [0.7, 0.85]
+    assert s["trainer"] == "adaptdl" and s["target_accuracy"] == 0.8
+    unreached = summary_of.summarize(flags.parse(["--target-accuracy", "0.9"]), epochs,
+                                     generations, trainer="fixed", restarts=0)
+    assert unreached["time_to_target_s"] is None
+    first = summary_of.summarize(args, epochs[:1], generations[:1], trainer="fixed", restarts=0)
+    assert first["time_to_target_s"] is None and first["replica_seconds"] == 35.0
+    assert not summary_of.reached(epochs[1], 0.0)  # 0: no target, train every epoch
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +186,40 @@ def test_a_job_stopped_mid_way_leaves_nothing_behind(cluster):
     assert "ran past its 35 s limit" in run.stdout + run.stderr
     assert "generation 0: 1 replica(s)" in run.stdout  # it was training when stopped
     assert no_job_processes_within(state, 30) == []
+
+
+def test_bench_compares_adaptdl_with_fixed_ray_train_on_the_running_cluster(cluster):
+    env, state = cluster
+    run = make("bench", "CLUSTER=local", "JOB=adaptdl_mnist",
+               "ARGS=--train-samples 1024 --epochs 2 --target-accuracy 0.15", env=env, timeout=900)
+    assert run.returncode == 0, run.stdout[-6000:]
+    (saved,) = re.findall(r"^saved in (\S+)$", run.stdout, re.M)
+    saved = Path(saved)
+    meta = json.loads((saved / "rows.json").read_text())
+    assert meta["cluster"] == "local as hetero" and meta["target_accuracy"] == 0.15
+    rows = meta["rows"]
+    assert [r["trainer"] for r in rows] == ["fixed", "adaptdl"]
+    fixed, adaptdl = rows
+    assert fixed["replicas_per_epoch"] == [2] * fixed["epochs"]  # -m 2, from the start
+    assert fixed["global_batch_size_per_epoch"] == [64] * fixed["epochs"]
+    assert adaptdl["replicas_over_time"][0][1] == 1  # AdaptDL starts with one
+    assert fixed["replicas_over_time"] == [[fixed["replicas_over_time"][0][0], 2]]
+    for r in rows:
+        assert r["epochs"] == len(r["end_s_per_epoch"]) == len(r["test_accuracy_per_epoch"]) >= 1
+        first = next(i for i, a in enumerate(r["test_accuracy_per_epoch"]) if a >= 0.15)
+        assert first == r["epochs"] - 1  # the job stops at the target
+        assert r["time_to_target_s"] == r["end_s_per_epoch"][first] > 0
+        assert r["usd_to_target"] == pytest.approx(meta["usd_per_hour"] * r["time_to_target_s"] / 3600)
+        assert r["replica_hours"] > 0 and r["wall_s"] > 0
+    assert fixed["change"] is None or fixed["change"] == pytest.approx(0)
+    assert adaptdl["change"] == pytest.approx(1 - adaptdl["usd_to_target"] / fixed["usd_to_target"])
+    with open(saved / "rows.csv") as f:
+        assert [r["trainer"] for r in csv.DictReader(f)] == ["fixed", "adaptdl"]
+    with open(saved / "epochs.csv") as f:
+        epochs = list(csv.DictReader(f))
+    assert len(epochs) == fixed["epochs"] + adaptdl["epochs"]
+    assert (saved / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = run.stdout[run.stdout.index("AdaptDL vs fixed Ray Train"):]
+    assert re.search(r"^  fixed +\d+ ", table, re.M) and re.search(r"^  adaptdl +\d+ ", table, re.M)
+    assert "tearing down" not in run.stdout  # the running cluster is not the bench's to stop
+    assert make("status", "CLUSTER=local", env=env).returncode == 0

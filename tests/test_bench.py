@@ -171,3 +171,18 @@ def test_a_small_bench_runs_each_mix_and_tears_each_down(tmp_path):
     assert single["change"] == 0 and hetero["change"] == pytest.approx(
         1 - hetero["usd_per_100_steps"] / single["usd_per_100_steps"])
     assert "local_hetero as hetero" in run.stdout and f"saved in {saved}" in run.stdout
+
+
+def test_bench_of_adaptdl_dry_run_names_both_runs_and_another_job_is_refused(tmp_path):
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"))
+    run = make("bench", "JOB=adaptdl_mnist", "CLUSTER=local", "DRY_RUN=1", "ARGS=--epochs 3", env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines()[-2:] == [
+        f'would run: make submit CLUSTER=local JOB=adaptdl_mnist ARGS="--target-accuracy 0.9 '
+        f'--epochs 4 --epochs 3 --trainer {trainer}"' for trainer in ("fixed", "adaptdl")]
+    assert not (tmp_path / "build" / "launched").exists() or not list((tmp_path / "build" / "launched").iterdir())
+    other = make("bench", "JOB=smoke", "CLUSTER=local", "DRY_RUN=1", env=env)
+    assert other.returncode == 2
+    assert other.stderr.strip().splitlines()[:1] == [
+        "error: JOB=smoke: `make bench` compares the mixes of CLUSTERS on vit_synthetic (the "
+        "default), or AdaptDL with fixed Ray Train on CLUSTER with JOB=adaptdl_mnist"]

@@ -3,6 +3,7 @@
 argv to the replicas."""
 
 import argparse
+import math
 
 DESCRIPTION = "PyTorch's MNIST example made elastic with AdaptDL, on the kit's Ray cluster"
 
@@ -10,8 +11,13 @@ DESCRIPTION = "PyTorch's MNIST example made elastic with AdaptDL, on the kit's R
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="adaptdl_mnist", description=DESCRIPTION)
     launch = p.add_argument_group("launcher (AdaptDL controller on the head)")
+    launch.add_argument("--trainer", choices=["adaptdl", "fixed"], default="adaptdl",
+                        help="adaptdl: elastic, 1 to --max-replicas replicas, adaptive batch "
+                             "size; fixed: Ray Train on exactly --max-replicas workers at "
+                             "--batch-size, the baseline `make bench JOB=adaptdl_mnist` compares")
     launch.add_argument("-m", "--max-replicas", type=int, default=2,
-                        help="most replicas AdaptDL may scale to (it starts with 1)")
+                        help="most replicas AdaptDL may scale to (it starts with 1); the "
+                             "fixed trainer's workers")
     launch.add_argument("--cpus", type=float, default=1, help="CPUs per replica")
     launch.add_argument("--gpus", type=int, default=-1,
                         help="GPUs per replica; -1: 1 if the cluster has GPUs, else 0")
@@ -35,6 +41,9 @@ def parse(argv=None) -> argparse.Namespace:
 
     train = p.add_argument_group("training (each replica)")
     train.add_argument("--epochs", type=int, default=2, help="epochs to train")
+    train.add_argument("--target-accuracy", type=float, default=0.0,
+                       help="stop after the first epoch whose test accuracy reaches this; "
+                            "0: train every epoch (the summary's time_to_target_s is then empty)")
     train.add_argument("--data", choices=["synthetic", "mnist"], default="synthetic",
                        help="synthetic: MNIST-shaped, generated, no download; "
                             "mnist: torchvision's MNIST (needs internet on the workers)")
@@ -52,6 +61,9 @@ def parse(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
 
     problems = []
+    for name in ("cpus", "timeout", "target_accuracy", "lr", "gamma"):
+        if not math.isfinite(getattr(args, name)):  # nan passes every comparison below
+            problems.append(f"--{name.replace('_', '-')} must be a finite number (got {getattr(args, name)})")
     for name in ("max_replicas", "epochs", "train_samples", "batch_size", "local_bsz_min"):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
@@ -72,6 +84,8 @@ def parse(argv=None) -> argparse.Namespace:
         problems.append(f"--max-batch-size {args.max_batch_size} is below --batch-size {args.batch_size}")
     if args.data == "synthetic" and args.train_samples < args.batch_size:
         problems.append(f"--train-samples {args.train_samples} is below one batch ({args.batch_size})")
+    if not 0 <= args.target_accuracy <= 1:
+        problems.append(f"--target-accuracy must be from 0 to 1 (got {args.target_accuracy})")
     if not 0 < args.gamma <= 1:
         problems.append(f"--gamma must be in (0, 1] (got {args.gamma})")
     if args.lr <= 0:

@@ -42,8 +42,10 @@ def main(argv) -> int:
 
     from adaptdl_ray.aws.controller import Controller
     from adaptdl_ray.aws.utils import Status
+    from summary import JOB_START_ENV
     from train import SUMMARY_ACTOR
 
+    job_start = time.time()  # each epoch's end_s counts from here (summary.py)
     # The hook reaches every worker process of this job (job level only: Ray ignores it on
     # a single actor or task); the fixes are then in place before adaptdl is imported there.
     ray.init(address="auto", runtime_env={"worker_process_setup_hook": SETUP_HOOK})
@@ -51,6 +53,8 @@ def main(argv) -> int:
     gpus = args.gpus if args.gpus >= 0 else int(any(n["Resources"].get("GPU") for n in nodes))
     replica = {"CPU": args.cpus, "GPU": gpus}
     controller_node = pick_controller_node(nodes, needs_gpu=gpus > 0)
+    if args.trainer == "fixed":
+        return train_fixed(args, argv, nodes, replica, controller_node, job_start)
     listener = choose_spot_listener(args.spot_listener, nodes)
     port_offset = args.port_offset if args.port_offset >= 0 else 100 * random.randrange(100)
     print(f"[launcher] replicas need {replica}; up to {args.max_replicas}; controller on "
@@ -59,7 +63,8 @@ def main(argv) -> int:
     warn_if_no_room(nodes, controller_node, replica)
 
     # read by the controller's failure handling (adaptdl_compat._fix_replica_failure)
-    env_vars = {"RAYKIT_ADAPTDL_MAX_FAILURES": str(args.max_failures)}
+    env_vars = {"RAYKIT_ADAPTDL_MAX_FAILURES": str(args.max_failures),
+                JOB_START_ENV: repr(job_start)}
     if listener == "mock":
         env_vars["MOCK"] = "true"
     if listener == "off":
@@ -98,6 +103,28 @@ def main(argv) -> int:
         ray.kill(controller)
         if job_id:
             remove_replica_dirs(job_id)
+    summary["wall_s"] = round(time.monotonic() - start, 1)
+    write_results(args.results, summary)
+    return 0
+
+
+def train_fixed(args, argv: list[str], nodes: list, replica: dict, controller_node: dict,
+                job_start: float) -> int:
+    """--trainer fixed: Ray Train on exactly --max-replicas workers (fixed.py), where
+    AdaptDL's replicas would go; the same summary, results file and RESULT line."""
+    import fixed
+    from ray.train import TrainingFailedError
+
+    print(f"[launcher] Ray Train on {args.max_replicas} fixed worker(s), each {replica}, at "
+          f"global batch {args.batch_size}", flush=True)
+    warn_if_no_room(nodes, controller_node, replica)
+    start = time.monotonic()
+    try:
+        summary = fixed.run(args, argv, replica, controller_node, job_start, SummaryBox.remote())
+    except TrainingFailedError as e:
+        print(f"[launcher] ERROR: Ray Train failed: {str(e).splitlines()[0][:300]}; the "
+              "workers' tracebacks are above", file=sys.stderr, flush=True)
+        return 1
     summary["wall_s"] = round(time.monotonic() - start, 1)
     write_results(args.results, summary)
     return 0
@@ -181,7 +208,8 @@ def write_results(path: str, summary: dict) -> None:
 
 @ray.remote(num_cpus=0)
 class SummaryBox:
-    """Replica 0 puts the job's summary here; the launcher gets it at the end."""
+    """Replica 0 puts the job's summary here (the fixed trainer's rank 0: its history); the
+    launcher gets it at the end."""
 
     def __init__(self):
         self.summary = None

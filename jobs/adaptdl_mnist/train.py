@@ -24,49 +24,33 @@ import adaptdl.checkpoint  # noqa: E402
 import adaptdl.env  # noqa: E402
 import adaptdl.torch as adl  # noqa: E402
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.optim.lr_scheduler import StepLR  # noqa: E402
 
 import data  # noqa: E402
 import flags  # noqa: E402
+import summary  # noqa: E402
+from model import Net  # noqa: E402
 
 SUMMARY_ACTOR = "adaptdl_mnist_summary"  # the launcher's mailbox for replica 0's summary
 LOG = logging.getLogger("adaptdl_mnist")
 
 
-class Net(nn.Module):
-    """The network of PyTorch's MNIST example, unchanged."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
-        self.dropout1 = nn.Dropout(0.25)
-        self.dropout2 = nn.Dropout(0.5)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        x = torch.flatten(self.dropout1(x), 1)
-        x = self.dropout2(F.relu(self.fc1(x)))
-        return F.log_softmax(self.fc2(x), dim=1)
-
-
 class History(adaptdl.checkpoint.State):
-    """One record per finished epoch; checkpointed, so it survives every rescale."""
+    """One record per finished epoch, and one per generation (its replicas and start);
+    checkpointed, so it survives every rescale."""
 
     def __init__(self):
         super().__init__("adaptdl-mnist-history")
         self.epochs = []
+        self.generations = []
 
     def save(self, fileobj):
-        fileobj.write(json.dumps(self.epochs).encode())
+        fileobj.write(json.dumps({"epochs": self.epochs, "generations": self.generations}).encode())
 
     def load(self, fileobj):
-        self.epochs = json.loads(fileobj.read())
+        saved = json.loads(fileobj.read())
+        self.epochs, self.generations = saved["epochs"], saved["generations"]
 
 
 def say(message: str) -> None:
@@ -124,6 +108,9 @@ def main(argv) -> None:
 
     history = History()
     adaptdl.checkpoint.load_state(history)
+    history.generations.append({"generation": adaptdl.env.num_restarts(),
+                                "replicas": adaptdl.env.num_replicas(),
+                                "start_s": summary.seconds_since_start()})
     say(f"generation {adaptdl.env.num_restarts()}: {adaptdl.env.num_replicas()} replica(s), "
         f"{len(history.epochs)} epoch(s) done before")
 
@@ -150,15 +137,17 @@ def main(argv) -> None:
         record |= train_epoch(model, train_loader, optimizer, device)
         record |= evaluate(model, test_loader, device)
         scheduler.step()
+        record["end_s"] = summary.seconds_since_start()
         history.epochs.append(record)
-        say(f"epoch {epoch}: replicas={record['replicas']} "
-            f"global_batch_size={record['global_batch_size']} "
-            f"loss={record['train_loss']:.4f} accuracy={record['train_accuracy']:.3f} "
-            f"test_accuracy={record['test_accuracy']:.3f} "
-            f"images/s={record['images_per_s']:.1f}")
+        say(summary.epoch_line(record))
+        if summary.reached(record, args.target_accuracy):
+            say(f"test accuracy {record['test_accuracy']:.3f} reached --target-accuracy "
+                f"{args.target_accuracy:g}: stopping")
+            break  # every replica sees the same (synchronized) accuracy and stops here
 
     if adaptdl.env.replica_rank() == 0:
-        report(summarize(args, history.epochs))
+        report(summary.summarize(args, history.epochs, history.generations, trainer="adaptdl",
+                                 restarts=adaptdl.env.num_restarts()))
 
 
 def checkpoint(epoch: int) -> None:
@@ -187,20 +176,7 @@ def checkpoint(epoch: int) -> None:
     say(f"checkpoint saved at the start of epoch {epoch}")
 
 
-def summarize(args, epochs: list) -> dict:
-    last = epochs[-1]
-    return {
-        "job": "adaptdl_mnist", "data": args.data, "epochs": len(epochs),
-        "final_test_accuracy": last["test_accuracy"], "final_train_loss": last["train_loss"],
-        "replicas_per_epoch": [e["replicas"] for e in epochs],
-        "global_batch_size_per_epoch": [e["global_batch_size"] for e in epochs],
-        "max_replicas_used": max(e["replicas"] for e in epochs),
-        "restarts": adaptdl.env.num_restarts(),
-        "history": epochs,
-    }
-
-
-def report(summary: dict) -> None:
+def report(result: dict) -> None:
     """Hand the summary to the launcher on the head; alone (no launcher), print it."""
     import ray
     try:
@@ -208,9 +184,9 @@ def report(summary: dict) -> None:
     except ValueError:  # no such actor
         box = None
     if box is None:  # run outside the kit's launcher
-        print("RESULT " + json.dumps(summary), flush=True)
+        print("RESULT " + json.dumps(result), flush=True)
     else:
-        ray.get(box.put.remote(summary))
+        ray.get(box.put.remote(result))
 
 
 if __name__ == "__main__":

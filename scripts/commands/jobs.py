@@ -18,7 +18,7 @@ from scripts.core.errors import KitError, not_running
 from scripts.core.inputs import flag, job_id, job_requirements, parse_timeout, split_args
 from scripts.core.paths import RESULTS
 from scripts.core.ray_cli import use_auth_in_this_process
-from scripts.providers import PROVIDERS
+from scripts.providers import PROVIDERS, load_record
 
 
 def cmd_submit(a) -> int:
@@ -38,7 +38,7 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
     with provider.job_address(record) as (address, python, token):
         return submit.submit(address, job, args, python, token, timeout_s=timeout,
                              results_dir=RESULTS, verbose=verbose,
-                             job_packages=provider.JOB_PACKAGES)
+                             job_packages=provider.JOB_PACKAGES, job_files=provider.JOB_FILES)
 
 
 @contextmanager
@@ -96,6 +96,25 @@ def cmd_run(a) -> int:
     if flag("DRY_RUN", a.dry_run):
         return print_plan(prepared(built))
     return run_once(built, a.job, args, timeout, verbose)[0]
+
+
+@contextmanager
+def running_or_started(built):
+    """The cluster's record: the running cluster's, left running after; or, where none
+    runs, one launched here and torn down after, whatever happens (as `make run`)."""
+    if load_record(built.cluster) is not None:
+        yield require_record(built.cluster)
+        return
+    with state.lock(built.cluster):
+        refuse_if_up(built.cluster)  # started by someone else meanwhile: theirs, not ours
+        ready = prepared(built)
+        try:
+            yield preflight_and_launch(built, ready)
+        finally:
+            if state.record_path(built.cluster).exists():  # only what this run launched
+                print(f"tearing down '{built.cluster}'", flush=True)
+                with signals_deferred():
+                    print(teardown(built.cluster), flush=True)
 
 
 def run_once(built, job: str, args: list[str], timeout: float | None,

@@ -6,12 +6,14 @@ import yaml
 
 from scripts import catalog
 from scripts.build import build
-from scripts.commands.jobs import run_once
+from scripts.commands.jobs import run_once, running_or_started, submit_to
 from scripts.commands.lifecycle import prepared, print_plan, refuse_if_up
 from scripts.core.errors import KitError
-from scripts.core.inputs import check_name, flag, json_text, parse_timeout, split_args
+from scripts.core.inputs import check_name, flag, job_requirements, json_text, parse_timeout, split_args
 from scripts.core.paths import BENCH, TEMPLATES
+from scripts.core.submit import require_installed
 from scripts.pricing import bench_table as bench
+from scripts.pricing import elastic_bench
 from scripts.pricing import planner
 from scripts.pricing.cost import cost_table, priced
 
@@ -81,8 +83,14 @@ def write_plan(name: str, chosen, region: str) -> None:
 
 
 def cmd_bench(a) -> int:
-    """Each of CLUSTERS in turn: up, the ViT job with ARGS, down; then one table, saved."""
-
+    """Each of CLUSTERS in turn: up, the ViT job with ARGS, down; then one table, saved.
+    JOB=adaptdl_mnist: AdaptDL against fixed Ray Train on CLUSTER instead."""
+    if a.job == "adaptdl_mnist":
+        return bench_adaptdl(a)
+    if a.job != "vit_synthetic":
+        raise KitError(f"JOB={check_name('JOB', a.job)}: `make bench` compares the mixes of "
+                       "CLUSTERS on vit_synthetic (the default), or AdaptDL with fixed Ray "
+                       "Train on CLUSTER with JOB=adaptdl_mnist")
     if a.from_:
         rows = bench.completed(bench.read_rows(a.from_))
         print(f"rows from {a.from_}:")
@@ -121,4 +129,46 @@ def cmd_bench(a) -> int:
               "images/s from the first row's profile; change in $ per 100 steps vs the first row:")
     print("\n".join("  " + line for line in bench.table(rows)))
     print(f"saved in {bench.save(rows, BENCH)} (rows.json: `make bench FROM=` reads it back)")
+    return 0
+
+
+def bench_adaptdl(a) -> int:
+    """AdaptDL's elastic MNIST, then the same model and data on fixed-size Ray Train, on
+    CLUSTER (the running one, or one started for the bench and torn down after), to the
+    same target; one table, saved (scripts/pricing/elastic_bench.py)."""
+    if a.from_:
+        raise KitError("FROM= reads the mixes' rows; JOB=adaptdl_mnist's are in "
+                       "build/bench/<time>-adaptdl/rows.json, to read as they are")
+    args, timeout, verbose = split_args(a.args), parse_timeout(a.timeout), flag("VERBOSE", a.verbose)
+    packages = job_requirements("adaptdl_mnist")
+    built = build(a.cluster)
+    if built.provider.JOB_PACKAGES == "installed":
+        require_installed("adaptdl_mnist", packages)
+    name, usd_per_hour = priced(built)
+    if flag("DRY_RUN", a.dry_run):
+        for trainer in elastic_bench.TRAINERS:
+            print(f"would run: make submit CLUSTER={a.cluster} JOB=adaptdl_mnist "
+                  f"ARGS=\"{' '.join(elastic_bench.job_args(args, trainer))}\"")
+        return 0
+    rows, summaries = [], {}
+    with running_or_started(built) as record:
+        for i, trainer in enumerate(elastic_bench.TRAINERS):
+            print(f"\n== bench {i + 1}/{len(elastic_bench.TRAINERS)}: {trainer} on {name} "
+                  f"(${usd_per_hour:.3f}/h)", flush=True)
+            code, summary = submit_to(record, "adaptdl_mnist", elastic_bench.job_args(args, trainer),
+                                      timeout, verbose)
+            if code != 0 or summary is None:
+                raise KitError(f"bench: the {trainer} run failed on '{a.cluster}' (exit {code}); "
+                               "its log is above")
+            summaries[trainer] = summary
+            rows.append(elastic_bench.row(trainer, usd_per_hour, summary))
+    rows = elastic_bench.completed(rows)
+    target = summaries["adaptdl"]["target_accuracy"]
+    print(f"\nAdaptDL vs fixed Ray Train on {name} (${usd_per_hour:.3f}/h), ARGS="
+          f"{' '.join(args) or '(the bench defaults)'}; $ to target at the cluster's price; "
+          "change in $ to target vs fixed:")
+    print("\n".join("  " + line for line in elastic_bench.table(rows, target)))
+    meta = {"cluster": name, "usd_per_hour": usd_per_hour, "target_accuracy": target,
+            "args": args}
+    print(f"saved in {elastic_bench.save(rows, meta, BENCH)}")
     return 0
