@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from pipeline import BATCHES_PER_TASK
 from raykit import profile
 
 MODEL_PRESETS = {
@@ -39,6 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="training workers; 0: one per trainer slot of the cluster (one per GPU)")
     p.add_argument("--log-every", type=int, default=5, help="print the mean step time every N steps")
     p.add_argument("--prefetch-batches", type=int, default=4, help="batches buffered ahead of the trainer")
+    p.add_argument("--batches-per-task", type=int, default=BATCHES_PER_TASK,
+                   help="batches each Ray Data task preprocesses: longer tasks amortise Ray "
+                        "Data's per-task cost (docs/benchmarks.md, make bench-data)")
     p.add_argument("--data", default="synthetic",
                    help="synthetic, or JPEG/PNG files: an absolute directory every preprocessing "
                         "node can read (`make images`), or an s3:// URI")
@@ -55,7 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="where the summary JSON is written")
     args = p.parse_args(argv)
     problems = []
-    for name in ("steps", "batch_size", "image_size", "blur_kernel", "log_every", "prefetch_batches"):
+    for name in ("steps", "batch_size", "image_size", "blur_kernel", "log_every", "prefetch_batches",
+                 "batches_per_task"):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
     if args.image_size % 16:
@@ -186,7 +191,7 @@ def main(argv=None) -> int:
                      f"steps of {args.batch_size} x {workers} need {num_records}: lower --steps "
                      f"or write more (`make images ARGS=\"--count {num_records}\"`)")
     dataset = build_dataset(num_records, args.batch_size, args.image_size, args.blur_count,
-                            args.blur_kernel, files=files)
+                            args.blur_kernel, files=files, batches_per_task=args.batches_per_task)
     print(f"training ViT-{model} on {workers} worker(s) ({'GPU' if use_gpu else 'CPU'}), "
           f"{num_records} images of {args.image_size}px "
           f"({'synthetic' if args.data == 'synthetic' else 'files from ' + args.data}), "

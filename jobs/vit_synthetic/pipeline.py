@@ -17,6 +17,11 @@ from torchvision import transforms
 
 NUM_CLASSES = 1000
 IMAGE_EXTENSIONS = ["jpg", "jpeg", "png"]
+# Batches a Ray Data task preprocesses. Ray Data notices a finished task only when its
+# 0.1 s polling window ends, and each task pays its scheduling on top: 4 batches of the
+# default 10 blurs run ~2 s a task, where that cost is lost in the noise (make bench-data:
+# b/a 0.91 at 1 batch, 0.98 at 4 on 2 cores) and the trainer still never waits (bench-wait).
+BATCHES_PER_TASK = 4
 
 
 def make_images(batch: dict, image_size: int, num_classes: int = NUM_CLASSES) -> dict:
@@ -68,9 +73,9 @@ class Preprocess:
 
 
 def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count: int,
-                  blur_kernel: int, files: tuple | None = None, batches_per_task: int = 1):
-    """num_records images, one block per training batch so that batches stream to the
-    trainer one by one (no whole-block stalls): synthetic (ray.data.range -> random
+                  blur_kernel: int, files: tuple | None = None,
+                  batches_per_task: int = BATCHES_PER_TASK):
+    """num_records images in blocks of batches_per_task training batches: synthetic (ray.data.range -> random
     images) where `files` is None, else JPEG/PNG files (image_files' filesystem and paths:
     read, then decoded on the preprocessing nodes); then the heavy preprocessing.
 

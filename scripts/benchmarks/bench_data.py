@@ -28,7 +28,7 @@ import psutil
 
 JOB_DIR = Path(__file__).resolve().parents[2] / "jobs" / "vit_synthetic"
 sys.path[:0] = [str(JOB_DIR), str(JOB_DIR.parent)]  # the job's pipeline, and raykit it imports
-from pipeline import Preprocess, build_dataset, make_images  # noqa: E402
+from pipeline import BATCHES_PER_TASK, Preprocess, build_dataset, make_images  # noqa: E402
 
 ARGS = None  # the parsed flags, in each process of the limit's pool
 STAGE = None  # the job's preprocessing stage, built once per process of the pool
@@ -199,8 +199,8 @@ def main() -> int:
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--blur-count", type=int, default=10)
     p.add_argument("--blur-kernel", type=int, default=11)
-    p.add_argument("--batches-per-task", type=int, default=1,
-                   help="batches each Ray Data task makes (the job makes 1)")
+    p.add_argument("--batches-per-task", type=int, default=BATCHES_PER_TASK,
+                   help=f"batches each Ray Data task makes (the job's default: {BATCHES_PER_TASK})")
     args = p.parse_args()
     if args.images % args.batch_size or args.images < args.batch_size or args.rounds < 1 \
             or args.batches_per_task < 1:
