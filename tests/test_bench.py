@@ -186,3 +186,19 @@ def test_bench_of_adaptdl_dry_run_names_both_runs_and_another_job_is_refused(tmp
     assert other.stderr.strip().splitlines()[:1] == [
         "error: JOB=smoke: `make bench` compares the mixes of CLUSTERS on vit_synthetic (the "
         "default), or AdaptDL with fixed Ray Train on CLUSTER with JOB=adaptdl_mnist"]
+
+
+@pytest.mark.parametrize("args,message", [
+    ("--epochs 0", "ARGS: --epochs must be at least 1 (got 0)"),
+    ("--target-accuracy nan", "ARGS: --target-accuracy must be a finite number (got nan)"),
+    ("--target-accuracy 0", "ARGS: --target-accuracy 0 sets no target"),
+    ("--trainer", "ARGS: argument --trainer: expected one argument"),
+    ("--no-such-flag", "ARGS: unrecognized arguments: --no-such-flag"),
+])
+def test_bench_of_adaptdl_checks_the_jobs_flags_before_any_cluster_starts(tmp_path, args, message):
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"))
+    run = make("bench", "JOB=adaptdl_mnist", "CLUSTER=local", f"ARGS={args}", env=env)
+    assert run.returncode == 2
+    (line,) = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith(f"error: {message}") and "Traceback" not in run.stderr + run.stdout
+    assert not (tmp_path / "build" / "launched").exists() or not list((tmp_path / "build" / "launched").iterdir())

@@ -140,6 +140,7 @@ def bench_adaptdl(a) -> int:
         raise KitError("FROM= reads the mixes' rows; JOB=adaptdl_mnist's are in "
                        "build/bench/<time>-adaptdl/rows.json, to read as they are")
     args, timeout, verbose = split_args(a.args), parse_timeout(a.timeout), flag("VERBOSE", a.verbose)
+    target = elastic_bench.check_args(args)  # the job's own checks, before anything starts
     packages = job_requirements("adaptdl_mnist")
     built = build(a.cluster)
     if built.provider.JOB_PACKAGES == "installed":
@@ -150,7 +151,7 @@ def bench_adaptdl(a) -> int:
             print(f"would run: make submit CLUSTER={a.cluster} JOB=adaptdl_mnist "
                   f"ARGS=\"{' '.join(elastic_bench.job_args(args, trainer))}\"")
         return 0
-    rows, summaries = [], {}
+    rows = []
     with running_or_started(built) as record:
         for i, trainer in enumerate(elastic_bench.TRAINERS):
             print(f"\n== bench {i + 1}/{len(elastic_bench.TRAINERS)}: {trainer} on {name} "
@@ -160,10 +161,8 @@ def bench_adaptdl(a) -> int:
             if code != 0 or summary is None:
                 raise KitError(f"bench: the {trainer} run failed on '{a.cluster}' (exit {code}); "
                                "its log is above")
-            summaries[trainer] = summary
             rows.append(elastic_bench.row(trainer, usd_per_hour, summary))
     rows = elastic_bench.completed(rows)
-    target = summaries["adaptdl"]["target_accuracy"]
     print(f"\nAdaptDL vs fixed Ray Train on {name} (${usd_per_hour:.3f}/h), ARGS="
           f"{' '.join(args) or '(the bench defaults)'}; $ to target at the cluster's price; "
           "change in $ to target vs fixed:")

@@ -25,7 +25,10 @@ from pathlib import Path
 
 from scripts.core.errors import KitError
 from scripts.core.inputs import json_text
+from scripts.core.paths import REPO
 from scripts.core.state import make_dir
+
+JOB_FLAGS = REPO / "jobs" / "adaptdl_mnist" / "flags.py"
 
 TRAINERS = ("fixed", "adaptdl")  # the baseline first, as the mixes' bench puts its own
 # The job's flags the bench sets before ARGS (ARGS may change them; the last one counts)
@@ -39,6 +42,30 @@ FIELDS = ["trainer", "time_to_target_s", "usd_to_target", "replica_hours", "epoc
 
 def job_args(args: list[str], trainer: str) -> list[str]:
     return [*DEFAULT_ARGS, *args, "--trainer", trainer]
+
+
+def check_args(args: list[str]) -> float:
+    """The job's own flag checks on ARGS, here, before any cluster starts: its first
+    problem as one error line. Returns the target accuracy the runs will stop at."""
+    import contextlib
+    import importlib.util
+    import io
+
+    spec = importlib.util.spec_from_file_location("adaptdl_mnist_flags", JOB_FLAGS)
+    flags = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(flags)
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
+            parsed = flags.parse(job_args(args, "fixed"))
+    except SystemExit:
+        problem = said.getvalue().strip().splitlines()[-1] if said.getvalue().strip() else "see ARGS=--help"
+        raise KitError(f"ARGS: {problem.removeprefix('adaptdl_mnist: error: ')} "
+                       "(`make submit JOB=adaptdl_mnist ARGS=--help` lists the flags)") from None
+    if not parsed.target_accuracy:
+        raise KitError("ARGS: --target-accuracy 0 sets no target; the bench times both trainers "
+                       "to one, e.g. --target-accuracy 0.9")
+    return parsed.target_accuracy
 
 
 def row(trainer: str, usd_per_hour: float, summary: dict) -> dict:
@@ -138,6 +165,8 @@ def chart(rows: list[dict], target: float, path: Path) -> None:
                      where="pre", label=r["trainer"])
     if target:
         axes[0].axhline(target, color="gray", linestyle="--", label=f"target {target:g}")
+    axes[1].set_ylim(bottom=0)
+    axes[1].yaxis.get_major_locator().set_params(integer=True)  # whole replicas
     for ax, title in zip(axes, ("test accuracy", "replicas", "global batch size")):
         ax.set_title(title)
         ax.set_xlabel("seconds from the job's start")
