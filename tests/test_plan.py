@@ -2,7 +2,6 @@
 planner (`make plan`) on explicit profiles and on a job's saved summary."""
 
 import json
-import math
 import os
 from pathlib import Path
 
@@ -11,7 +10,6 @@ import pytest
 from conftest import REPO, make
 from scripts import catalog
 from scripts.pricing import cost, planner
-from scripts.core.errors import KitError
 from scripts.pricing.formulas import cost_change, usd_per_100_steps, usd_per_million_images
 
 
