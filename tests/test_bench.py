@@ -108,9 +108,9 @@ def test_the_planners_prediction_needs_dedicated_preprocessing_cpus():
     assert bench.predicted(profile, shared) is None    # the model does not apply
 
 
-def marked(build_dir):
-    """Processes of any cluster started from build_dir (their marker says so)."""
-    markers = {local.cluster_id(name, build_dir) for name in ("local_single", "local_hetero")}
+def marked(build_dir, clusters=("local_single", "local_hetero")):
+    """Processes of any of the clusters started from build_dir (their marker says so)."""
+    markers = {local.cluster_id(name, build_dir) for name in clusters}
     found = []
     for proc in psutil.process_iter():
         try:
@@ -202,3 +202,16 @@ def test_bench_of_adaptdl_checks_the_jobs_flags_before_any_cluster_starts(tmp_pa
     (line,) = [line for line in run.stderr.splitlines() if line.startswith("error:")]
     assert line.startswith(f"error: {message}") and "Traceback" not in run.stderr + run.stdout
     assert not (tmp_path / "build" / "launched").exists() or not list((tmp_path / "build" / "launched").iterdir())
+
+
+def test_bench_of_adaptdl_stops_the_cluster_it_started_when_a_run_fails(tmp_path):
+    build_dir = tmp_path / "build"
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir))
+    # 4 CPUs a worker fits no node: Ray Train would wait forever; --timeout ends the run
+    run = make("bench", "JOB=adaptdl_mnist", "CLUSTER=local", "ARGS=--cpus 4 --timeout 20",
+               env=env, timeout=600)
+    assert run.returncode == 2, run.stdout[-4000:] + run.stderr
+    assert "Ray Train did not finish within --timeout 20 s" in run.stdout
+    assert "error: bench: the fixed run failed on 'local'" in run.stderr
+    assert "tearing down 'local'" in run.stdout  # the bench started it: the bench stops it
+    assert not marked(build_dir.resolve(), ["local"]) and not list(build_dir.glob("launched/*.json"))

@@ -227,16 +227,17 @@ def test_side_of_a_rounded_figure():
 
 def test_bench_data_prints_all_three_rates_and_both_ratios():
     run = subprocess.run([sys.executable, "-m", "scripts.benchmarks.bench_data", "--images", "32",
-                          "--rounds", "2", "--image-size", "32", "--blur-count", "1"],
+                          "--rounds", "2", "--image-size", "32", "--blur-count", "1",
+                          "--batches-per-task", "2"],
                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     rates = [float(line.split()[-3]) for line in run.stdout.splitlines() if line.startswith("(")]
     assert len(rates) == 3 and all(rate > 0 for rate in rates)
     assert len([line for line in run.stdout.splitlines() if line.startswith("round ")]) == 2
     assert "b/a = " in run.stdout and "b/c = " in run.stdout
-    (tasks,) = re.findall(r"^Ray Data tasks: (\d+) of 16 images, mean ([\d.]+) s CPU each$",
+    (tasks,) = re.findall(r"^Ray Data tasks: (\d+) of 32 images, mean ([\d.]+) s CPU each$",
                           run.stdout, re.M)
-    assert int(tasks[0]) == 2 * 32 // 16 and float(tasks[1]) > 0  # 2 rounds of 32 images
+    assert int(tasks[0]) == 2 * 32 // 32 and float(tasks[1]) > 0  # 2 rounds of 32 images
     (shares,) = re.findall(r"^the cores' time during \(b\): Ray workers ([\d.]+)%, driver "
                            r"([\d.]+)%, Ray daemons ([\d.]+)%, idle ([\d.]+)%$", run.stdout, re.M)
     shares = [float(share) for share in shares]

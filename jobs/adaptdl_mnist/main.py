@@ -111,20 +111,40 @@ def main(argv) -> int:
 def train_fixed(args, argv: list[str], nodes: list, replica: dict, controller_node: dict,
                 job_start: float) -> int:
     """--trainer fixed: Ray Train on exactly --max-replicas workers (fixed.py), where
-    AdaptDL's replicas would go; the same summary, results file and RESULT line."""
+    AdaptDL's replicas would go; the same summary, results file and RESULT line. Ray Train
+    waits forever for workers it cannot place, so --timeout bounds it here too: fit() runs
+    in a thread, and the job ends with an error when the thread has not finished by then
+    (the driver's exit ends the trainer and its workers)."""
+    import threading
+
     import fixed
-    from ray.train import TrainingFailedError
 
     print(f"[launcher] Ray Train on {args.max_replicas} fixed worker(s), each {replica}, at "
           f"global batch {args.batch_size}", flush=True)
     warn_if_no_room(nodes, controller_node, replica)
     start = time.monotonic()
-    try:
-        summary = fixed.run(args, argv, replica, controller_node, job_start, SummaryBox.remote())
-    except TrainingFailedError as e:
-        print(f"[launcher] ERROR: Ray Train failed: {str(e).splitlines()[0][:300]}; the "
-              "workers' tracebacks are above", file=sys.stderr, flush=True)
+    outcome = {}
+
+    def train() -> None:
+        try:
+            outcome["summary"] = fixed.run(args, argv, replica, controller_node, job_start,
+                                           SummaryBox.remote())
+        except Exception as e:  # noqa: BLE001 (said below, with the workers' tracebacks above)
+            outcome["error"] = e
+
+    trainer = threading.Thread(target=train, name="ray-train-fit", daemon=True)
+    trainer.start()
+    trainer.join(args.timeout)
+    if trainer.is_alive():
+        print(f"[launcher] ERROR: Ray Train did not finish within --timeout {args.timeout:.0f} s; "
+              "stopping it. Workers that cannot be placed wait forever: check `make status` "
+              "and --cpus/--gpus.", file=sys.stderr, flush=True)
         return 1
+    if "error" in outcome:
+        print(f"[launcher] ERROR: Ray Train failed: {str(outcome['error']).splitlines()[0][:300]}; "
+              "the workers' tracebacks are above", file=sys.stderr, flush=True)
+        return 1
+    summary = outcome["summary"]
     summary["wall_s"] = round(time.monotonic() - start, 1)
     write_results(args.results, summary)
     return 0

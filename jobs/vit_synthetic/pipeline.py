@@ -75,12 +75,13 @@ class Preprocess:
 def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count: int,
                   blur_kernel: int, files: tuple | None = None,
                   batches_per_task: int = BATCHES_PER_TASK):
-    """num_records images in blocks of batches_per_task training batches: synthetic (ray.data.range -> random
-    images) where `files` is None, else JPEG/PNG files (image_files' filesystem and paths:
-    read, then decoded on the preprocessing nodes); then the heavy preprocessing.
+    """num_records images in blocks of batches_per_task training batches: synthetic
+    (ray.data.range -> random images) where `files` is None, else JPEG/PNG files
+    (image_files' filesystem and paths: read, then decoded on the preprocessing nodes);
+    then the heavy preprocessing.
 
     The stages take whole blocks (batch_size=None), which lets Ray Data fuse the read and
-    both maps into one task per batch: a map_batches(batch_size=N) after a read is never
+    both maps into one task per block: a map_batches(batch_size=N) after a read is never
     fused, and the separate read tasks then cost a quarter of the throughput. Where the
     tasks run is the DataContext's label selector (raykit.profile.configure_data)."""
     import ray
@@ -89,7 +90,8 @@ def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count
     # read as its own operator that idles half of a small cluster's CPUs.
     ray.data.DataContext.get_current().op_resource_reservation_enabled = False
     # batches_per_task > 1: longer tasks amortise Ray Data's per-task cost (make bench-data)
-    blocks = max(1, num_records // (batch_size * batches_per_task))
+    # (rounded up: a short run of a batch or two per CPU still spreads over the workers)
+    blocks = -(-num_records // (batch_size * batches_per_task))
     if files is None:
         images = ray.data.range(num_records, override_num_blocks=blocks).map_batches(
             measured(make_images), fn_kwargs={"image_size": image_size},
