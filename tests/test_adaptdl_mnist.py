@@ -124,6 +124,7 @@ def no_job_processes_within(state: dict, seconds: float) -> list[str]:
     return left
 
 
+@pytest.mark.slow
 def test_elastic_run_scales_to_two_replicas_and_learns(cluster, tmp_path):
     env, state = cluster
     results = tmp_path / "summary.json"
@@ -188,6 +189,7 @@ def test_a_job_stopped_mid_way_leaves_nothing_behind(cluster):
     assert no_job_processes_within(state, 30) == []
 
 
+@pytest.mark.slow
 def test_bench_compares_adaptdl_with_fixed_ray_train_on_the_running_cluster(cluster):
     env, state = cluster
     run = make("bench", "CLUSTER=local", "JOB=adaptdl_mnist",

@@ -204,14 +204,15 @@ def test_bench_of_adaptdl_checks_the_jobs_flags_before_any_cluster_starts(tmp_pa
     assert not (tmp_path / "build" / "launched").exists() or not list((tmp_path / "build" / "launched").iterdir())
 
 
+@pytest.mark.slow
 def test_bench_of_adaptdl_stops_the_cluster_it_started_when_a_run_fails(tmp_path):
     build_dir = tmp_path / "build"
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir))
     # 4 CPUs a worker fits no node: Ray Train would wait forever; --timeout ends the run
-    run = make("bench", "JOB=adaptdl_mnist", "CLUSTER=local", "ARGS=--cpus 4 --timeout 20",
+    run = make("bench", "JOB=adaptdl_mnist", "CLUSTER=local", "ARGS=--cpus 4 --timeout 5",
                env=env, timeout=600)
     assert run.returncode == 2, run.stdout[-4000:] + run.stderr
-    assert "Ray Train did not finish within --timeout 20 s" in run.stdout
+    assert "Ray Train did not finish within --timeout 5 s" in run.stdout
     assert "error: bench: the fixed run failed on 'local'" in run.stderr
     assert "tearing down 'local'" in run.stdout  # the bench started it: the bench stops it
     assert not marked(build_dir.resolve(), ["local"]) and not list(build_dir.glob("launched/*.json"))

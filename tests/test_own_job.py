@@ -219,6 +219,8 @@ def test_quiet_mode_drops_rays_chatter_and_keeps_warnings_errors_and_the_jobs_li
         "object store and max_restarts > 0",
         "\x1b[36m(RayTrainWorker pid=1)\x1b[0m Reporting training result 1: TrainingReport(checkpoint=None)",
         "\x1b[36m(SplitCoordinator pid=2)\x1b[0m Progress bars disabled. To enable, set `x`.",
+        "\x1b[36m(Controller pid=3)\x1b[0m INFO:root:Waiting for up to 6000 seconds for nodes to be ready",
+        "\x1b[36m(run_adaptdl pid=4)\x1b[0m INFO:adaptdl.torch.epoch:starting at epoch 0",
     ]
     kept = [
         "2026-11-23 09:26:03,609\tWARNING worker.py:1 -- something to look at",
@@ -227,6 +229,8 @@ def test_quiet_mode_drops_rays_chatter_and_keeps_warnings_errors_and_the_jobs_li
         "Traceback (most recent call last):",
         "\x1b[36m(RayTrainWorker pid=1)\x1b[0m step 2/6: mean step 0.041 s (data wait 0.000 s)",
         "RESULT {}", "Running entrypoint for job another-job: x",
+        "\x1b[36m(run_adaptdl pid=4)\x1b[0m WARNING:adaptdl.reducer:Could not connect to root",
+        "\x1b[36m(run_adaptdl pid=4)\x1b[0m [adaptdl_mnist] INFO:not a log record",
     ]
     assert [line for line in dropped if not noise(line, sid)] == []
     assert [line for line in kept if noise(line, sid)] == []

@@ -44,6 +44,9 @@ BENIGN_LINES = [
     re.compile(WORKER_PREFIX + r"Reporting training result \d+: TrainingReport\("),
     # Ray Data's notice that progress bars are off: the jobs turn them off on purpose
     re.compile(WORKER_PREFIX + r"Progress bars disabled\. To enable, set "),
+    # INFO records in Python logging's default format (logging.basicConfig), which adaptdl
+    # and adaptdl-ray switch on in the controller and every replica: some 20 a generation
+    re.compile(WORKER_PREFIX + r"INFO:[\w.]+:"),
 ]
 # This process's own INFO loggers ("Uploading package ...")
 SDK_LOGGERS = ["ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job.sdk",
