@@ -184,19 +184,23 @@ def table(rows: list[dict]) -> list[str]:
                       for i, (c, w) in enumerate(zip(row, widths))) for row in cells]
 
 
-def save(rows: list[dict], bench_dir: Path) -> Path:
-    """build/bench/<timestamp>/: rows.json (FROM= reads it back), rows.csv, chart.png."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+def new_run_dir(bench_dir: Path, suffix: str = "") -> Path:
+    """A new directory build/bench/<timestamp><suffix>/ for one bench's files."""
+    stamp = time.strftime("%Y%m%d-%H%M%S") + suffix
     make_dir(bench_dir)
     for attempt in range(100):  # two benches in one second each get a directory
         out = bench_dir / (stamp if attempt == 0 else f"{stamp}-{attempt}")
         try:
             out.mkdir(parents=True)
-            break
+            return out
         except FileExistsError:
             continue
-    else:
-        raise KitError(f"could not create a new directory under {bench_dir}")
+    raise KitError(f"could not create a new directory under {bench_dir}")
+
+
+def save(rows: list[dict], bench_dir: Path) -> Path:
+    """build/bench/<timestamp>/: rows.json (FROM= reads it back), rows.csv, chart.png."""
+    out = new_run_dir(bench_dir)
     (out / "rows.json").write_text(json_text({"rows": rows}) + "\n")
     with open(out / "rows.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)

@@ -20,13 +20,12 @@ A row per trainer, from its job's summary (jobs/adaptdl_mnist/summary.py):
 
 import csv
 import json
-import time
 from pathlib import Path
 
 from scripts.core.errors import KitError
 from scripts.core.inputs import json_text
 from scripts.core.paths import REPO
-from scripts.core.state import make_dir
+from scripts.pricing.bench_table import new_run_dir
 
 JOB_FLAGS = REPO / "jobs" / "adaptdl_mnist" / "flags.py"
 
@@ -117,17 +116,7 @@ def table(rows: list[dict], target: float) -> list[str]:
 
 def save(rows: list[dict], meta: dict, bench_dir: Path) -> Path:
     """build/bench/<timestamp>-adaptdl/: rows.json, rows.csv, epochs.csv, chart.png."""
-    make_dir(bench_dir)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for attempt in range(100):
-        out = bench_dir / (f"{stamp}-adaptdl" if attempt == 0 else f"{stamp}-adaptdl-{attempt}")
-        try:
-            out.mkdir(parents=True)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise KitError(f"could not create a new directory under {bench_dir}")
+    out = new_run_dir(bench_dir, "-adaptdl")
     (out / "rows.json").write_text(json_text({**meta, "rows": rows}) + "\n")
     with open(out / "rows.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
