@@ -129,13 +129,13 @@ def test_elastic_run_scales_to_two_replicas_and_learns(cluster, tmp_path):
     env, state = cluster
     results = tmp_path / "summary.json"
     dirs_before = adaptdl_replica_dirs()
-    # ~160 s an epoch of 60000 samples on one 1-CPU replica. AdaptDL reports its first
-    # measurements after 30 s of training and rescales some 60-100 s in (a run of 30000
-    # samples ended first once), restoring the second generation from its checkpoint. That
-    # may fall inside epoch 0 (which then restarts with 2 replicas) or in epoch 1, so the
-    # checks below hold either way.
+    # One 1-CPU replica trains ~600 images/s. AdaptDL reports its first measurements after
+    # 30 s of training and rescales some 60-100 s in (a run of 2 x 30000 samples ended
+    # first once; 2 x 40000 take ~130 s on one replica), restoring the second generation
+    # from its checkpoint. That may fall inside epoch 0 (which then goes on with 2
+    # replicas from where it was) or in epoch 1, so the checks below hold either way.
     run = make("submit", "CLUSTER=local", "JOB=adaptdl_mnist",
-               f"ARGS=-m 2 --epochs 2 --train-samples 60000 --results {results}",
+               f"ARGS=-m 2 --epochs 2 --train-samples 40000 --results {results}",
                env=env, timeout=900)
     assert run.returncode == 0, run.stdout[-6000:]
     summary = json.loads(results.read_text())
@@ -193,12 +193,12 @@ def test_a_job_stopped_mid_way_leaves_nothing_behind(cluster):
 def test_bench_compares_adaptdl_with_fixed_ray_train_on_the_running_cluster(cluster):
     env, state = cluster
     run = make("bench", "CLUSTER=local", "JOB=adaptdl_mnist",
-               "ARGS=--train-samples 1024 --epochs 2 --target-accuracy 0.15", env=env, timeout=900)
+               "ARGS=--train-samples 512 --epochs 2 --target-accuracy 0.05", env=env, timeout=900)
     assert run.returncode == 0, run.stdout[-6000:]
     (saved,) = re.findall(r"^saved in (\S+)$", run.stdout, re.M)
     saved = Path(saved)
     meta = json.loads((saved / "rows.json").read_text())
-    assert meta["cluster"] == "local as hetero" and meta["target_accuracy"] == 0.15
+    assert meta["cluster"] == "local as hetero" and meta["target_accuracy"] == 0.05
     rows = meta["rows"]
     assert [r["trainer"] for r in rows] == ["fixed", "adaptdl"]
     fixed, adaptdl = rows
@@ -208,7 +208,7 @@ def test_bench_compares_adaptdl_with_fixed_ray_train_on_the_running_cluster(clus
     assert fixed["replicas_over_time"] == [[fixed["replicas_over_time"][0][0], 2]]
     for r in rows:
         assert r["epochs"] == len(r["end_s_per_epoch"]) == len(r["test_accuracy_per_epoch"]) >= 1
-        first = next(i for i, a in enumerate(r["test_accuracy_per_epoch"]) if a >= 0.15)
+        first = next(i for i, a in enumerate(r["test_accuracy_per_epoch"]) if a >= 0.05)
         assert first == r["epochs"] - 1  # the job stops at the target
         assert r["time_to_target_s"] == r["end_s_per_epoch"][first] > 0
         assert r["usd_to_target"] == pytest.approx(meta["usd_per_hour"] * r["time_to_target_s"] / 3600)
