@@ -10,7 +10,6 @@ Nothing is written here: `render` writes the result to build/clusters/<cluster>.
 import copy
 import logging
 from dataclasses import dataclass
-from types import ModuleType
 
 import jinja2
 import markupsafe
@@ -20,13 +19,13 @@ from scripts.core.errors import KitError
 from scripts.core.inputs import values_file
 from scripts.core.paths import SCHEMAS, TEMPLATES
 from scripts.core.values import check_and_fill, joined, load_schema, parse_yaml
-from scripts.providers import provider
+from scripts.providers import Provider, provider
 
 
 @dataclass(frozen=True)
 class Built:
     cluster: str
-    provider: ModuleType
+    provider: Provider
     values: dict  # as written, defaults filled in
     text: str     # the rendered Ray autoscaler config
     config: dict  # the same, parsed

@@ -127,3 +127,22 @@ def test_node_programs_stand_alone(path):
     text = path.read_text()
     assert 'if __name__ == "__main__":' in text
     assert imports_of(path, kit_modules()) == set()
+
+
+def test_no_code_outside_the_providers_branches_on_which_provider_it_is():
+    """What differs between providers is a member of their interface (BILLS,
+    STOPS_WITHOUT_RECORD, JOB_PACKAGES, ...): no `provider is local`, no `== "aws"` outside
+    scripts/providers/."""
+    names = {"aws", "local"}
+    found = []
+    for name, path in kit_modules().items():
+        if name.startswith("scripts.providers"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Compare):
+                sides = [node.left, *node.comparators]
+                if any((isinstance(s, ast.Name) and s.id in names)
+                       or (isinstance(s, ast.Constant) and s.value in names)
+                       or (isinstance(s, ast.Attribute) and s.attr == "NAME") for s in sides):
+                    found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert found == []

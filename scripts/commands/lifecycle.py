@@ -14,7 +14,7 @@ from scripts.core.inputs import check_name, flag, values_file
 from scripts.core.paths import BENCH, BUILD, LAUNCHED, RENDERED, RESULTS
 from scripts.core.values import parse_yaml
 from scripts.pricing.cost import hourly_cost
-from scripts.providers import PROVIDERS, load_record, local
+from scripts.providers import PROVIDERS, load_record
 
 
 def cmd_validate(a) -> int:
@@ -119,30 +119,33 @@ def cmd_down(a) -> int:
 
 
 def teardown(cluster: str, purge: bool = False) -> str:
+    """Stop what the cluster's record says was launched. Without a readable record, a
+    provider whose nodes are found without it (STOPS_WITHOUT_RECORD: a crashed run's
+    processes carry the cluster's marker) still stops them."""
+    named = PROVIDERS.get(provider_named_in_values(cluster))
     try:
         record = load_record(cluster)
     except KitError:
-        if provider_named_in_values(cluster) != local.NAME:
+        if named is None or not named.STOPS_WITHOUT_RECORD:
             raise
-        # A local cluster's processes are found by their marker, not by the record.
         print(f"ignoring the corrupt record {state.record_path(cluster)}", flush=True)
         record = None
     if record is not None:
         return PROVIDERS[record["provider"]].down(cluster, record, purge)
-    if provider_named_in_values(cluster) == local.NAME:
-        # No record, but a crashed run may have left processes: they carry the marker.
-        return local.down(cluster, None)
+    if named is not None and named.STOPS_WITHOUT_RECORD:
+        return named.down(cluster, None, purge)
     return f"cluster '{cluster}' was not launched from this checkout; nothing to stop"
 
 
 def provider_named_in_values(cluster: str) -> str | None:
     """The values file's `provider:`, read without validating (a values file broken after
-    `up` must not stop `down`); None if it cannot be read."""
+    `up` must not stop `down`); None if it cannot be read or names no text."""
     try:
         values = parse_yaml(values_file(cluster).read_bytes(), cluster)
     except KitError:
         return None
-    return values.get("provider") if isinstance(values, dict) else None
+    named = values.get("provider") if isinstance(values, dict) else None
+    return named if isinstance(named, str) else None
 
 
 def require_record(cluster: str) -> dict:

@@ -8,6 +8,7 @@ would run). A job that outlives its time limit, or a Ctrl-C, stops the job on th
 
 import asyncio
 import datetime
+import enum
 import json
 import logging
 import re
@@ -17,10 +18,24 @@ import uuid
 from pathlib import Path
 
 from scripts.core.errors import KitError, short
-from scripts.core.inputs import job_dir, job_requirements, json_text
+from scripts.core.inputs import job_dir, job_requirements, json_text, shown
 from scripts.core.paths import JOB_LIBRARY
 from scripts.core.ray_cli import use_auth_in_this_process
 from scripts.core.state import write_atomic
+
+
+
+class JobPackages(enum.StrEnum):
+    """How a job's requirements.txt is honoured on a provider's nodes."""
+    PIP = "pip"              # Ray's pip runtime_env installs them on each node
+    INSTALLED = "installed"  # the nodes run this machine's .venv: they must be there already
+
+
+class JobFiles(enum.StrEnum):
+    """How a job's folder reaches a provider's nodes."""
+    UPLOAD = "upload"      # Ray zips it into its object store; each node unpacks its copy
+    IN_PLACE = "in place"  # every node runs on this machine and reads it where it is
+
 
 ENTRYPOINT = "main.py"
 RESULT_PREFIX = "RESULT "  # every job ends by printing its summary as `RESULT {json}`
@@ -29,7 +44,7 @@ EXCLUDES = [".git", "__pycache__", "*.pyc", ".pytest_cache", "data", "results", 
 FINAL_STATUS_WAIT_S = 30
 # Quiet by default (VERBOSE=1 shows all): Ray's own INFO lines are asked down at their
 # source where a setting reaches it (QUIET_ENV, in the job's environment, and
-# raykit.profile.train_logging), and dropped from the stream where none does: the job
+# raykit.cluster.train_logging), and dropped from the stream where none does: the job
 # supervisor's INFO lines and its echo of the entrypoint (the kit prints it), and the
 # lines below. Warnings, errors and tracebacks of the job always pass.
 QUIET_ENV = {"RAY_LOGGER_LEVEL": "warning", "RAY_DATA_LOG_LEVEL": "WARNING", "RAYKIT_VERBOSE": "0"}
@@ -55,17 +70,17 @@ SDK_LOGGERS = ["ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job
 
 def submit(address: str, job: str, args: list[str], python: str, auth_token: str | None,
            timeout_s: float | None = None, env_vars: dict | None = None,
-           results_dir: Path | None = None, verbose: bool = False,
-           job_packages: str = "installed", job_files: str = "in place") -> tuple[int, dict | None]:
+           results_dir: Path | None = None, verbose: bool = False, *,
+           job_packages: JobPackages, job_files: JobFiles) -> tuple[int, dict | None]:
     """Run jobs/<job>/main.py on the cluster; block, streaming logs; return its exit code
     and its summary (the RESULT line; None if it printed none). The summary is also kept
-    in results_dir/<submission id>.json. verbose: Ray's INFO lines too. job_packages: how
-    the job's requirements.txt is honoured (the provider's JOB_PACKAGES); job_files: how its
-    folder reaches the nodes (JOB_FILES)."""
+    in results_dir/<submission id>.json. verbose: Ray's INFO lines too. job_packages and
+    job_files: the provider's JOB_PACKAGES and JOB_FILES (no default: a forgotten one would
+    give an AWS job the local behaviour)."""
     from ray.job_submission import JobSubmissionClient
 
     packages = job_requirements(job)
-    if job_packages == "installed":
+    if JobPackages(job_packages) is JobPackages.INSTALLED:
         require_installed(job, packages)
     for name in SDK_LOGGERS:  # imported above: their INFO level is set
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
@@ -104,8 +119,8 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     return code, result
 
 
-def job_runtime_env(job: str, packages: list[str], job_packages: str, job_files: str,
-                    verbose: bool, env_vars: dict | None = None) -> dict:
+def job_runtime_env(job: str, packages: list[str], job_packages: JobPackages,
+                    job_files: JobFiles, verbose: bool, env_vars: dict | None = None) -> dict:
     """The job's runtime_env: its folder and the kit's job library (uploaded, or where they
     are: JOB_FILES), its environment and, where the provider installs them (JOB_PACKAGES
     "pip"), its requirements."""
@@ -114,11 +129,11 @@ def job_runtime_env(job: str, packages: list[str], job_packages: str, job_files:
     # through its logger and also prints it, so every line of it reached the log twice.
     # jobs/raykit (placement, profile) ships with every job: `import raykit` works there.
     # (uploaded even "in place": Ray unpacks a module once per node and never replaces it)
-    folder = ({"working_dir": f"local://{job_dir(job)}"} if job_files == "in place"
+    folder = ({"working_dir": f"local://{job_dir(job)}"} if JobFiles(job_files) is JobFiles.IN_PLACE
               else {"working_dir": str(job_dir(job)), "excludes": EXCLUDES})
     runtime_env = folder | {"py_modules": [str(JOB_LIBRARY)]} | {"env_vars": {"RAY_DEDUP_LOGS": "0", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
                            | ({"RAYKIT_VERBOSE": "1"} if verbose else QUIET_ENV) | (env_vars or {})}
-    if packages and job_packages == "pip":  # a virtualenv on each node, over the image's packages
+    if packages and JobPackages(job_packages) is JobPackages.PIP:  # a virtualenv on each node, over the image's packages
         runtime_env["pip"] = {"packages": packages, "pip_check": False}
     return runtime_env
 
@@ -140,7 +155,7 @@ def require_installed(job: str, packages: list[str]) -> None:
             found = None
         if found is None or not requirement.specifier.contains(found, prereleases=True):
             have = f"{found} is installed" if found else "it is not installed"
-            raise KitError(f"jobs/{job}/requirements.txt: {text} ({have}); the local cluster "
+            raise KitError(f"{shown(job_dir(job) / 'requirements.txt')}: {text} ({have}); the local cluster "
                            f"runs .venv: .venv/bin/pip install {shlex.quote(text)}")
 
 

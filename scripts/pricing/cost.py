@@ -13,7 +13,7 @@ import copy
 from scripts import catalog
 from scripts.build import Built, build
 from scripts.core.errors import KitError
-from scripts.providers import aws, local
+from scripts.providers import aws
 
 COST_TABLE_HEADER = ("node type", "instance", "count", "$/h each", "of it EBS", "$/h at min",
                      "$/h at max")
@@ -36,7 +36,7 @@ def aws_hourly_cost(values: dict) -> tuple[float, float] | None:
 def hourly_cost(built: Built) -> tuple[float, float] | None:
     """What running the cluster bills per hour, with min_workers and with max_workers:
     (0, 0) for a local cluster (it runs on this machine), None for an unpriced region."""
-    if built.provider is local:
+    if not built.provider.BILLS:
         return 0.0, 0.0
     return aws_hourly_cost(built.values)
 
@@ -56,7 +56,7 @@ def cost_table(built: Built) -> list[str]:
     """`make cost`: an AWS mix's table; a local cluster costs nothing, or, with
     `prices_as`, the table of the AWS mix it stands for."""
     values = built.values
-    if built.provider is aws:
+    if built.provider.BILLS:
         return aws_cost_table(values)
     if not values["prices_as"]:
         return [f"'{values['cluster_name']}' runs on this machine: no cloud cost "
@@ -101,7 +101,7 @@ def priced(built: Built) -> tuple[str, float]:
     """A bench row's name and $/h: an AWS mix at its own prices; a local one as the AWS
     mix its `prices_as` names, with its own node counts (what it stands for)."""
     values, name = built.values, built.cluster
-    if built.provider is local:
+    if not built.provider.BILLS:
         if not values["prices_as"]:
             raise KitError(f"CLUSTERS: cluster_templates/{name}.yaml sets no prices_as; set it "
                            "to the AWS values file it stands for, e.g. prices_as: hetero")

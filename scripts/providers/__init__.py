@@ -7,26 +7,33 @@ An unknown provider is an error, never a fallback.
 """
 
 from contextlib import AbstractContextManager
-from types import ModuleType
 from typing import Protocol
 
 from scripts.core import state
 from scripts.core.errors import KitError, short
+from scripts.core.submit import JobFiles, JobPackages
 from scripts.providers import aws, local
 
 
 class Provider(Protocol):
+    """Everything the kit outside scripts/providers/ may use of a provider, and nothing
+    more: tests/test_render.py checks each provider module against it, values, types and
+    signatures included, from these annotations and methods."""
+
     NAME: str  # as written in `provider:`; the template and schema carry the same name
+    HEAD_TYPE: str  # the head's node type in the rendered config
     # A job's time limit when TIMEOUT is empty (None: none): a forgotten job on a cloud
     # cluster bills until it ends.
     DEFAULT_JOB_TIMEOUT_S: float | None
-    # How a job's requirements.txt is honoured: "pip" (Ray's runtime_env installs them on
-    # each node) or "installed" (the cluster runs this machine's .venv: they must be there)
-    JOB_PACKAGES: str
-    # How a job's folder reaches the nodes: "upload" (Ray zips it into its object store
-    # and each node unpacks its copy) or "in place" (every node runs on this machine and
-    # reads it where it is)
-    JOB_FILES: str
+    JOB_PACKAGES: JobPackages  # how a job's requirements.txt is honoured on the nodes
+    JOB_FILES: JobFiles  # how a job's folder reaches the nodes
+    # Running it bills (priced node by node from scripts/catalog.py); False: it runs on
+    # this machine, and `make cost`/`make bench` price it through its `prices_as`.
+    BILLS: bool
+    # `down` finds the cluster's nodes without its record (so a corrupt or missing record
+    # does not keep a crashed run's nodes alive); False: without a record it touches nothing.
+    STOPS_WITHOUT_RECORD: bool
+    RECORD_SCHEMA: dict  # JSON schema of the record `up` saves (scripts/core/state.py)
 
     def value_problems(self, values: dict) -> list[str]:
         """The provider's own rules on schema-checked values: 'key: problem; fix' each."""
@@ -58,9 +65,13 @@ class Provider(Protocol):
     def wait_until_ready(self, record: dict) -> None:
         """Block until the head and min_workers of every worker type have joined."""
 
+    def is_running(self, record: dict) -> bool:
+        """Whether the recorded cluster may still run (False: its record is stale)."""
+
     def down(self, cluster: str, record: dict | None, purge: bool = False) -> str:
         """Stop what the record says was launched, and only that; check nothing of it is
-        left; return what was done and what stays (purge: delete what is the cluster's own)."""
+        left; return what was done and what stays (purge: delete what is the cluster's own).
+        record None: only a provider that STOPS_WITHOUT_RECORD looks for anything."""
 
     def status(self, record: dict) -> int:
         """Print the cluster's nodes and resources; return an exit code."""
@@ -78,8 +89,7 @@ class Provider(Protocol):
         """Context yielding (dashboard URL, python, auth token) for job submission."""
 
 
-
-PROVIDERS: dict[str, ModuleType] = {aws.NAME: aws, local.NAME: local}
+PROVIDERS: dict[str, Provider] = {aws.NAME: aws, local.NAME: local}
 
 
 def provider(name, where: str) -> Provider:

@@ -21,15 +21,18 @@ from scripts import catalog
 from scripts.core import state
 from scripts.core.errors import CapacityRefused, KitError, short
 from scripts.core.paths import NODE_PROGRAMS, REPO
+from scripts.core.submit import JobFiles, JobPackages
 from scripts.core.ray_cli import free_port, port_open, ray_cli, ray_env
 from scripts.providers.aws_preflight import NO_CREDENTIALS, driver_problems
 from scripts.providers.aws_preflight import preflight as check_account
 
 NAME = "aws"
 HEAD_TYPE = "ray.head.default"
-DEFAULT_JOB_TIMEOUT_S = 6 * 3600  # TIMEOUT= overrides it (up to 7 days)
-JOB_PACKAGES = "pip"  # a job's requirements.txt: Ray's pip runtime_env, over the image's packages
-JOB_FILES = "upload"  # each node unpacks its own copy of the job's folder
+DEFAULT_JOB_TIMEOUT_S = 6 * 3600.0  # TIMEOUT= overrides it (up to 7 days)
+JOB_PACKAGES = JobPackages.PIP  # a job's requirements.txt: Ray's pip runtime_env, over the image's packages
+JOB_FILES = JobFiles.UPLOAD  # each node unpacks its own copy of the job's folder
+BILLS = True  # its nodes are EC2 instances, priced from scripts/catalog.py
+STOPS_WITHOUT_RECORD = False  # the record names what was launched: without it, nothing is touched
 # Ports of the head's GCS and every node's object manager; the cluster's security group
 # opens all traffic between its own nodes, so any fixed ports do.
 GCS_PORT = 6379
@@ -57,12 +60,13 @@ EBS_SIZE_GB = {"gp2": (1, 16384), "gp3": (1, 16384), "io1": (4, 16384), "io2": (
                "st1": (125, 16384), "sc1": (125, 16384), "standard": (1, 1024)}
 BOOT_VOLUME_TYPES = ("gp2", "gp3", "io1", "io2", "standard")
 
-# Packages the jobs import on the cluster's nodes; their pins come from requirements.txt.
-JOB_PACKAGES = ("torch", "torchvision", "timm", "autograd", "pandas", "portpicker",
+# Packages the jobs import, installed into every node's image by its setup commands; their
+# pins come from requirements.txt. (A job's own requirements.txt is JOB_PACKAGES' business.)
+NODE_IMAGE_PACKAGES = ("torch", "torchvision", "timm", "autograd", "pandas", "portpicker",
                 "scipy", "semver", "pymoo", "setuptools")
 # ...and on GPU nodes only: NVML's bindings, which torch.cuda.utilization needs (the Ray
 # image lacks them); without them the ViT job cannot tell a busy GPU from a host-bound one.
-GPU_JOB_PACKAGES = ("nvidia-ml-py",)
+GPU_NODE_IMAGE_PACKAGES = ("nvidia-ml-py",)
 NODEPS_REQUIREMENTS = REPO / "jobs" / "adaptdl_mnist" / "requirements-nodeps.txt"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own CPU-only wheels
 CONTAINER_USER = "1000:100"  # the `ray` user and `users` group of Ray's Docker images
@@ -376,7 +380,7 @@ def job_setup_commands(gpu: bool) -> list[str]:
     (measured in .venv), pulled on every worker boot for nothing. `torch==X` then counts
     as satisfied by the CPU build (X+cpu), so the second command installs only the rest."""
     pins = pinned_requirements(REPO / "requirements.txt")
-    packages = JOB_PACKAGES + (GPU_JOB_PACKAGES if gpu else ())
+    packages = NODE_IMAGE_PACKAGES + (GPU_NODE_IMAGE_PACKAGES if gpu else ())
     missing = [p for p in packages if p not in pins]
     if missing:
         raise KitError(f"requirements.txt: no pinned version for {', '.join(missing)}")

@@ -11,6 +11,7 @@ With `pin_cpus` (the default), each node runs on cores of its own (cpu_sets.py).
 """
 
 import hashlib
+import math
 import os
 import secrets
 import signal
@@ -29,7 +30,9 @@ from scripts.core.errors import KitError, not_running
 from scripts.core.inputs import values_file
 from scripts.core.paths import BUILD, REPO
 from scripts.core.ray_cli import free_port, ray_cli, ray_env, use_auth_in_this_process
+from scripts.core.submit import JobFiles, JobPackages
 from scripts.core.values import parse_yaml
+from scripts.node.autostop import duration
 from scripts.providers import cpu_sets
 
 NAME = "local"
@@ -37,14 +40,18 @@ NAME = "local"
 # head under this node type name; the rendered config must use the same one.
 HEAD_TYPE = "ray.head.default"
 DEFAULT_JOB_TIMEOUT_S = None  # it runs on this machine: no bill to cap
+BILLS = False  # this machine's cores; `prices_as` prices it as the AWS mix it stands for
 # A job's requirements.txt must already be satisfied in .venv, which every local node runs:
 # Ray's pip runtime_env would clone that whole virtualenv (torch included, ~6 GB) per job.
-JOB_PACKAGES = "installed"
+JOB_PACKAGES = JobPackages.INSTALLED
 # The job's folder as it is (a local:// URI). The simulated nodes share one session dir,
 # where each node's agent unpacked an uploaded working_dir in turn, removing the copy
 # before it: a process already running in it (the job's driver, a replica starting) lost
 # its files and failed an import.
-JOB_FILES = "in place"
+JOB_FILES = JobFiles.IN_PLACE
+# A crashed run may leave processes without a readable record: they carry the cluster's
+# marker, so `down` finds them anyway, and a corrupt record is skipped, not an error.
+STOPS_WITHOUT_RECORD = True
 PROVIDER_CLASS = "scripts.providers.loopback_node_provider.LoopbackNodeProvider"
 # Ray rewrites 127.0.0.1 to the host's network address; any other 127.x address stays on
 # loopback. Workers take 127.0.0.3, 127.0.0.4, ... (loopback_node_provider.py).
@@ -67,7 +74,7 @@ RECORD_SCHEMA = {
         "auth_token": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
         "expected_nodes": {"type": "integer", "minimum": 1, "maximum": 1000},
         "up_at": {"type": "number", "minimum": 0},  # epoch seconds; autostop counts from it
-        "autostop_minutes": {"type": "integer", "minimum": 0, "maximum": 10080},
+        "autostop_minutes": {"type": "number", "minimum": 0, "maximum": 10080},
     },
 }
 
@@ -232,7 +239,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         "auth_token": secrets.token_hex(32),
         "expected_nodes": 1 + sum(w["min_workers"] for w in values["workers"].values()),
         "up_at": time.time(),
-        "autostop_minutes": values["autostop_minutes"],
+        "autostop_minutes": autostop_minutes(values),
     }
     command = [
         ray_cli(), "start", "--head", "--disable-usage-stats",
@@ -282,6 +289,22 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     return record
 
 
+def autostop_minutes(values: dict) -> float:
+    """The values file's autostop_minutes; where it is on, RAYKIT_AUTOSTOP_S (tests) sets the
+    limit in seconds instead, so a test of the clock need not wait whole minutes."""
+    seconds = os.environ.get("RAYKIT_AUTOSTOP_S")
+    if not values["autostop_minutes"] or not seconds:
+        return values["autostop_minutes"]
+    try:
+        limit_s = float(seconds)
+    except ValueError:
+        limit_s = math.nan
+    if not 1 <= limit_s <= 10080 * 60:  # nan fails it too
+        raise KitError(f"RAYKIT_AUTOSTOP_S={seconds[:40]!r} is not a number of seconds from 1 "
+                       "to 604800; unset it to use autostop_minutes")
+    return limit_s / 60
+
+
 def start_autostop(record: dict, env: dict) -> None:
     """The watchdog (local_autostop.py) beside the head: it carries the cluster's marker,
     so `down` stops it with the rest; its log sits beside Ray's."""
@@ -293,7 +316,7 @@ def start_autostop(record: dict, env: dict) -> None:
                           "--minutes", str(record["autostop_minutes"])],
                          env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                          stdin=subprocess.DEVNULL, start_new_session=True)
-    print(f"autostop: the cluster stops after {record['autostop_minutes']} min with no job "
+    print(f"autostop: the cluster stops after {duration(record['autostop_minutes'])} with no job "
           f"(log {log})", flush=True)
 
 

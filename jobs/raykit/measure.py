@@ -1,0 +1,234 @@
+"""Measuring a Ray Train job: where its preprocessing ran and what it cost, and how long
+each training step waited for data. The first part of the kit's profile (cluster.py places
+the work, summary.py turns these figures into the job's summary and diagnosis):
+
+    # preprocessing: each batch records the node that ran it and its CPU seconds
+    ds = ds.map_batches(measure.measured(my_preprocess), ...)
+
+    # the training loop, on each Ray Train worker
+    steps = measure.TrainProfile()
+    for batch in steps.batches(shard.iter_batches(batch_size=32)):
+        ...                               # the step: forward, backward, optimizer
+        steps.step_done(batch)
+    measure.report(steps.metrics())       # ray.train.report, from every rank
+
+Figures, not guesses: CPU seconds come from the threads that did the work, the GPU's
+utilization from NVML. Start-up is kept out of the means on both sides: the trainer's first
+step (the pipeline filling), and each preprocessing process's first batch of a stage
+(imports, a model or lookup table loaded on first use: 1.7 s of CPU for `import torch`,
+against 0.3 ms an image after it).
+"""
+
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+
+NODE_COLUMN = "node"
+CPU_COLUMN = "preprocess_cpu_s"
+# True on the rows of a batch that was its worker process's first through a measured
+# stage: their CPU seconds hold that process's warm-up, and stay out of the per-image cost.
+WARMUP_COLUMN = "preprocess_warmup"
+_warmed_up: set[str] = set()  # the measured stages this process has already run once
+
+
+# --- preprocessing side ----------------------------------------------------------------
+
+def measured(fn):
+    """Wrap a map_batches function (dict of numpy arrays in and out): each output batch
+    gains the node that ran it, the CPU seconds per row this stage spent added to what
+    earlier measured stages counted (thread time: a core shared with other work does not
+    inflate it), and whether it was this process's first call of the stage (its warm-up,
+    left out of the per-image cost). Keep torch at one thread in fn: one Ray CPU per task."""
+    import numpy as np
+
+    stage = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+
+    def run(batch: dict, **kwargs) -> dict:
+        import ray
+
+        first = stage not in _warmed_up
+        start = time.thread_time()
+        out = fn(batch, **kwargs)
+        seconds = time.thread_time() - start
+        _warmed_up.add(stage)
+        rows = len(next(iter(out.values())))
+        earlier = batch.get(CPU_COLUMN) if isinstance(batch, dict) else None
+        if earlier is None or len(earlier) != rows:
+            earlier = np.zeros(rows)
+        earlier_warmup = batch.get(WARMUP_COLUMN) if isinstance(batch, dict) else None
+        if earlier_warmup is None or len(earlier_warmup) != rows:
+            earlier_warmup = np.zeros(rows, dtype=bool)
+        out[CPU_COLUMN] = earlier + seconds / max(1, rows)
+        out[WARMUP_COLUMN] = earlier_warmup | first
+        out[NODE_COLUMN] = np.array([ray.util.get_node_ip_address()] * rows)
+        return out
+
+    run.__name__ = getattr(fn, "__name__", type(fn).__name__)  # Ray Data names the stage by it
+    return run
+
+
+# --- the training loop ---------------------------------------------------------------------
+
+class TrainProfile:
+    """Times a Ray Train worker's loop: the wait for each batch, the step's compute, and
+    which nodes preprocessed the images it trained on."""
+
+    def __init__(self, device=None):
+        import ray.train.torch
+
+        self.device = device if device is not None else ray.train.torch.get_device()
+        on_gpu = self.device.type == "cuda"
+        # The trainer's compute per step had it the hardware to itself: wall time on a GPU;
+        # on a CPU its thread's CPU time (torch runs one thread there), which a core shared
+        # with preprocessing (a one-core local head) does not inflate.
+        self._compute_clock = time.perf_counter if on_gpu else time.thread_time
+        self._gpu = GpuUtilization(self.device) if on_gpu else None
+        self.waits, self.steps_s, self.computes_s = [], [], []
+        self.nodes, self.cpu_s = {}, {}  # per node: images, and their preprocessing CPU s
+        # the images the per-image cost rests on: every one but the warm-up rows
+        self.steady_images, self.steady_cpu_s = 0, 0.0
+        self._start = self._last = None
+        self._cpu_start = time.process_time()
+
+    def batches(self, iterable):
+        """The batches of `iterable`, each timed from the end of the last step."""
+        self._start = self._last = time.perf_counter()
+        for batch in iterable:
+            self._got = time.perf_counter()
+            self._compute_start = self._compute_clock()
+            yield batch
+
+    def step_done(self, batch: dict) -> None:
+        """Call after the step's optimizer.step(): it waits for the GPU's work first."""
+        import numpy as np
+
+        if self.device.type == "cuda":
+            import torch
+            torch.cuda.synchronize()
+        self.computes_s.append(self._compute_clock() - self._compute_start)
+        done = time.perf_counter()
+        self.waits.append(self._got - self._last)
+        self.steps_s.append(done - self._last)
+        self._last = done
+        if NODE_COLUMN in batch:
+            for node in np.unique(batch[NODE_COLUMN]):
+                here, ip = batch[NODE_COLUMN] == node, str(node)
+                self.nodes[ip] = self.nodes.get(ip, 0) + int(here.sum())
+                if CPU_COLUMN in batch:
+                    self.cpu_s[ip] = self.cpu_s.get(ip, 0.0) + float(batch[CPU_COLUMN][here].sum())
+        if CPU_COLUMN in batch:
+            steady = ~np.asarray(batch.get(WARMUP_COLUMN, np.zeros(len(batch[CPU_COLUMN]), bool)), bool)
+            self.steady_images += int(steady.sum())
+            self.steady_cpu_s += float(batch[CPU_COLUMN][steady].sum())
+
+    def pause_done(self) -> None:
+        """After work that is neither data wait nor a step (a checkpoint save)."""
+        self._last = time.perf_counter()
+
+    def recent(self, n: int) -> tuple[float, float]:
+        """(mean step s, mean data wait s) of the last n steps: for progress lines."""
+        return (sum(self.steps_s[-n:]) / len(self.steps_s[-n:]),
+                sum(self.waits[-n:]) / len(self.waits[-n:]))
+
+    def preprocess_cost(self, images: int) -> dict:
+        """CPU seconds per image over the steady images (warm-up rows left out), and how
+        many images that rests on; where every image was a warm-up one (each process ran
+        one batch), over all of them, said as such."""
+        measured = self.steady_images if self.steady_images else images
+        cpu_s = self.steady_cpu_s if self.steady_images else sum(self.cpu_s.values())
+        return {"preprocess_s_per_image": cpu_s / max(1, measured),
+                "preprocess_images_measured": measured,
+                "preprocess_warmup_images": images - self.steady_images,
+                "preprocess_cost_includes_warmup": not self.steady_images and images > 0}
+
+    def metrics(self, **extra) -> dict:
+        """The worker's figures, for ray.train.report; the first step (the pipeline's
+        start-up) stays out of the means."""
+        import ray
+
+        steady = slice(1, None) if len(self.steps_s) > 1 else slice(None)
+        mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+        images = int(sum(self.nodes.values()))
+        gpu_busy = self._gpu.stop() if self._gpu else None
+        return {
+            "steps": len(self.steps_s),
+            "train_s": (self._last - self._start) if self._start is not None else 0.0,
+            "trainer_cpu_s": time.process_time() - self._cpu_start,
+            "gpu_utilization": gpu_busy,
+            "gpu_utilization_error": ((self._gpu.error or "no sample")
+                                      if self._gpu and gpu_busy is None else None),
+            "warmup_s": self.steps_s[0] if self.steps_s else 0.0,
+            "mean_step_s": mean(self.steps_s[steady]),
+            "mean_data_wait_s": mean(self.waits[steady]),
+            "max_data_wait_s": max(self.waits[steady], default=0.0),
+            "mean_trainer_compute_s": mean(self.computes_s[steady]),
+            "images_seen": images,
+            **self.preprocess_cost(images),
+            "preprocess_nodes": self.nodes,
+            "preprocess_cpu_s": self.cpu_s,
+            "trainer_node": ray.util.get_node_ip_address(),
+            "device": str(self.device),
+        } | extra
+
+
+def report(metrics: dict, write_files=None) -> None:
+    """ray.train.report from every rank (Train V2's report is collective). Train V2 keeps
+    the metrics of reports that carry a checkpoint: rank 0 attaches one holding the metrics
+    (and what write_files(directory) adds), which Ray Train copies into the run's storage."""
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = None
+        if rank == 0:
+            Path(tmp, "metrics.json").write_text(json.dumps(finite(metrics)))
+            if write_files:
+                write_files(tmp)
+            checkpoint = ray.train.Checkpoint.from_directory(tmp)
+        ray.train.report(metrics, checkpoint=checkpoint)
+
+
+class GpuUtilization:
+    """The GPU's mean utilization (NVML, as nvidia-smi shows it) while training: a thread
+    samples it every 0.1 s. The one way to see a starved GPU from its own side. Where NVML
+    cannot be read (nvidia-ml-py missing, no driver library), the first sample's error is
+    kept in `error` and the figure is None: the summary warns instead of guessing."""
+
+    def __init__(self, device):
+        import threading
+
+        import torch
+
+        self.samples, self.stopped, self.error = [], threading.Event(), None
+
+        def sample():
+            while not self.stopped.wait(0.1):
+                try:
+                    self.samples.append(torch.cuda.utilization(device))
+                except Exception as e:  # noqa: BLE001 (any failure: no figure, said once)
+                    self.error = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                    return
+        self.thread = threading.Thread(target=sample, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> float | None:
+        self.stopped.set()
+        self.thread.join()
+        return sum(self.samples) / len(self.samples) / 100 if self.samples else None
+
+
+def finite(value):
+    """The summary with each non-finite number (a rate over a time measured as zero, say)
+    as None: JSON has no Infinity, and `make plan PROFILE=` reads the summary strictly.
+    (The job runs on the cluster without the kit; the kit's json_text does the same.)"""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+

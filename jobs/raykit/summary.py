@@ -1,0 +1,193 @@
+"""A job's summary, from rank 0's measured figures (measure.py) and the cluster's shape
+(cluster.py): throughput, the data wait, the preprocessing cost per image, nodes lost or
+preempted, retried tasks, CPU use per node type, and the diagnosis (diagnosis.py). In the
+driver, after trainer.fit():
+
+    s = summary.summarize("my_job", result.metrics, shape, workers=..., batch_size=32, wall_s=...)
+    summary.emit(s, "~/raykit-results/my_job.json")   # prints it and the RESULT line
+
+What `make submit` keeps in build/results/, and `make plan PROFILE=` and `make bench` read.
+"""
+
+import json
+import os
+from pathlib import Path
+
+from raykit.diagnosis import diagnose
+from raykit.measure import finite
+
+
+def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size: int,
+              wall_s: float, extra: dict | None = None) -> dict:
+    """The job's summary from rank 0's metrics (TrainProfile.metrics) and the cluster's
+    shape: what print_summary prints and `make plan PROFILE=` reads."""
+    import ray
+
+    images_per_step = batch_size * workers
+    preempted = preempted_nodes(shape["nodes"])
+    mean_step = metrics["mean_step_s"] or float("nan")
+    return {
+        "job": job, "workers": workers, "batch_size": batch_size, **(extra or {}),
+        **{k: metrics.get(k) for k in ("steps", "restarts", "resumed_from_step", "device",
+                                       "trainer_node", "warmup_s", "mean_step_s",
+                                       "mean_data_wait_s", "max_data_wait_s",
+                                       "preprocess_nodes", "final_loss")},
+        "images_per_s": images_per_step / mean_step,
+        "mean_compute_s": metrics["mean_step_s"] - metrics["mean_data_wait_s"],
+        "mean_trainer_compute_s": metrics["mean_trainer_compute_s"],
+        "data_wait_fraction": metrics["mean_data_wait_s"] / mean_step,
+        "preprocess_s_per_image": metrics["preprocess_s_per_image"],
+        # the images that cost rests on, and those left out as their process's warm-up
+        **{k: metrics.get(k) for k in ("preprocess_images_measured", "preprocess_warmup_images",
+                                       "preprocess_cost_includes_warmup")},
+        # GPU utilization (NVML) where the trainer has a GPU; else the share of each step
+        # it spent computing rather than waiting for data.
+        "trainer_utilization": (metrics["gpu_utilization"] if metrics["gpu_utilization"] is not None
+                                else 1 - metrics["mean_data_wait_s"] / mean_step),
+        "trainer_utilization_source": "nvml" if metrics["gpu_utilization"] is not None else "busy share",
+        "cpu_use_by_node_type": cpu_use_by_node_type(shape["nodes"], metrics),
+        "preprocess_cpus": shape["preprocess_cpus"],
+        "preprocess_shares_trainer_cpus": shape["preprocess_shares_trainer_cpus"],
+        "wall_s": wall_s,
+        # nodes that left during the run, drained on a spot notice or lost; Ray Data re-ran
+        # the preprocessing they took with them elsewhere (the retried tasks)
+        "preempted_nodes": preempted,
+        "lost_nodes": lost_nodes({ip: node for ip, node in shape["nodes"].items()
+                                  if ip not in preempted}),  # no need to probe those
+        "retried_preprocessing_tasks": retried_tasks(ray.get_runtime_context().get_job_id()),
+        "diagnosis": diagnose(
+            mean_step_s=metrics["mean_step_s"], mean_wait_s=metrics["mean_data_wait_s"],
+            max_wait_s=metrics["max_data_wait_s"], steps=metrics["steps"],
+            mean_compute_s=metrics["mean_trainer_compute_s"], images_per_step=images_per_step,
+            preprocess_s_per_image=metrics["preprocess_s_per_image"],
+            preprocess_cpus=shape["preprocess_cpus"], worker_type=shape["worker_type"],
+            cpus_per_worker=shape["cpus_per_worker"] or 1, gpu_busy=metrics["gpu_utilization"],
+            on_gpu=str(metrics["device"]).startswith("cuda")),
+        "warnings": warnings_of(metrics),
+    }
+
+
+def emit(summary: dict, results: str, headline: str = "") -> dict:
+    """Print the summary, write it as JSON to `results`, print the RESULT line (what
+    `make submit` keeps in build/results/). Returns the summary as written."""
+    print_summary(summary, headline)
+    path = Path(os.path.expanduser(results))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    summary = finite(summary)  # standard JSON: the kit refuses Infinity when it reads it back
+    path.write_text(json.dumps(summary, indent=2))
+    print(f"summary written to {path}")
+    print("RESULT " + json.dumps(summary), flush=True)
+    return summary
+
+
+def lost_nodes(nodes: dict, timeout_s: float = 10) -> list[str]:
+    """The nodes of the start that no longer run a task: each gets a task pinned to it
+    (no CPU needed). Asking beats reading ray.nodes(): the GCS marks a killed node dead
+    only after its health checks fail, which can outlast a short job."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def here() -> None:
+        return None
+
+    probes = {here.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        node["id"], soft=False)).remote(): ip for ip, node in nodes.items()}
+    answered, missing = ray.wait(list(probes), num_returns=len(probes), timeout=timeout_s)
+    lost = {probes[ref] for ref in missing}
+    for ref in answered:
+        try:
+            ray.get(ref)
+        except Exception:  # the node was marked dead: the task could not run there
+            lost.add(probes[ref])
+    for ref in missing:
+        ray.cancel(ref, force=True)
+    return sorted(lost)
+
+
+def preempted_nodes(nodes: dict) -> list[str]:
+    """The nodes of the start that Ray drained for preemption (the kit's spot watcher, on a
+    spot notice) and that have left since: they went on notice, not by surprise."""
+    import ray
+    from ray.core.generated.common_pb2 import NodeDeathInfo
+
+    ips = {node["id"]: ip for ip, node in nodes.items()}
+    return sorted(ips[n["NodeID"]] for n in ray.nodes() if n["NodeID"] in ips
+                  and n.get("DeathReason") == NodeDeathInfo.AUTOSCALER_DRAIN_PREEMPTED)
+
+
+def retried_tasks(job_id: str) -> int | None:
+    """Ray Data tasks (map stages) Ray ran more than once: retries of tasks whose worker or
+    node died, and re-runs of those whose output was lost with its node (lineage
+    reconstruction). Ray's task events keep one row per attempt; every attempt after a
+    task's first is retried work. None where the state API does not answer."""
+    from ray.util.state import list_tasks
+
+    try:
+        tasks = list_tasks(filters=[("job_id", "=", job_id)], limit=10_000,  # the API's most
+                           timeout=30, raise_on_missing_output=False)
+    except Exception as e:  # noqa: BLE001 (a summary without the count beats no summary)
+        print(f"retried work unknown: Ray's state API failed ({type(e).__name__})", flush=True)
+        return None
+    return sum(1 for task in tasks if task.attempt_number > 0 and "Map" in task.name)
+
+
+def cpu_use_by_node_type(nodes: dict, metrics: dict) -> dict:
+    """Per node type: the share of its cores the job's work kept busy while training
+    (preprocessing CPU seconds on its nodes, plus the trainer's own where it ran), out of
+    cores x training seconds. Ray's own daemons are not counted."""
+    out = {}
+    for ip, node in nodes.items():
+        row = out.setdefault(node["type"], {"nodes": 0, "cores": 0.0, "busy_cpu_s": 0.0})
+        row["nodes"] += 1
+        row["cores"] += node["cores"]
+        row["busy_cpu_s"] += metrics["preprocess_cpu_s"].get(ip, 0.0)
+        if ip == metrics["trainer_node"]:
+            row["busy_cpu_s"] += metrics["trainer_cpu_s"]
+    for row in out.values():
+        window = row["cores"] * metrics["train_s"]
+        row["utilization"] = min(1.0, row["busy_cpu_s"] / window) if window > 0 else 0.0
+    return out
+
+
+def warnings_of(metrics: dict) -> list[str]:
+    """Figures the summary lacks, each in one line (printed, and kept in the summary)."""
+    if metrics.get("gpu_utilization_error"):
+        return [f"the GPU's utilization is missing: NVML could not be read "
+                f"({metrics['gpu_utilization_error']}); trainer_utilization falls back to the busy "
+                "share of each step, and the diagnosis cannot tell a busy GPU from a host-bound "
+                "trainer. Install nvidia-ml-py (requirements.txt pins it) on the GPU node."]
+    return []
+
+
+def print_summary(s: dict, headline: str = "") -> None:
+    print(f"\n=== {s['job']} summary ===")
+    print(f"steps            {s['steps']} x {s['workers']} worker(s) x {s['batch_size']} images "
+          f"({headline + ' on ' if headline else ''}{s['device']}, node {s['trainer_node']})")
+    print(f"throughput       {s['images_per_s']:.1f} images/s")
+    print(f"mean step        {s['mean_step_s']:.3f} s = {s['mean_data_wait_s']:.3f} s waiting "
+          f"for data + {s['mean_compute_s']:.3f} s computing (first step {s['warmup_s']:.1f} s "
+          "excluded)")
+    print(f"trainer idle     {s['data_wait_fraction']:.0%} of each step "
+          f"(longest wait {s['max_data_wait_s']:.2f} s)")
+    nodes = ", ".join(f"{ip}: {n} images" for ip, n in sorted(s["preprocess_nodes"].items()))
+    print(f"preprocessed on  {nodes or '(no measured stage: wrap it in measure.measured)'}")
+    if s.get("preprocess_images_measured"):
+        left_out = (f"each worker process's first batch ({s['preprocess_warmup_images']} images: "
+                    "imports, start-up) left out" if not s["preprocess_cost_includes_warmup"]
+                    else "every batch was its process's first: start-up included, so it overstates")
+        print(f"preprocess cost  {s['preprocess_s_per_image'] * 1000:.2f} ms CPU per image over "
+              f"{s['preprocess_images_measured']} images ({left_out})")
+    if s.get("restarts"):
+        print(f"restarts         {s['restarts']} (the last resumed from the checkpoint of step "
+              f"{s['resumed_from_step']}; its means cover the steps after it)")
+    if s["preempted_nodes"]:
+        print(f"preempted        {', '.join(s['preempted_nodes'])} (drained on a spot notice: "
+              "no new work went there)")
+    if s["lost_nodes"]:
+        print(f"lost nodes       {', '.join(s['lost_nodes'])} (their preprocessing was re-run)")
+    if s["retried_preprocessing_tasks"]:
+        print(f"retried work     {s['retried_preprocessing_tasks']} preprocessing task(s) re-run")
+    for warning in s["warnings"]:
+        print(f"WARNING          {warning}")
+    print(f"diagnosis        {s['diagnosis']['text']}\n")
