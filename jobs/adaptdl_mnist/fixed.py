@@ -28,7 +28,7 @@ def run(args, argv: list[str], replica: dict, controller_node: dict, start: floa
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from raykit import profile
+    from raykit import cluster
 
     use_gpu = replica["GPU"] > 0
     # "!<id>": any node but this one (Ray's built-in ray.io/node-id label)
@@ -42,7 +42,7 @@ def run(args, argv: list[str], replica: dict, controller_node: dict, start: floa
                                                            **({"GPU": replica["GPU"]} if use_gpu else {})},
                                      label_selector=selector),
         run_config=RunConfig(name="adaptdl_mnist_fixed", storage_path=storage,
-                             logging_config=profile.train_logging()),
+                             logging_config=cluster.train_logging()),
     )
     try:
         trainer.fit()

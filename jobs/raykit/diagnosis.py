@@ -1,8 +1,11 @@
 """Bottleneck diagnosis in plain words, from figures the job measured.
 
-Pure arithmetic (unit tested): is the trainer waiting for data, and if so how many more
-preprocessing CPUs, and how many more nodes of the CPU worker type, would feed it; if not,
-is its GPU the limit, or the host side that drives it.
+Pure arithmetic (unit tested): is the trainer waiting for data, and if so is it the CPU
+count (how many more preprocessing CPUs, and nodes of the CPU worker type, would feed it)
+or the pipeline itself (the CPUs suffice on paper, yet batches come late); if not, is its
+GPU the limit, or the host side that drives it. Each verdict's remedy follows from the
+same figures that chose it, so the text never asks for 0 more nodes, and never contradicts
+`make plan` reading the same summary.
 """
 
 import math
@@ -12,55 +15,82 @@ DATA_BOUND_WAIT_FRACTION = 0.10  # the trainer idles >10% of each step waiting f
 # is bound by its host side: Python, kernel launches, host-to-device copies. On a lent
 # H200 ViT-base at 16-64 images a step kept the GPU 9-19% busy.
 GPU_HOST_BOUND_BUSY = 0.5
+# Fewer measured steps than this and the pipeline's start-up (the first tasks scheduled,
+# each worker process's imports) is a large share of the wait: the run is too short to say.
+SHORT_RUN_STEPS = 30
+# One wait at least this share of all the waiting is a stall (a node lost, a task retried,
+# a slow start), not a steady shortfall.
+STALL_SHARE = 0.5
+
+VERDICTS = ("data-bound", "pipeline-bound", "data-bound-unmeasured", "trainer-host-bound",
+            "not-data-bound", "compute-bound")
 
 
 def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, images_per_step: int,
              preprocess_s_per_image: float, preprocess_cpus: float,
              worker_type: str, cpus_per_worker: float, gpu_busy: float | None = None,
-             on_gpu: bool = False) -> dict:
+             on_gpu: bool = False, steps: int | None = None,
+             max_wait_s: float | None = None) -> dict:
     """mean_step_s: wall time per step (wait + compute); mean_compute_s: the trainer's
     compute per step had it the hardware to itself (GPU: wall time; CPU: its CPU time);
-    preprocess_s_per_image: CPU seconds one preprocessing CPU spends per image;
-    preprocess_cpus: CPUs Ray Data may use; gpu_busy: the GPU's mean utilization while
-    training (NVML), None without a GPU or where NVML could not be read; on_gpu: the
-    trainer ran on a GPU (then a missing gpu_busy leaves compute vs host-bound open)."""
+    preprocess_s_per_image: CPU seconds one preprocessing CPU spends per image (0: no stage
+    measured it); preprocess_cpus: CPUs Ray Data may use; gpu_busy: the GPU's mean
+    utilization while training (NVML), None without a GPU or where NVML could not be read;
+    on_gpu: the trainer ran on a GPU (then a missing gpu_busy leaves compute vs host-bound
+    open); steps and max_wait_s: the steps the means cover and the longest single wait
+    (None: unknown), which tell a short run and a stall from a steady shortfall."""
     wait_fraction = mean_wait_s / mean_step_s if mean_step_s > 0 else 0.0
     compute_s = max(mean_compute_s, 1e-9)
     demand = images_per_step / compute_s            # images/s the trainer could consume
-    per_cpu = 1.0 / preprocess_s_per_image if preprocess_s_per_image > 0 else math.inf
+    measured = preprocess_s_per_image > 0
+    per_cpu = 1.0 / preprocess_s_per_image if measured else math.inf
     supply = per_cpu * preprocess_cpus              # images/s preprocessing can deliver
-    cpus_needed = math.ceil(demand / per_cpu) if per_cpu != math.inf else 0
+    cpus_needed = math.ceil(demand / per_cpu) if measured else 0
     more_cpus = max(0, cpus_needed - math.floor(preprocess_cpus))
     more_nodes = math.ceil(more_cpus / cpus_per_worker) if cpus_per_worker > 0 else 0
-    data_bound = wait_fraction > DATA_BOUND_WAIT_FRACTION
-    host_bound = not data_bound and gpu_busy is not None and gpu_busy < GPU_HOST_BOUND_BUSY
-    unknown = not data_bound and on_gpu and gpu_busy is None
-    if data_bound:
+    waiting = wait_fraction > DATA_BOUND_WAIT_FRACTION
+    if waiting and not measured:
+        verdict = "data-bound-unmeasured"
+        text = (f"DATA-BOUND: the trainer waits for data {wait_fraction:.0%} of each step, but "
+                "no preprocessing stage measured its CPU cost, so how many CPUs would feed it "
+                "is unknown: wrap the preprocessing function in measure.measured and run again.")
+    elif waiting and more_cpus > 0:
+        verdict = "data-bound"
         text = (f"DATA-BOUND: the trainer waits for data {wait_fraction:.0%} of each step. "
                 f"It could consume {demand:.1f} images/s; one CPU preprocesses "
                 f"{per_cpu:.1f} images/s, so it needs ~{cpus_needed} preprocessing CPUs "
                 f"(has {preprocess_cpus:g}): add {more_cpus} CPUs, i.e. {more_nodes} more "
                 f"'{worker_type}' node(s) of {cpus_per_worker:g} CPUs "
                 f"(raise its min_workers in the values file).")
-    elif host_bound:
+    elif waiting:
+        verdict = "pipeline-bound"
+        text = (f"PIPELINE-BOUND: the trainer waits for data {wait_fraction:.0%} of each step, "
+                f"yet its {preprocess_cpus:g} preprocessing CPUs could deliver {supply:.1f} "
+                f"images/s against the {demand:.1f} it consumes: more CPU nodes would not "
+                "help. " + pipeline_cause(steps, mean_wait_s, max_wait_s))
+    elif gpu_busy is not None and gpu_busy < GPU_HOST_BOUND_BUSY:
+        verdict = "trainer-host-bound"
         text = (f"TRAINER-HOST-BOUND: the trainer waits for data only {wait_fraction:.0%} of "
                 f"each step, yet its GPU was busy only {gpu_busy:.0%} of the time: Python, "
                 "kernel launches and host-to-device copies bound each step, not the GPU. "
                 "Neither more CPU workers nor a faster GPU would help; larger batches, mixed "
                 "precision or torch.compile would.")
-    elif unknown:
+    elif on_gpu and gpu_busy is None:
+        verdict = "not-data-bound"
         text = (f"NOT DATA-BOUND: the trainer waits for data only {wait_fraction:.0%} of each "
                 "step, so more CPU workers would not help. The GPU's utilization could not be "
                 "read (NVML), so whether its GPU or its host side (Python, launches, copies) "
                 "bounds each step is unknown: install nvidia-ml-py on the GPU node.")
     else:
+        verdict = "compute-bound"
         text = (f"COMPUTE-BOUND: the trainer waits for data only {wait_fraction:.0%} of each "
                 f"step; preprocessing can deliver {supply:.1f} images/s against the "
                 f"{demand:.1f} images/s the trainer consumes. More CPU workers would not help; "
                 "a faster GPU (or more of them) would.")
+    if verdict != "data-bound":  # the remedy is not more CPUs: the figures say none to add
+        more_cpus = more_nodes = 0
     return {
-        "verdict": ("data-bound" if data_bound else "trainer-host-bound" if host_bound
-                    else "not-data-bound" if unknown else "compute-bound"),
+        "verdict": verdict,
         "gpu_busy": gpu_busy,
         "data_wait_fraction": wait_fraction,
         "trainer_images_per_s": demand,
@@ -72,3 +102,20 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
         "worker_type": worker_type,
         "text": text,
     }
+
+
+def pipeline_cause(steps: int | None, mean_wait_s: float, max_wait_s: float | None) -> str:
+    """Where a wait comes from when the CPUs suffice: what the figures point to, and what to
+    try."""
+    if steps is not None and steps < SHORT_RUN_STEPS:
+        return (f"The run is short ({steps} measured steps): the pipeline's start-up (the "
+                "first tasks scheduled, each worker process's imports) weighs on so few steps. "
+                f"Measure with --steps of {SHORT_RUN_STEPS * 2} or more before changing the mix.")
+    if steps and max_wait_s is not None and mean_wait_s > 0 \
+            and max_wait_s >= STALL_SHARE * mean_wait_s * steps:
+        return (f"Most of the wait is one stall of {max_wait_s:.2f} s (a lost node, a retried "
+                "task, a slow start): see the nodes and retried work above, and run again.")
+    return ("The wait is spread over the steps: the pipeline delivers each batch late. Ray "
+            "Data notices a finished task only every 0.1 s, so short tasks pay for it: make "
+            "each task longer (more batches per task, larger blocks), and prefetch deeper "
+            "(iter_batches(prefetch_batches=...)).")

@@ -4,9 +4,11 @@ replace the three marked parts (decode/augment, the model, the step). Then
 
 What the kit gives it, and what the few raykit lines do:
 - placement: Ray Data's tasks run on the preprocessing nodes, Ray Train's workers on the
-  GPU node(s), by node label (raykit.placement, through profile.cluster_shape)
-- a profile: the summary, the diagnosis and the RESULT line that `make plan PROFILE=`
-  reads (raykit.profile)
+  GPU node(s), by node label (raykit.cluster, over raykit.placement's labels)
+- measuring: each preprocessing batch's CPU cost and node, each step's wait for data
+  (raykit.measure)
+- the summary, its diagnosis and the RESULT line that `make plan PROFILE=` reads
+  (raykit.summary)
 """
 
 import argparse
@@ -15,7 +17,7 @@ import sys
 import time
 
 import numpy as np
-from raykit import profile
+from raykit import cluster, measure, summary
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -68,7 +70,7 @@ def train_loop(config: dict) -> None:
 
     model = ray.train.torch.prepare_model(build_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    steps = profile.TrainProfile()  # times each wait for data and each step
+    steps = measure.TrainProfile()  # times each wait for data and each step
     shard = ray.train.get_dataset_shard("train")
     for batch in steps.batches(shard.iter_batches(batch_size=config["batch_size"],
                                                         batch_format="numpy", drop_last=True)):
@@ -81,7 +83,7 @@ def train_loop(config: dict) -> None:
         steps.step_done(batch)
         if len(steps.steps_s) >= config["steps"]:
             break
-    profile.report(steps.metrics(final_loss=float(loss.item())))
+    measure.report(steps.metrics(final_loss=float(loss.item())))
 
 
 def main(argv=None) -> int:
@@ -91,16 +93,16 @@ def main(argv=None) -> int:
     from ray.train.torch import TorchTrainer
 
     ray.init()
-    shape = profile.cluster_shape()  # the cluster's train and preprocess nodes, by label
+    shape = cluster.cluster_shape()  # the cluster's train and preprocess nodes, by label
     workers = shape["trainer_slots"]
-    problem = profile.check_shape(shape, workers)
+    problem = cluster.check_shape(shape, workers)
     if problem:
         sys.exit(problem)
-    data_options = profile.configure_data(shape)  # Ray Data on the preprocessing nodes
+    data_options = cluster.configure_data(shape)  # Ray Data on the preprocessing nodes
     files = ray.data.read_binary_files(args.data, include_paths=True,
                                        file_extensions=["jpg", "jpeg", "png"])
     dataset = files.map_batches(
-        profile.measured(decode_and_augment), fn_kwargs={"image_size": args.image_size},
+        measure.measured(decode_and_augment), fn_kwargs={"image_size": args.image_size},
         batch_size=args.batch_size, num_cpus=1)
     trainer = TorchTrainer(
         train_loop, train_loop_config={"batch_size": args.batch_size, "steps": args.steps},
@@ -108,12 +110,12 @@ def main(argv=None) -> int:
                                      label_selector=shape["train_selector"]),
         datasets={"train": dataset},
         dataset_config=DataConfig(execution_options=data_options),
-        run_config=RunConfig(name="template", logging_config=profile.train_logging()))
+        run_config=RunConfig(name="template", logging_config=cluster.train_logging()))
     started = time.perf_counter()
     metrics = trainer.fit().metrics
-    summary = profile.summarize("template", metrics, shape, workers=workers,
-                                batch_size=args.batch_size, wall_s=time.perf_counter() - started)
-    profile.emit(summary, args.results)
+    result = summary.summarize("template", metrics, shape, workers=workers,
+                               batch_size=args.batch_size, wall_s=time.perf_counter() - started)
+    summary.emit(result, args.results)
     return 0
 
 

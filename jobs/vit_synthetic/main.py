@@ -5,7 +5,7 @@ The seed technique (a heterogeneous cluster feeding a GPU) on Ray 2.60's APIs: D
 map_batches for preprocessing, ray.train.get_dataset_shard in the training loop, ray.train.
 report for the results. Placement is by node label (raykit.placement): Ray Data's tasks
 select the preprocess subcluster, Ray Train's workers the train one. The measuring is
-raykit.profile's, as any job's can be.
+raykit.measure's, as any job's can be.
 """
 
 import argparse
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from pipeline import BATCHES_PER_TASK
-from raykit import profile
+from raykit import cluster, measure, summary
 
 MODEL_PRESETS = {
     # the seed's default: timm's VisionTransformer defaults, ViT-B/16 (86M parameters)
@@ -106,7 +106,7 @@ def train_loop(config: dict) -> None:
     if rank == 0 and resumed:
         print(f"restart {restarts}: resuming from the checkpoint of step {first_step}", flush=True)
 
-    steps = profile.TrainProfile(device)
+    steps = measure.TrainProfile(device)
     batches = shard.iter_batches(batch_size=config["batch_size"], batch_format="numpy",
                                  prefetch_batches=config["prefetch_batches"], drop_last=True)
     for batch in steps.batches(batches):
@@ -133,14 +133,14 @@ def train_loop(config: dict) -> None:
     metrics = steps.metrics(restarts=restarts, resumed_from_step=first_step,
                             final_loss=float(loss.item()))
     metrics["steps"] += first_step
-    profile.report(metrics)  # the summary only: no model weights
+    measure.report(metrics)  # the summary only: no model weights
 
 
 def save_checkpoint(model, optimizer, step: int, restarts: int) -> None:
     """Model, optimizer and step, for a restarted training worker (load_checkpoint)."""
     import torch
 
-    profile.report({"step": step}, lambda tmp: torch.save(
+    measure.report({"step": step}, lambda tmp: torch.save(
         {"model": getattr(model, "module", model).state_dict(),
          "optimizer": optimizer.state_dict(), "step": step, "restarts": restarts},
         Path(tmp, "state.pt")))
@@ -174,12 +174,12 @@ def main(argv=None) -> int:
     from pipeline import build_dataset, image_files
 
     ray.init()
-    shape = profile.cluster_shape()
+    shape = cluster.cluster_shape()
     workers = args.workers or shape["trainer_slots"]
-    problem = profile.check_shape(shape, workers)
+    problem = cluster.check_shape(shape, workers)
     if problem:
         sys.exit(problem)
-    data_options = profile.configure_data(shape)
+    data_options = cluster.configure_data(shape)
     use_gpu = shape["gpus"] > 0
     model = args.model if args.model != "auto" else ("base" if use_gpu else "tiny")
     num_records = args.batch_size * args.steps * workers  # exactly what the steps need
@@ -215,7 +215,7 @@ def main(argv=None) -> int:
         run_config=RunConfig(name="vit_synthetic", storage_path=storage,
                              failure_config=FailureConfig(max_failures=args.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2),
-                             logging_config=profile.train_logging()),
+                             logging_config=cluster.train_logging()),
     )
     started = time.perf_counter()
     try:
@@ -223,12 +223,12 @@ def main(argv=None) -> int:
     finally:
         if not args.storage_path:  # the checkpoint holds only the summary, printed below
             shutil.rmtree(storage, ignore_errors=True)
-    summary = profile.summarize(
+    result = summary.summarize(
         "vit_synthetic", metrics, shape, workers=workers, batch_size=args.batch_size,
         wall_s=time.perf_counter() - started,
         extra={"model": model, "image_size": args.image_size, "blur_count": args.blur_count,
                "data": args.data})
-    profile.emit(summary, args.results, headline=f"ViT-{model}")
+    summary.emit(result, args.results, headline=f"ViT-{model}")
     return 0
 
 

@@ -1,5 +1,5 @@
 """The job's data: synthetic images or JPEG/PNG files, and the heavy CPU preprocessing
-(Ray Data stages). Each stage is wrapped in raykit.profile.measured, which records the node
+(Ray Data stages). Each stage is wrapped in raykit.measure.measured, which records the node
 that ran it and its CPU seconds per image: the job proves where preprocessing ran and
 measures its cost per CPU (decoding included, for files).
 
@@ -12,7 +12,7 @@ import zlib
 
 import numpy as np
 import torch
-from raykit.profile import measured
+from raykit.measure import measured
 from torchvision import transforms
 
 NUM_CLASSES = 1000
@@ -83,7 +83,7 @@ def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count
     The stages take whole blocks (batch_size=None), which lets Ray Data fuse the read and
     both maps into one task per block: a map_batches(batch_size=N) after a read is never
     fused, and the separate read tasks then cost a quarter of the throughput. Where the
-    tasks run is the DataContext's label selector (raykit.profile.configure_data)."""
+    tasks run is the DataContext's label selector (raykit.cluster.configure_data)."""
     import ray
 
     # Ray Data reserves part of the CPUs for each operator by default; with the cheap
