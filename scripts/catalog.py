@@ -1,9 +1,10 @@
 """Facts about AWS and Ray images that the templates and the validator share.
 
 Everything here is a fixed fact the kit relies on; values files choose among them.
-Prices are us-east-1 Linux on-demand list prices (USD/hour) and are only used for the
-cost estimate that `make up` prints: check https://aws.amazon.com/ec2/pricing/ before
-budgeting.
+Prices are Linux on-demand list prices (USD/hour) of the regions in PRICED_REGIONS; they
+price every figure in dollars the kit prints (scripts/pricing/: `make up`'s and
+`make up DRY_RUN=1`'s estimate, `make cost`, `make plan`, `make bench`), never a bill:
+check https://aws.amazon.com/ec2/pricing/ before budgeting.
 """
 
 from dataclasses import dataclass

@@ -4,8 +4,10 @@
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,6 +30,21 @@ for key, value in {
     os.environ[key] = value
 
 network_guard.install()
+
+# What a test makes (values files, jobs, rendered configs, records, results) goes to one
+# temporary folder the kit is pointed at (scripts/core/paths.py), never into the checkout:
+# a run, even a killed one, leaves the checkout as it found it. Set before any kit module
+# is imported (paths are read at import) and inherited by every `make` a test runs.
+TEST_DIR = Path(tempfile.mkdtemp(prefix="kit-tests-"))
+USER_VALUES, USER_JOBS = TEST_DIR / "values", TEST_DIR / "jobs"
+for folder in (USER_VALUES, USER_JOBS):
+    folder.mkdir()
+os.environ |= {"RAYKIT_VALUES_DIR": str(USER_VALUES), "RAYKIT_JOBS_DIR": str(USER_JOBS),
+               "RAYKIT_BUILD_DIR": str(TEST_DIR / "build")}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(TEST_DIR, ignore_errors=True)
 
 
 def load_example(cluster: str) -> dict:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from conftest import REPO, load_example, make, report
+from conftest import REPO, USER_VALUES, load_example, make, report
 from scripts.node.autostop import seconds_left, teardown_aws, terminate_tagged
 from scripts.build import build, build_text
 from scripts.providers.local import cluster_processes
@@ -112,14 +112,19 @@ def test_every_aws_mix_autostops_by_default_and_local_ones_do_not():
         assert build(name).values["autostop_minutes"] == 0
 
 
+LIMIT_S = 15
+
+
 @pytest.fixture
 def autostop_cluster(tmp_path):
-    """A values file `local` with autostop_minutes: 1 (removed afterwards)."""
+    """A values file `local` with autostop on, its limit LIMIT_S seconds (RAYKIT_AUTOSTOP_S:
+    a whole minute of idling would be most of this test's time); removed afterwards."""
     name = f"autostop_{uuid.uuid4().hex[:8]}"
-    values = dict(load_example("local"), cluster_name=name, autostop_minutes=1)
-    path = REPO / "cluster_templates" / f"{name}.yaml"
+    values = dict(load_example("local"), cluster_name=name, autostop_minutes=1)  # on
+    path = USER_VALUES / f"{name}.yaml"
     path.write_text(yaml.safe_dump(values))
-    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"), RAYKIT_AUTOSTOP_POLL_S="2")
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"), RAYKIT_AUTOSTOP_POLL_S="2",
+               RAYKIT_AUTOSTOP_S=str(LIMIT_S))
     try:
         yield name, env
     finally:
@@ -132,22 +137,24 @@ def test_a_job_holds_the_local_cluster_up_and_then_it_stops_itself(autostop_clus
     name, env = autostop_cluster
     build_dir = Path(env["RAYKIT_BUILD_DIR"]).resolve()
     up = make("up", f"CLUSTER={name}", env=env, timeout=300)
-    assert up.returncode == 0 and "autostop: the cluster stops after 1 min" in up.stdout, up.stdout + up.stderr
+    assert up.returncode == 0 and f"autostop: the cluster stops after {LIMIT_S} s" in up.stdout, up.stdout + up.stderr
     status = make("status", f"CLUSTER={name}", env=env, timeout=120)
-    assert "autostop: the cluster stops itself in 1 min" in status.stdout, status.stdout + status.stderr
+    assert "autostop: the cluster stops itself in " in status.stdout, status.stdout + status.stderr
+    assert f"({LIMIT_S} s with no job;" in status.stdout
     # a job longer than the limit: the cluster stays up through it
     started = time.monotonic()
-    run = make("submit", f"CLUSTER={name}", "JOB=smoke", "ARGS=--tasks 2 --sleep 62", env=env, timeout=300)
+    run = make("submit", f"CLUSTER={name}", "JOB=smoke", f"ARGS=--tasks 2 --sleep {LIMIT_S + 8}",
+               env=env, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:]
-    assert time.monotonic() - started > 60 and cluster_processes(name, build_dir)
+    assert time.monotonic() - started > LIMIT_S + 8 and cluster_processes(name, build_dir)
     # then, with no job, it is gone within the limit and a few polls
     job_ended = time.monotonic()
-    while cluster_processes(name, build_dir) and time.monotonic() - job_ended < 120:
-        time.sleep(2)
+    while cluster_processes(name, build_dir) and time.monotonic() - job_ended < 4 * LIMIT_S:
+        time.sleep(1)
     gone_after = time.monotonic() - job_ended
-    report(capsys, f"autostop: gone {gone_after:.0f} s after the last job (limit 60 s)")
+    report(capsys, f"autostop: gone {gone_after:.0f} s after the last job (limit {LIMIT_S} s)")
     assert not cluster_processes(name, build_dir)
-    assert 50 < gone_after < 100
+    assert LIMIT_S - 5 < gone_after < 3 * LIMIT_S
     assert not (build_dir / "launched" / f"{name}.json").exists()  # its record is cleared
     status = make("status", f"CLUSTER={name}", env=env, timeout=60)
     assert status.returncode != 0 and f"cluster '{name}' is not up" in status.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, load_example, make
+from conftest import REPO, USER_VALUES, load_example, make
 from scripts import kit
 from scripts.commands import lifecycle
 from scripts.build import build_text
@@ -351,7 +351,39 @@ MAKE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,target,assignments,variable", MAKE_CASES, ids=[c[0] for c in MAKE_CASES])
+# A case whose text a shell or make could read as code goes through `make` itself: what is
+# tested there is that the Makefile never lets it become code. The others are values the
+# kit refuses; they run in this process (a `make` and a Python per case cost ~2 s each).
+SHELL_SHAPED = (";", "$", "`")
+THROUGH_MAKE = [c for c in MAKE_CASES if any(ch in a for a in c[2] for ch in SHELL_SHAPED)]
+VALUE_ONLY = [c for c in MAKE_CASES if c not in THROUGH_MAKE]
+
+
+def test_every_shell_shaped_case_goes_through_make():
+    through_make = {c[0] for c in THROUGH_MAKE}
+    assert {"shell in CLUSTER", "command substitution in CLUSTER", "make function in CLUSTER",
+            "backticks in CLUSTER", "VERBOSE that is not 0 or 1"} <= through_make
+    assert len(through_make) + len(VALUE_ONLY) == len(MAKE_CASES)
+
+
+@pytest.mark.parametrize("name,target,assignments,variable", VALUE_ONLY, ids=[c[0] for c in VALUE_ONLY])
+def test_bad_variable_values_are_one_line_naming_the_variable(monkeypatch, capsys, name, target,
+                                                              assignments, variable):
+    """As `make TARGET VAR=value` hands them over: the raw text in KIT_VAR."""
+    from scripts.core.paths import LAUNCHED
+
+    for assignment in assignments:
+        key, value = assignment.split("=", 1)
+        monkeypatch.setenv(f"KIT_{key}", value)
+    assert kit.main([target]) == 2
+    out, err = capsys.readouterr()
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and variable in errors[0] and err.count("\n") == 1, err
+    assert "Traceback" not in out + err
+    assert not list(LAUNCHED.glob("*.json"))  # nothing launched
+
+
+@pytest.mark.parametrize("name,target,assignments,variable", THROUGH_MAKE, ids=[c[0] for c in THROUGH_MAKE])
 def test_bad_make_variables_are_refused_as_data(tmp_path, name, target, assignments, variable):
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"))
     run = make(target, *assignments, env=env, timeout=120)
@@ -576,7 +608,7 @@ def test_a_plan_that_no_values_file_can_hold_is_refused_not_searched_for_ever(ca
     assert kit.main(["plan", "--args", args]) == 2
     err = capsys.readouterr().err
     assert "more than 100 workers of any CPU type hold" in err
-    assert not (REPO / "cluster_templates" / "toobig.yaml").exists()
+    assert not (USER_VALUES / "toobig.yaml").exists() and not (REPO / "cluster_templates" / "toobig.yaml").exists()
 
 
 def test_a_null_figure_in_a_profile_names_its_key(tmp_path, capsys):
@@ -676,7 +708,7 @@ def test_a_prices_as_file_that_does_not_validate_fails_validate(monkeypatch, cap
     name = f"broken_{uuid.uuid4().hex[:8]}"
     broken = load_example("hetero")
     broken["workers"]["cpu_worker"]["instance_type"] = "c5.4xlage"
-    path = REPO / "cluster_templates" / f"{name}.yaml"
+    path = USER_VALUES / f"{name}.yaml"
     path.write_text(yaml.safe_dump(broken))
     try:
         line = kit_error(monkeypatch, capsys, "local_hetero",
@@ -702,20 +734,21 @@ def test_bench_wait_refuses_bad_input_with_exit_2(tmp_path):
     assert "Traceback" not in run.stderr
 
 
-def test_bench_wait_tears_down_only_a_cluster_its_own_make_up_started(monkeypatch, tmp_path):
-    """`make up` refused (say another `make up` of it holds the lock): bench-wait must not
-    then `make down` a cluster it did not start."""
+def test_bench_wait_tears_down_only_a_cluster_it_launched(monkeypatch, capsys):
+    """The launch refused (no capacity, say, or another `make up` of it won the race):
+    bench-wait says so in one line and tears nothing down, through the kit's one
+    running-or-started helper."""
     from scripts.benchmarks import bench_wait
+    from scripts.commands import jobs
+    from scripts.core.errors import KitError
 
-    calls = []
+    torn_down = []
 
-    def kit(command, cluster, **variables):
-        calls.append(command)
-        raise SystemExit(2)  # what bench_wait.kit does when the command fails
+    def refused(built, ready=None):
+        raise KitError("no capacity for the head")
 
-    monkeypatch.setattr(bench_wait, "kit", kit)
-    monkeypatch.setattr(sys, "argv", ["bench_wait", "--cluster", "local"])
-    monkeypatch.setattr(bench_wait, "load_record", lambda cluster: None)
-    with pytest.raises(SystemExit) as exited:
-        bench_wait.main()
-    assert exited.value.code == 2 and calls == ["up"]
+    monkeypatch.setattr(jobs, "preflight_and_launch", refused)
+    monkeypatch.setattr(jobs, "teardown", lambda cluster, purge=False: torn_down.append(cluster))
+    assert bench_wait.main(["--cluster", "local"]) == 2
+    assert capsys.readouterr().err == "error: no capacity for the head\n"
+    assert torn_down == []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, make
+from conftest import REPO, USER_VALUES, make
 from scripts import catalog
 from scripts.pricing import cost, planner
 from scripts.pricing.formulas import cost_change, usd_per_100_steps, usd_per_million_images
@@ -136,12 +136,12 @@ def test_make_plan_json_has_the_documented_shape():
 
 def test_make_plan_writes_a_values_file_that_validates(tmp_path):
     name = "plan-test-written"
-    path = REPO / "cluster_templates" / f"{name}.yaml"
+    path = USER_VALUES / f"{name}.yaml"
     try:
         run = make("plan", "ARGS=--trainer-images-per-s 300 --cpu-images-per-s 12 --write " + name,
                    env=dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path)))
         assert run.returncode == 0, run.stderr
-        assert f"wrote cluster_templates/{name}.yaml (it validates)" in run.stdout
+        assert f"wrote {path} (it validates)" in run.stdout
         check = make("validate", f"CLUSTER={name}", env=dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path)))
         assert check.returncode == 0, check.stderr
         chosen = json.loads(make("plan", "ARGS=--trainer-images-per-s 300 --cpu-images-per-s 12 "

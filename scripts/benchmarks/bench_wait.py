@@ -5,68 +5,50 @@ Runs the ViT job (jobs/vit_synthetic) with light preprocessing, one blur, on CLU
   64px  : a step some 10x shorter, the pace a GPU sets, with 12x cheaper images
 and reads each run's summary: the share of each step the trainer spent waiting for data
 (target < 5%) and its longest single wait (target < 1 s: no stalls). The first step, which
-holds the pipeline's start-up, is left out by the job itself. The cluster is brought up
-and down around the runs, unless it was up already.
+holds the pipeline's start-up, is left out by the job itself. The cluster is the running
+one, or one started for the runs and torn down after (commands/jobs.running_or_started).
 """
 
 import argparse
 import os
-import subprocess
+import signal
 import sys
 
+from scripts.build import build
+from scripts.commands.jobs import running_or_started, submit_to
 from scripts.core.errors import KitError
-from scripts.core.inputs import check_name
-from scripts.core.submit import result_line
-from scripts.providers import load_record
+from scripts.core.inputs import check_name, split_args
+from scripts.kit import raise_keyboard_interrupt
 
 CASES = {"224px": "--blur-count 1", "64px": "--blur-count 1 --image-size 64"}
 TARGET_WAIT_FRACTION = 0.05
 TARGET_MAX_WAIT_S = 1.0
 
 
-def kit(command: str, cluster: str, **variables: str) -> str:
-    """Run the kit's CLI as the Makefile does (inputs in its environment), echoing its
-    output as it comes; return the output."""
-    env = dict(os.environ, KIT_CLUSTER=cluster,
-               **{f"KIT_{name.upper()}": value for name, value in variables.items()})
-    proc = subprocess.Popen([sys.executable, "-m", "scripts.kit", command], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    lines = []
-    for line in proc.stdout:
-        print(line, end="", flush=True)
-        lines.append(line)
-    if proc.wait():
-        print(f"bench-wait: `make {command}` failed (exit {proc.returncode})", file=sys.stderr)
-        raise SystemExit(proc.returncode)  # its code: 2 for bad input, as the kit's
-    return "".join(lines)
-
-
-def main() -> int:
+def main(argv=None) -> int:
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # `kill`: the teardown still runs
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cluster", default=os.environ.get("KIT_CLUSTER") or "local")
     p.add_argument("--steps", type=int, default=80, help="training steps per case")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    summaries = {}
     try:
-        check_name("CLUSTER", args.cluster)
-        already_up = load_record(args.cluster) is not None
+        built = build(check_name("CLUSTER", args.cluster))
+        with running_or_started(built) as record:  # the running cluster, or one of its own
+            for name, case_args in CASES.items():
+                job_args = f"{case_args} --steps {args.steps}"
+                print(f"\n== {name}: make submit JOB=vit_synthetic ARGS=\"{job_args}\"", flush=True)
+                code, summary = submit_to(record, "vit_synthetic", split_args(job_args), None)
+                if code != 0 or summary is None:
+                    raise KitError(f"bench-wait: the {name} run failed (exit {code}); its log "
+                                   "is above")
+                summaries[name] = summary
     except KitError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2  # bad input, as the kit's own commands exit
-    summaries, started_here = {}, False
-    try:
-        if not already_up:
-            kit("up", args.cluster)
-            started_here = True  # only now is the cluster this run's to tear down
-        for name, case_args in CASES.items():
-            job_args = f"{case_args} --steps {args.steps}"
-            print(f"\n== {name}: make submit JOB=vit_synthetic ARGS=\"{job_args}\"", flush=True)
-            summaries[name] = result_line(kit("submit", args.cluster, job="vit_synthetic",
-                                              args=job_args))
-    except KitError as e:
-        raise SystemExit(f"bench-wait: {e}")
-    finally:
-        if started_here:
-            kit("down", args.cluster)
+        return 2  # bad input or a failed run, as the kit's own commands exit
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     print(f"\ntrainer's data wait with one blur on '{args.cluster}' "
           f"(targets: < {TARGET_WAIT_FRACTION:.0%} of each step, longest < {TARGET_MAX_WAIT_S:g} s)")
     for name, s in summaries.items():

@@ -5,7 +5,7 @@ import time
 from scripts.commands.jobs import job_client
 from scripts.commands.lifecycle import require_record
 from scripts.core.inputs import flag
-from scripts.node.autostop import head_started_at, job_states, seconds_left
+from scripts.node.autostop import duration, head_started_at, job_states, seconds_left
 from scripts.providers import PROVIDERS
 
 
@@ -25,9 +25,9 @@ def autostop_status(cluster: str, record: dict) -> str:
         started = head_started_at(client.get_address()) or record["up_at"]
         left = seconds_left(job_states(client), started, time.time(), minutes * 60)
     if left is None:
-        return f"autostop: held up by a running job (then {minutes} min with no job)"
-    return (f"autostop: the cluster stops itself in {max(left, 0) / 60:.0f} min unless a job "
-            f"starts ({minutes} min with no job; autostop_minutes in its values file)")
+        return f"autostop: held up by a running job (then {duration(minutes)} with no job)"
+    return (f"autostop: the cluster stops itself in {duration(max(left, 0) / 60)} unless a job "
+            f"starts ({duration(minutes)} with no job; autostop_minutes in its values file)")
 
 
 def cmd_dashboard(a) -> int:

@@ -16,6 +16,7 @@ from scripts.commands.lifecycle import (
 from scripts.core import state, submit
 from scripts.core.errors import KitError, not_running
 from scripts.core.inputs import flag, job_id, job_requirements, parse_timeout, split_args
+from scripts.core.submit import JobPackages
 from scripts.core.paths import RESULTS
 from scripts.core.ray_cli import use_auth_in_this_process
 from scripts.providers import PROVIDERS, load_record
@@ -88,30 +89,43 @@ def cmd_stop_job(a) -> int:
 
 
 def cmd_run(a) -> int:
-    packages = job_requirements(a.job)  # checked before anything is launched
     args, timeout, verbose = split_args(a.args), parse_timeout(a.timeout), flag("VERBOSE", a.verbose)
     built = build(a.cluster)  # a refused config launches nothing and tears nothing down
-    if built.provider.JOB_PACKAGES == "installed":
-        submit.require_installed(a.job, packages)
+    checked_job_packages(built.provider, a.job)  # before anything is launched
     if flag("DRY_RUN", a.dry_run):
         return print_plan(prepared(built))
     return run_once(built, a.job, args, timeout, verbose)[0]
 
 
+def checked_job_packages(provider, job: str) -> list[str]:
+    """The job's requirements.txt, refused before anything is launched where a line is no
+    plain requirement or, where the nodes run this machine's .venv, is not installed."""
+    packages = job_requirements(job)
+    if provider.JOB_PACKAGES is JobPackages.INSTALLED:
+        submit.require_installed(job, packages)
+    return packages
+
+
 @contextmanager
-def running_or_started(built):
-    """The cluster's record: the running cluster's, left running after; or, where none
-    runs, one launched here and torn down after, whatever happens (as `make run`)."""
-    if load_record(built.cluster) is not None:
-        yield require_record(built.cluster)
+def running_or_started(built, *, reuse: bool = True):
+    """The one way a command gets a cluster to run on; yields its record.
+
+    reuse=True: a running cluster is used as it is and left running. Otherwise (none runs,
+    or reuse=False, as `make run`, which never borrows a cluster it did not start): under
+    the cluster's lock, preflight and launch it here, and tear it down after, whatever
+    happens (a failed job, Ctrl-C, SIGTERM). Only what this call launched is torn down."""
+    record = load_record(built.cluster)
+    if reuse and record is not None and PROVIDERS[record["provider"]] is built.provider \
+            and built.provider.is_running(record):
+        yield record
         return
     with state.lock(built.cluster):
         refuse_if_up(built.cluster)  # started by someone else meanwhile: theirs, not ours
-        ready = prepared(built)
+        ready = prepared(built)  # refused: nothing launched, nothing torn down
         try:
             yield preflight_and_launch(built, ready)
         finally:
-            if state.record_path(built.cluster).exists():  # only what this run launched
+            if state.record_path(built.cluster).exists():  # only what this call launched
                 print(f"tearing down '{built.cluster}'", flush=True)
                 with signals_deferred():
                     print(teardown(built.cluster), flush=True)
@@ -119,15 +133,7 @@ def running_or_started(built):
 
 def run_once(built, job: str, args: list[str], timeout: float | None,
              verbose: bool = False) -> tuple[int, dict | None]:
-    """Up, submit, down: the job's exit code and summary. Down runs whatever happens."""
-    with state.lock(built.cluster):
-        refuse_if_up(built.cluster)  # a cluster this run did not start is never torn down
-        ready = prepared(built)  # refused: nothing launched, nothing torn down
-        try:
-            record = preflight_and_launch(built, ready)
-            return submit_to(record, job, args, timeout, verbose)
-        finally:
-            if state.record_path(built.cluster).exists():  # only what this run launched
-                print(f"tearing down '{built.cluster}'", flush=True)
-                with signals_deferred():
-                    print(teardown(built.cluster), flush=True)
+    """Up, submit, down: the job's exit code and summary. Down runs whatever happens; a
+    cluster this run did not start is refused, never torn down."""
+    with running_or_started(built, reuse=False) as record:
+        return submit_to(record, job, args, timeout, verbose)

@@ -6,12 +6,12 @@ import yaml
 
 from scripts import catalog
 from scripts.build import build
-from scripts.commands.jobs import run_once, running_or_started, submit_to
+from scripts.commands.jobs import checked_job_packages, run_once, running_or_started, submit_to
 from scripts.commands.lifecycle import prepared, print_plan, refuse_if_up
 from scripts.core.errors import KitError
-from scripts.core.inputs import check_name, flag, job_requirements, json_text, parse_timeout, split_args
-from scripts.core.paths import BENCH, TEMPLATES
-from scripts.core.submit import require_installed
+from scripts.core.inputs import (available_clusters, check_name, flag, json_text, parse_timeout,
+                                 shown, split_args)
+from scripts.core.paths import BENCH, VALUES_DIRS
 from scripts.pricing import bench_table as bench
 from scripts.pricing import elastic_bench
 from scripts.pricing import planner
@@ -54,16 +54,20 @@ def cmd_plan(a) -> int:
     rows = ranked[:planner.SHOWN_OPTIONS] + ([alone] if alone not in ranked[:planner.SHOWN_OPTIONS] else [])
     print("\n".join("  " + line for line in planner.table(rows, alone)))
     if options.write:
-        print(f"wrote cluster_templates/{options.write}.yaml (it validates); "
+        print(f"wrote {shown(VALUES_DIRS[0] / options.write)}.yaml (it validates); "
               f"`make up CLUSTER={options.write}` launches it")
     return 0
 
 
 def write_plan(name: str, chosen, region: str) -> None:
-    """cluster_templates/NAME.yaml for the chosen mix; refused if the file exists; removed
-    again if it does not validate (the planner's bug, said as such)."""
+    """cluster_templates/NAME.yaml (or RAYKIT_VALUES_DIR's) for the chosen mix; refused if
+    a values file of that name exists; removed again if it does not validate (the
+    planner's bug, said as such)."""
     check_name("--write", name)
-    path = TEMPLATES / f"{name}.yaml"
+    path = VALUES_DIRS[0] / f"{name}.yaml"
+    if name in available_clusters():
+        raise KitError(f"ARGS: --write {name}: a values file {name}.yaml exists; pick "
+                       "another name, or remove that file first")
     header = (f"# {name}: written by `make plan` on {time.strftime('%Y-%m-%d')}: {chosen.name}, "
               f"~${chosen.usd_per_hour:.2f}/h,\n# predicted {chosen.images_per_s:.1f} images/s "
               f"at {chosen.data_wait:.0%} data wait. Every key not shown takes the schema's "
@@ -73,7 +77,7 @@ def write_plan(name: str, chosen, region: str) -> None:
         with open(path, "x", encoding="utf-8") as f:
             f.write(text)
     except FileExistsError:
-        raise KitError(f"ARGS: --write {name}: cluster_templates/{name}.yaml exists; pick "
+        raise KitError(f"ARGS: --write {name}: {shown(path)} exists; pick "
                        "another name, or remove that file first") from None
     try:
         build(name)
@@ -141,10 +145,8 @@ def bench_adaptdl(a) -> int:
                        "build/bench/<time>-adaptdl/rows.json, to read as they are")
     args, timeout, verbose = split_args(a.args), parse_timeout(a.timeout), flag("VERBOSE", a.verbose)
     target = elastic_bench.check_args(args)  # the job's own checks, before anything starts
-    packages = job_requirements("adaptdl_mnist")
     built = build(a.cluster)
-    if built.provider.JOB_PACKAGES == "installed":
-        require_installed("adaptdl_mnist", packages)
+    checked_job_packages(built.provider, "adaptdl_mnist")
     name, usd_per_hour = priced(built)
     if flag("DRY_RUN", a.dry_run):
         for trainer in elastic_bench.TRAINERS:

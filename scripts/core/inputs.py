@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 
 from scripts.core.errors import KitError, short
-from scripts.core.paths import JOBS, TEMPLATES
+from scripts.core.paths import JOB_DIRS, REPO, VALUES_DIRS
 
 # One pattern for every name the user picks: a cluster, a job, a node type.
 NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
@@ -38,30 +38,47 @@ def choices(variable: str) -> str:
 
 
 def available_clusters() -> list[str]:
-    return sorted(p.stem for p in TEMPLATES.glob("*.yaml") if NAME.fullmatch(p.stem))
+    return sorted({p.stem for d in VALUES_DIRS for p in d.glob("*.yaml") if NAME.fullmatch(p.stem)})
 
 
 def available_jobs() -> list[str]:
-    return sorted(p.name for p in JOBS.iterdir()
-                  if NAME.fullmatch(p.name) and (p / "main.py").is_file())
+    return sorted({p.name for d in JOB_DIRS if d.is_dir() for p in d.iterdir()
+                   if NAME.fullmatch(p.name) and (p / "main.py").is_file()})
+
+
+def shown(path: Path) -> str:
+    """A path as the user reads it: relative to the checkout where it is inside it."""
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def found_once(variable: str, name: str, candidates: list[Path]) -> Path | None:
+    """The one candidate that exists; None for none; two (the same name in the checkout
+    and in RAYKIT_VALUES_DIR/RAYKIT_JOBS_DIR) is refused: which would run is a guess."""
+    found = [path for path in candidates if path.exists()]
+    if len(found) > 1:
+        raise KitError(f"{variable}={name} is both {shown(found[0])} and {shown(found[1])}; "
+                       "rename one of them")
+    return found[0] if found else None
 
 
 def values_file(cluster: str) -> Path:
-    """cluster_templates/<cluster>.yaml for a valid name, or KitError. A symlink that
-    leads out of cluster_templates/ is refused too."""
+    """<dir>/<cluster>.yaml for a valid name (cluster_templates/, or RAYKIT_VALUES_DIR), or
+    KitError. A symlink that leads out of its folder is refused too."""
     check_name("CLUSTER", cluster)
-    path = TEMPLATES / f"{cluster}.yaml"
-    if not path.is_file() or TEMPLATES.resolve() not in path.resolve().parents:
+    path = found_once("CLUSTER", cluster, [d / f"{cluster}.yaml" for d in VALUES_DIRS])
+    if path is None or not path.is_file() or path.parent.resolve() not in path.resolve().parents:
         raise KitError(f"CLUSTER={cluster}: no values file cluster_templates/{cluster}.yaml; "
                        f"choose one of: {choices('CLUSTER')}")
     return path
 
 
 def job_dir(job: str) -> Path:
-    """jobs/<job>/ holding main.py, or KitError; the directory is what gets uploaded."""
+    """<dir>/<job>/ holding main.py (jobs/, or RAYKIT_JOBS_DIR), or KitError; the directory
+    is what gets uploaded."""
     check_name("JOB", job)
-    path = JOBS / job
-    if not (path / "main.py").is_file() or JOBS.resolve() != path.resolve().parent:
+    path = found_once("JOB", job, [d / job for d in JOB_DIRS])
+    if path is None or not (path / "main.py").is_file() \
+            or path.parent.resolve() != path.resolve().parent:
         raise KitError(f"JOB={job}: no job jobs/{job}/main.py; choose one of: {choices('JOB')}")
     return path
 
@@ -75,7 +92,7 @@ def job_requirements(job: str) -> list[str]:
     path = job_dir(job) / "requirements.txt"
     if not path.is_file():
         return []
-    where = f"jobs/{job}/requirements.txt"
+    where = shown(path)
     if path.stat().st_size > MAX_REQUIREMENTS_BYTES:
         raise KitError(f"{where} is over {MAX_REQUIREMENTS_BYTES // 1024} KiB; list only the "
                        "packages the job needs beyond the kit's image")

@@ -30,6 +30,11 @@ BUSY = ("PENDING", "RUNNING")
 POLL_S = 10  # RAYKIT_AUTOSTOP_POLL_S overrides it (tests)
 
 
+def duration(minutes: float) -> str:
+    """A limit as people say it: '60 min', or '20 s' under a minute (tests' limits)."""
+    return f"{minutes:g} min" if minutes >= 1 else f"{minutes * 60:.0f} s"
+
+
 def seconds_left(jobs: list[tuple[str, float | None]], idle_from: float, now: float,
                  limit_s: float) -> float | None:
     """Seconds until autostop; None while a job holds the cluster up. `jobs`: (status,
@@ -136,7 +141,7 @@ def run(address: str, minutes: float, teardown) -> int:
     """Watch until the limit, then teardown(); the entry of both watchdogs (this one on
     AWS, scripts/providers/local_autostop.py on a local cluster)."""
     poll_s = float(os.environ.get("RAYKIT_AUTOSTOP_POLL_S") or POLL_S)
-    print(f"autostop: the cluster stops after {minutes:g} min with no job "
+    print(f"autostop: the cluster stops after {duration(minutes)} with no job "
           f"(checked every {poll_s:g} s)", flush=True)
     watch(address, minutes * 60, teardown, poll_s)
     return 0
