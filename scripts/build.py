@@ -45,12 +45,6 @@ def build_text(cluster: str, data: bytes) -> Built:
     problems = worker_count_problems(values) + chosen.value_problems(values)
     if problems:
         raise KitError(joined(where, problems))
-    if values.get("prices_as"):  # the AWS file a local mix is priced as must build too
-        try:
-            build(values["prices_as"])
-        except KitError as e:
-            raise KitError(f"{where}: prices_as: {values['prices_as']} does not validate: {e}; "
-                           "fix that file or name another") from None
     context = {
         "values_file": f"{cluster}.yaml",
         "cluster_name": values["cluster_name"],

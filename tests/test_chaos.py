@@ -58,6 +58,12 @@ def head_node_processes(state: dict) -> list[psutil.Process]:
     return [p for p in processes_of(state) if p.pid not in workers]
 
 
+def worker_raylets(state: dict) -> int:
+    """Worker nodes whose raylet runs: polled in this process (a `make status` per poll
+    costs seconds); the autoscaler's own report (alive_workers) confirms at the end."""
+    return sum(1 for ip in raylet_trees(state) if ip != HEAD_IP)
+
+
 def alive_workers(env: dict) -> int:
     """Active cpu_worker nodes in the autoscaler's report (`make status`)."""
     status = make("status", "CLUSTER=local", env=env, timeout=120).stdout
@@ -127,7 +133,9 @@ def test_a_cpu_worker_killed_mid_job_costs_no_step_and_is_replaced(cluster, tmp_
     assert retried >= 1 and f"retried work     {retried} preprocessing task(s)" in text
     # the autoscaler brings the cluster back to min_workers (2 CPU workers)
     deadline = time.monotonic() + 240
-    while alive_workers(env) < 2 and time.monotonic() < deadline:
+    while worker_raylets(state) < 2 and time.monotonic() < deadline:
+        time.sleep(1)
+    while alive_workers(env) < 2 and time.monotonic() < deadline:  # registered, too
         time.sleep(5)
     replaced = time.monotonic() - killed
     report(capsys, f"CPU worker killed at step 10 of {steps}: no step lost, {retried} "
@@ -212,7 +220,9 @@ def test_a_spot_notice_drains_a_cpu_worker_and_the_job_finishes(cluster, tmp_pat
     assert on_victim and after, (sorted(tasks, key=lambda task: task[1]), drained_at)
     assert max(on_victim) < drained_at + LEASE_REUSE_S, (sorted(on_victim), drained_at)
     deadline = time.monotonic() + 240  # the autoscaler replaces the node that left
-    while alive_workers(env) < 2 and time.monotonic() < deadline:
+    while worker_raylets(state) < 2 and time.monotonic() < deadline:
+        time.sleep(1)
+    while alive_workers(env) < 2 and time.monotonic() < deadline:  # registered, too
         time.sleep(5)
     assert alive_workers(env) == 2
     report(capsys, f"spot notice on {victim} at step 5 of {steps}: drained "

@@ -13,7 +13,7 @@ import pytest
 from conftest import REPO, USER_JOBS, make
 from scripts.build import build
 from scripts.core.submit import result_line
-from test_raykit import remedy_problems
+from test_raykit import images_accounted_for, remedy_problems
 
 
 @pytest.fixture
@@ -84,8 +84,7 @@ def test_copied_template_trains_on_the_head_preprocesses_on_workers_and_plans(
     assert set(summary["preprocess_nodes"]) <= {"127.0.0.3", "127.0.0.4"}  # decoded there
     assert sum(summary["preprocess_nodes"].values()) >= 3 * 8
     assert summary["preprocess_s_per_image"] > 0 and remedy_problems(summary["diagnosis"]) == []
-    assert (summary["preprocess_images_measured"] + summary["preprocess_warmup_images"]
-            == sum(summary["preprocess_nodes"].values()))
+    assert images_accounted_for(summary) == sum(summary["preprocess_nodes"].values())
     # quiet by default: no Ray INFO chatter, no deprecation warning, no internal error line
     for noise in (" INFO ", "deprecated", "PreemptionWatcher", "Running entrypoint"):
         assert noise not in run.stdout + run.stderr, noise

@@ -41,6 +41,16 @@ def remedy_problems(d: dict) -> list[str]:
     return problems
 
 
+def images_accounted_for(summary: dict) -> int:
+    """The images a summary's preprocessing cost rests on, plus those it left out as their
+    process's warm-up; where every batch was a first one, it rests on them all (and says
+    so): either way, every image the trainer saw."""
+    if summary["preprocess_cost_includes_warmup"]:
+        assert summary["preprocess_warmup_images"] == summary["preprocess_images_measured"]
+        return summary["preprocess_images_measured"]
+    return summary["preprocess_images_measured"] + summary["preprocess_warmup_images"]
+
+
 # --- measuring: a worker process's warm-up --------------------------------------------------
 
 def blur_rows(batch: dict) -> dict:

@@ -17,7 +17,7 @@ from main import parse_args  # noqa: E402
 from pipeline import Preprocess, build_transform, decode_images, make_images  # noqa: E402
 from raykit.measure import GpuUtilization, measured  # noqa: E402
 from raykit.summary import warnings_of  # noqa: E402
-from test_raykit import remedy_problems  # noqa: E402
+from test_raykit import images_accounted_for, remedy_problems  # noqa: E402
 
 
 def test_synthetic_images_shape_dtype_and_reproducibility():
@@ -122,7 +122,7 @@ def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
         summary["data_wait_fraction"] > DATA_BOUND_WAIT_FRACTION)
     assert remedy_problems(summary["diagnosis"]) == []
     # the per-image cost rests on the images after each worker process's first batch
-    assert summary["preprocess_images_measured"] + summary["preprocess_warmup_images"] == 6 * 8
+    assert images_accounted_for(summary) == 6 * 8
     assert "ms CPU per image over" in run.stdout
     assert "=== vit_synthetic summary ===" in run.stdout
     # quiet: the job's lines and the kit's; no Ray INFO line, no deprecation warning

@@ -31,6 +31,7 @@ from scripts.core.errors import KitError, short
 from scripts.core.inputs import check_name, json_text, read_json
 from scripts.core.state import make_dir
 from scripts.pricing.formulas import cost_change, usd_per_100_steps, usd_per_million_images
+from scripts.pricing.output import cell, chart_file, text_table
 from scripts.pricing.planner import predicted_images_per_s
 
 FIELDS = ["name", "usd_per_hour", "mean_step_s", "data_wait_share", "trainer_utilization",
@@ -167,9 +168,7 @@ def number(row: dict, field: str, where: str, low: float, high: float,
 # --- output --------------------------------------------------------------------------
 
 def table(rows: list[dict]) -> list[str]:
-    def f(value, spec: str) -> str:
-        return "-" if value is None else format(value, spec)
-
+    f = cell
     cells = [("mix", "$/h", "step s", "data wait", "trainer", "CPU use by node type",
               "images/s", "predicted", "$/100 steps", "$/M images", "change")]
     for r in rows:
@@ -179,9 +178,7 @@ def table(rows: list[dict]) -> list[str]:
                       f(r["images_per_s"], ".1f"), f(r["predicted_images_per_s"], ".1f"),
                       f(r["usd_per_100_steps"], ".4f"), f(r["usd_per_million_images"], ".2f"),
                       f(r["change"], "+.0%")))
-    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
-    return ["  ".join(c.ljust(w) if i in (0, 5) else c.rjust(w)
-                      for i, (c, w) in enumerate(zip(row, widths))) for row in cells]
+    return text_table(cells, left=(0, 5))
 
 
 def new_run_dir(bench_dir: Path, suffix: str = "") -> Path:
@@ -214,13 +211,12 @@ def save(rows: list[dict], bench_dir: Path) -> Path:
 
 def chart(rows: list[dict], path: Path) -> None:
     """$ per 100 steps and images/s per mix, side by side, the change written on the bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display on a server
-    import matplotlib.pyplot as plt
-
     names = [r["name"] for r in rows]
-    fig, (cost_ax, rate_ax) = plt.subplots(1, 2, figsize=(4 + 1.6 * len(rows), 4.5))
+    with chart_file(path, 2, (4 + 1.6 * len(rows), 4.5)) as (cost_ax, rate_ax):
+        draw_mixes(rows, names, cost_ax, rate_ax)
+
+
+def draw_mixes(rows: list[dict], names: list[str], cost_ax, rate_ax) -> None:
     bars = cost_ax.bar(names, [r["usd_per_100_steps"] for r in rows], color="#4c72b0")
     cost_ax.bar_label(bars, labels=[f"{r['change']:+.0%}" if r["change"] is not None else ""
                                     for r in rows])
@@ -235,6 +231,3 @@ def chart(rows: list[dict], path: Path) -> None:
     rate_ax.set_title("images/s (higher is better)")
     for ax in (cost_ax, rate_ax):
         ax.tick_params(axis="x", labelrotation=20)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

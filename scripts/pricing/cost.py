@@ -13,6 +13,8 @@ import copy
 from scripts import catalog
 from scripts.build import Built, build
 from scripts.core.errors import KitError
+from scripts.core.values import joined
+from scripts.pricing.output import text_table
 from scripts.providers import aws
 
 COST_TABLE_HEADER = ("node type", "instance", "count", "$/h each", "of it EBS", "$/h at min",
@@ -41,6 +43,28 @@ def hourly_cost(built: Built) -> tuple[float, float] | None:
     return aws_hourly_cost(built.values)
 
 
+def check_prices_as(built: Built) -> None:
+    """A mix that does not bill, priced through its `prices_as`: that file must be an AWS
+    values file that validates and has a worker type of each of this mix's names. Raise
+    KitError naming every problem (`make validate` and every pricing command check it)."""
+    name, where = built.values.get("prices_as"), f"cluster_templates/{built.cluster}.yaml"
+    if built.provider.BILLS or not name:
+        return
+    try:
+        theirs = build(name)
+    except KitError as e:
+        raise KitError(f"{where}: prices_as: {name} does not validate: {e}; fix that file or "
+                       "name another") from None
+    if not theirs.provider.BILLS:
+        raise KitError(f"{where}: prices_as: cluster_templates/{name}.yaml is not an AWS values "
+                       "file; name one such as hetero")
+    problems = [f"workers.{worker}: {name}.yaml has no worker type '{worker}' to price it as; "
+                f"name the local worker types as in {name}.yaml"
+                for worker in built.values["workers"] if worker not in theirs.values["workers"]]
+    if problems:
+        raise KitError(joined(where, problems))
+
+
 def stand_in_values(values: dict) -> dict:
     """The AWS values a local cluster stands for: `prices_as`'s file with this file's node
     counts, each local worker type priced as the AWS worker type of the same name."""
@@ -56,6 +80,7 @@ def cost_table(built: Built) -> list[str]:
     """`make cost`: an AWS mix's table; a local cluster costs nothing, or, with
     `prices_as`, the table of the AWS mix it stands for."""
     values = built.values
+    check_prices_as(built)
     if built.provider.BILLS:
         return aws_cost_table(values)
     if not values["prices_as"]:
@@ -86,11 +111,9 @@ def aws_cost_table(values: dict) -> list[str]:
             spot.append(name)
     low, high = aws_hourly_cost(values)
     rows.append(("total", "", "", "", "", f"{low:.2f}", f"{high:.2f}"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [f"'{values['cluster_name']}' on AWS {region}: on-demand list prices and EBS "
              "(scripts/catalog.py, as of 2026-11)"]
-    lines += ["  ".join(cell.ljust(w) if i < 3 else cell.rjust(w)
-                        for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    lines += text_table(rows, left=(0, 1, 2))
     lines += [f"spot: {name} is billed at the spot price (varies, often well below on-demand; "
               "not in the catalog) and may be reclaimed: the figures above are its on-demand "
               "ceiling" for name in spot]
@@ -101,6 +124,7 @@ def priced(built: Built) -> tuple[str, float]:
     """A bench row's name and $/h: an AWS mix at its own prices; a local one as the AWS
     mix its `prices_as` names, with its own node counts (what it stands for)."""
     values, name = built.values, built.cluster
+    check_prices_as(built)
     if not built.provider.BILLS:
         if not values["prices_as"]:
             raise KitError(f"CLUSTERS: cluster_templates/{name}.yaml sets no prices_as; set it "

@@ -26,6 +26,7 @@ from scripts.core.errors import KitError
 from scripts.core.inputs import json_text
 from scripts.core.paths import REPO
 from scripts.pricing.bench_table import new_run_dir
+from scripts.pricing.output import cell, chart_file, text_table
 
 JOB_FLAGS = REPO / "jobs" / "adaptdl_mnist" / "flags.py"
 
@@ -96,9 +97,7 @@ def completed(rows: list[dict]) -> list[dict]:
 
 
 def table(rows: list[dict], target: float) -> list[str]:
-    def f(value, spec: str) -> str:
-        return "-" if value is None else format(value, spec)
-
+    f = cell
     cells = [("trainer", f"s to {target:g}", "$ to target", "replica-h", "epochs",
               "final acc", "replicas from s", "global batch per epoch", "restarts", "change")]
     for r in rows:
@@ -108,10 +107,7 @@ def table(rows: list[dict], target: float) -> list[str]:
                       " ".join(f"{k}@{t:.0f}" for t, k in r["replicas_over_time"]),
                       " ".join(map(str, r["global_batch_size_per_epoch"])), str(r["restarts"]),
                       f(r["change"], "+.0%")))
-    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
-    return ["  ".join(c.ljust(w) if i in (0, 6, 7) else c.rjust(w)
-                      for i, (c, w) in enumerate(zip(row_cells, widths))).rstrip()
-            for row_cells in cells]
+    return text_table(cells, left=(0, 6, 7))
 
 
 def save(rows: list[dict], meta: dict, bench_dir: Path) -> Path:
@@ -136,12 +132,11 @@ def save(rows: list[dict], meta: dict, bench_dir: Path) -> Path:
 
 def chart(rows: list[dict], target: float, path: Path) -> None:
     """Test accuracy, replicas and global batch size over time, a line per trainer."""
-    import matplotlib
+    with chart_file(path, 3, (13, 4)) as axes:
+        draw_runs(rows, target, axes)
 
-    matplotlib.use("Agg")  # files only: no display on a server
-    import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+def draw_runs(rows: list[dict], target: float, axes) -> None:
     for r in rows:
         end = r["end_s_per_epoch"][-1]
         axes[0].plot(r["end_s_per_epoch"], r["test_accuracy_per_epoch"], marker="o", label=r["trainer"])
@@ -160,6 +155,3 @@ def chart(rows: list[dict], target: float, path: Path) -> None:
         ax.set_title(title)
         ax.set_xlabel("seconds from the job's start")
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

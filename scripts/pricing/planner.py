@@ -25,6 +25,7 @@ from scripts import catalog
 from scripts.core.errors import KitError, short
 from scripts.core.inputs import read_json
 from scripts.pricing.formulas import usd_per_million_images
+from scripts.pricing.output import text_table
 
 MAX_DATA_WAIT = 0.05
 ROOT_VOLUME_TYPE = "gp3"
@@ -237,9 +238,7 @@ def table(rows: list[Option], baseline: Option) -> list[str]:
         cells.append((o.name, f"{o.usd_per_hour:.3f}", f"{o.images_per_s:.1f}", f"{o.data_wait:.0%}",
                       f"{o.usd_per_million_images:.2f}",
                       f"{o.usd_per_million_images / baseline.usd_per_million_images - 1:+.0%}"))
-    widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
-    return ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
-            for row in cells]
+    return text_table(cells)
 
 
 def plan_json(chosen: Option, ranked: list[Option]) -> dict:

@@ -27,11 +27,9 @@ import psutil
 from jobs.raykit import placement
 from scripts.core import state
 from scripts.core.errors import KitError, not_running
-from scripts.core.inputs import values_file
 from scripts.core.paths import BUILD, REPO
 from scripts.core.ray_cli import free_port, ray_cli, ray_env, use_auth_in_this_process
 from scripts.core.submit import JobFiles, JobPackages
-from scripts.core.values import parse_yaml
 from scripts.node.autostop import duration
 from scripts.providers import cpu_sets
 
@@ -84,8 +82,6 @@ RECORD_SCHEMA = {
 def value_problems(values: dict) -> list[str]:
     problems = []
     head, workers = values["head"], values["workers"]
-    if values["prices_as"]:
-        problems += prices_as_problems(values)
     if values["mix"] == "heterogeneous" and head["trainer_slots"] < 1:
         problems.append("head.trainer_slots: a heterogeneous mix trains on the head; "
                         "set trainer_slots: 1 (the stand-in for its GPU)")
@@ -195,22 +191,6 @@ def plan(values: dict, config: dict) -> list[str]:
 
 def on_cores(values: dict, node: dict) -> str:
     return f" on {cores(node)} core(s) of its own" if values["pin_cpus"] else ""
-
-
-def prices_as_problems(values: dict) -> list[str]:
-    name = values["prices_as"]
-    try:
-        data = parse_yaml(values_file(name).read_bytes(), f"cluster_templates/{name}.yaml")
-    except KitError:
-        return [f"prices_as: no values file cluster_templates/{name}.yaml (or it does not read); "
-                "name an AWS values file such as hetero"]
-    if not isinstance(data, dict) or data.get("provider") != "aws":
-        return [f"prices_as: cluster_templates/{name}.yaml is not an AWS values file; "
-                "name one such as hetero"]
-    theirs = data.get("workers") if isinstance(data.get("workers"), dict) else {}
-    return [f"workers.{worker}: {name}.yaml has no worker type '{worker}' to price it as; "
-            f"name the local worker types as in {name}.yaml"
-            for worker in values["workers"] if worker not in theirs]
 
 
 # --- lifecycle ----------------------------------------------------------------------
