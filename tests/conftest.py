@@ -107,9 +107,11 @@ def local_cluster_up(build_dir: Path):
 
 @pytest.fixture(scope="session")
 def shared_local_cluster(tmp_path_factory):
-    """One `make up CLUSTER=local` for the modules that only submit to it and read it
-    (test_local_cluster, test_own_job, test_vit_synthetic): (env, record); `make down`
-    and the check that nothing is left come at the end of the session."""
+    """One `make up CLUSTER=local` for the tests that only submit to it and read it
+    (test_adaptdl_mnist, test_local_cluster, test_own_job, test_vit_synthetic): (env,
+    record); `make down` and the check that nothing is left come at the end of the session,
+    and the tests that use it run last (pytest_collection_modifyitems), so it never idles
+    beside the clusters other tests start on the same two cores."""
     with local_cluster_up(tmp_path_factory.mktemp("shared-build")) as up:
         yield up
 
@@ -135,6 +137,11 @@ def publish_dlami(ec2, release: str = "20261020") -> str:
         parameter_type="String", description=None, allowed_pattern=None, keyid=None,
         last_modified_date=datetime.now(timezone.utc), version=1, data_type="aws:ec2:image"))
     return image_id
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The shared local cluster's tests last, in their modules' order (a stable sort)."""
+    items.sort(key=lambda item: "shared_local_cluster" in getattr(item, "fixturenames", ()))
 
 
 def pytest_configure(config):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, adaptdl_replica_dirs, local_cluster_up, make, processes_of
+from conftest import REPO, adaptdl_replica_dirs, make, processes_of
 from scripts.core.submit import result_line
 
 JOB_DIR = REPO / "jobs" / "adaptdl_mnist"
@@ -95,10 +95,11 @@ def test_the_summary_times_the_target_and_counts_replica_seconds():
     assert not summary_of.reached(epochs[1], 0.0)  # 0: no target, train every epoch
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with local_cluster_up(tmp_path_factory.mktemp("build")) as (env, state):
-        yield env, state
+@pytest.fixture
+def cluster(shared_local_cluster):
+    """The session's local cluster: these tests submit jobs and read the cluster's
+    processes, and each leaves nothing of its job behind (checked)."""
+    return shared_local_cluster
 
 
 def job_processes(state: dict) -> list[str]:
