@@ -12,7 +12,13 @@ import yaml
 from moto import mock_aws
 
 from conftest import REPO, USER_VALUES, load_example, make, report
-from scripts.node.autostop import seconds_left, teardown_aws, terminate_tagged
+from scripts.node.autostop import (
+    JOB_LIMIT_KEY,
+    seconds_left,
+    stop_overdue,
+    teardown_aws,
+    terminate_tagged,
+)
 from scripts.build import build, build_text
 from scripts.providers.local import cluster_processes
 
@@ -26,6 +32,109 @@ def test_the_clock_starts_at_the_start_or_the_last_jobs_end():
     assert seconds_left([], idle_from=1000, now=1030, limit_s=60) == 30
     assert seconds_left([("SUCCEEDED", 1020.0), ("FAILED", 1010.0)], 1000, 1050, 60) == 30
     assert seconds_left([("STOPPED", 1000.0)], 900, 1100, 60) == -40  # past due
+
+
+class JobsStandIn:
+    """Ray's JobSubmissionClient as the watchdog uses it: list_jobs gives Ray's own
+    JobDetails, stop_job records the id."""
+
+    def __init__(self, jobs):
+        self.jobs, self.stopped = jobs, []
+
+    def list_jobs(self):
+        return self.jobs
+
+    def stop_job(self, submission_id):
+        self.stopped.append(submission_id)
+        return True
+
+
+def job(submission_id: str, status: str, started_s_ago: float, limit: str | None, now: float):
+    from ray.dashboard.modules.job.pydantic_models import JobDetails, JobType
+
+    return JobDetails(type=JobType.SUBMISSION, submission_id=submission_id, entrypoint="python main.py",
+                      status=status, start_time=int((now - started_s_ago) * 1000),
+                      metadata={JOB_LIMIT_KEY: limit} if limit is not None else {})
+
+
+def test_a_job_past_the_limit_recorded_with_it_is_stopped_by_the_watchdog():
+    """`make submit` records TIMEOUT with the job; the head's watchdog stops the job past
+    it, with the user's machine gone or not. Jobs within their limit, without one, or
+    already ended are left alone; a limit that is no number is none."""
+    now = 1_000_000.0
+    client = JobsStandIn([
+        job("overdue", "RUNNING", 7300, "7200", now),
+        job("pending-overdue", "PENDING", 100, "60", now),
+        job("within", "RUNNING", 100, "7200", now),
+        job("no-limit", "RUNNING", 10**6, None, now),
+        job("ended", "SUCCEEDED", 10**5, "60", now),
+        job("garbage", "RUNNING", 10**5, "soon", now),
+    ])
+    assert stop_overdue(client, now) == ["overdue", "pending-overdue"]
+    assert client.stopped == ["overdue", "pending-overdue"]
+
+
+def test_make_submit_records_the_jobs_limit_with_the_job(monkeypatch):
+    """What the watchdog reads is what `make submit` writes: TIMEOUT in the job's metadata."""
+    from ray import job_submission
+
+    from scripts.core import submit
+
+    seen = {}
+
+    class Client:
+        def __init__(self, address):
+            pass
+
+        def submit_job(self, **kwargs):
+            seen.update(kwargs)
+            raise RuntimeError("stand-in: nothing is submitted")
+
+    monkeypatch.setattr(job_submission, "JobSubmissionClient", Client)
+    from scripts.core.errors import KitError
+
+    with pytest.raises(KitError, match="could not submit"):
+        submit.submit("http://127.0.0.1:1", "smoke", [], "python", None, timeout_s=21600,
+                      job_packages=submit.JobPackages.INSTALLED, job_files=submit.JobFiles.IN_PLACE)
+    assert seen["metadata"] == {JOB_LIMIT_KEY: "21600"}
+
+
+@mock_aws
+def test_teardown_retries_a_failing_terminate_and_sweeps_workers_before_the_head():
+    """Throttled twice, then through; a worker launched in flight (it shows up after the
+    first sweep) is found by the next; the head, this instance, goes last."""
+    from botocore.exceptions import ClientError
+
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+
+    def launch(node_type: str) -> str:
+        return ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="c5.large",
+                                 TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                                     {"Key": "ray-kit-cluster", "Value": "hetero"},
+                                     {"Key": "ray-node-type", "Value": node_type}]}])["Instances"][0]["InstanceId"]
+
+    head, worker = launch("head"), launch("worker")
+    terminate, calls, failures = ec2.terminate_instances, [], [2]
+
+    def flaky_terminate(**kwargs):
+        if failures[0]:
+            failures[0] -= 1
+            raise ClientError({"Error": {"Code": "RequestLimitExceeded", "Message": "slow down"}},
+                              "TerminateInstances")
+        calls.append(kwargs["InstanceIds"])
+        if len(calls) == 1:
+            in_flight.append(launch("worker"))  # the autoscaler's last launch lands late
+        return terminate(**kwargs)
+
+    in_flight: list[str] = []
+    ec2.terminate_instances = flaky_terminate
+    done = teardown_aws(ec2, "hetero", lambda: "ray stopped", retry_s=0)
+    assert calls == [[worker], in_flight, [head]]
+    assert sorted(done) == sorted([head, worker, *in_flight])
+    states = {i["InstanceId"]: i["State"]["Name"] for r in ec2.describe_instances()["Reservations"]
+              for i in r["Instances"]}
+    assert all(states[i] == "terminated" for i in done)
 
 
 @mock_aws
@@ -90,7 +199,7 @@ def test_teardown_stops_the_heads_autoscaler_before_it_terminates_an_instance():
         return "ray stopped"
 
     ec2.terminate_instances = terminate_then_the_autoscaler_looks
-    assert len(teardown_aws(ec2, "hetero", stop_ray)) == 3
+    assert len(teardown_aws(ec2, "hetero", stop_ray, retry_s=0)) == 3
     assert live() == []
 
 
@@ -100,9 +209,11 @@ def test_the_aws_head_starts_the_watchdog_with_the_clusters_tag_and_region():
     assert command.startswith("nohup python ~/raykit_node/autostop.py ")
     assert "--minutes 60 --aws hetero us-east-1 " in command
     assert config["file_mounts"] == {"~/raykit_node": str(REPO / "scripts" / "node")}
+    # autostop off: the watchdog still runs, to stop jobs past their time limit
     off = dict(load_example("hetero"), autostop_minutes=0)
     config = build_text("hetero", yaml.safe_dump(off).encode()).config
-    assert config["file_mounts"] == {} and len(config["head_start_ray_commands"]) == 2
+    assert config["file_mounts"] == {"~/raykit_node": str(REPO / "scripts" / "node")}
+    assert "--minutes 0 --aws hetero us-east-1 " in config["head_start_ray_commands"][-1]
 
 
 def test_every_aws_mix_autostops_by_default_and_local_ones_do_not():

@@ -86,6 +86,10 @@ def test_launch_head_and_workers_on_moto(home, cluster, head_type, worker_type):
                 assert volume_tags["ray-kit-cluster"] == values["cluster_name"]
                 assert volume_tags["project"] == "ray-hetero-kit"
             assert instance["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
+            # powering off terminates: what the node's dead-man switch relies on
+            assert ec2.describe_instance_attribute(
+                InstanceId=instance["InstanceId"], Attribute="instanceInitiatedShutdownBehavior"
+            )["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
 
         # the security group that bootstrap made opens SSH and nothing else to the world
         group_id = launched["ray.head.default"]["SecurityGroups"][0]["GroupId"]

@@ -133,6 +133,8 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
 
     remote = log.read_text()
     assert "sudo mkdir -p /mnt/data" in remote  # initialization command, on the host
+    # the dead-man switch, on the host before Docker, before anything that could fail
+    assert remote.index("systemd-run --unit raykit-deadman") < remote.index("docker run")
     assert "docker run" in remote and "rayproject/ray:2.60.0-py311-cu128" in remote
     assert "-v /mnt/data:/data" in remote and "--shm-size=6g" in remote
     assert "pip install -q --no-cache-dir torch==2.14.1" in remote

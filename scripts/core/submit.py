@@ -22,6 +22,7 @@ from scripts.core.inputs import job_dir, job_requirements, json_text, shown
 from scripts.core.paths import JOB_LIBRARY
 from scripts.core.ray_cli import use_auth_in_this_process
 from scripts.core.state import write_atomic
+from scripts.node.autostop import JOB_LIMIT_KEY
 
 
 
@@ -89,8 +90,12 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     runtime_env = job_runtime_env(job, packages, job_packages, job_files, verbose, env_vars)
     try:
         client = JobSubmissionClient(address)
-        submission_id = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
-                                          submission_id=f"{job}-{uuid.uuid4().hex[:8]}")
+        # The limit travels with the job: the cluster's watchdog (scripts/node/autostop.py)
+        # stops it there, even with this process gone (a closed laptop, a lost tunnel).
+        submission_id = client.submit_job(
+            entrypoint=entrypoint, runtime_env=runtime_env,
+            submission_id=f"{job}-{uuid.uuid4().hex[:8]}",
+            metadata={JOB_LIMIT_KEY: f"{timeout_s:g}"} if timeout_s else None)
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise KitError(f"could not submit to {address}: {short(str(e), 200)}") from None
     print(f"job {submission_id}: {entrypoint}", flush=True)

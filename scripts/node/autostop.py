@@ -1,4 +1,10 @@
-"""The autostop watchdog: a cluster tears itself down after `autostop_minutes` with no job.
+"""The cluster's watchdog on its head: a job past its time limit is stopped, and the cluster
+tears itself down after `autostop_minutes` with no job.
+
+A job's limit (TIMEOUT, 6 h by default on AWS) is recorded with the job (its metadata,
+JOB_LIMIT_KEY) by `make submit`; the watchdog stops a job past it, whether or not the
+user's machine is still there to do so (a closed laptop, a lost tunnel), and the idle clock
+starts at that job's end.
 
 Ray's head never stops by itself (ray-project/ray#13839): a forgotten g5.xlarge + 2 x
 c5.4xlarge bills ~$57 a day. This small process runs beside the head and every POLL_S lists the cluster's jobs through
@@ -28,6 +34,9 @@ import time
 
 BUSY = ("PENDING", "RUNNING")
 POLL_S = 10  # RAYKIT_AUTOSTOP_POLL_S overrides it (tests)
+JOB_LIMIT_KEY = "raykit_limit_s"  # a job's time limit in seconds, in its metadata
+TERMINATE_ATTEMPTS = 20  # the teardown's sweeps (throttling, a transient API error)
+TERMINATE_RETRY_S = 15
 
 
 def duration(minutes: float) -> str:
@@ -52,6 +61,37 @@ def job_states(client) -> list[tuple[str, float | None]]:
             for info in client.list_jobs()]
 
 
+def overdue_jobs(jobs: list[dict], now: float) -> list[str]:
+    """The submission ids of the PENDING or RUNNING jobs past the limit recorded with them
+    (`jobs`: {"id", "status", "start_s", "limit_s"}; limit_s None: no limit)."""
+    return [job["id"] for job in jobs if job["status"] in BUSY and job["limit_s"]
+            and job["start_s"] is not None and now - job["start_s"] > job["limit_s"]]
+
+
+def job_limits(client) -> list[dict]:
+    """Every job's id, status, start (epoch s) and recorded limit (s), from Ray's
+    JobSubmissionClient; a limit that is not a positive number is none."""
+    jobs = []
+    for info in client.list_jobs():
+        try:
+            limit_s = float((info.metadata or {}).get(JOB_LIMIT_KEY, ""))
+        except ValueError:
+            limit_s = None
+        jobs.append({"id": info.submission_id or info.job_id, "status": info.status.value,
+                     "start_s": info.start_time / 1000 if info.start_time else None,
+                     "limit_s": limit_s if limit_s and limit_s > 0 else None})
+    return jobs
+
+
+def stop_overdue(client, now: float) -> list[str]:
+    """Stop every job past its limit; return their ids."""
+    overdue = overdue_jobs(job_limits(client), now)
+    for submission_id in overdue:
+        print(f"autostop: job {submission_id} ran past its time limit; stopping it", flush=True)
+        client.stop_job(submission_id)
+    return overdue
+
+
 def head_started_at(address: str) -> float | None:
     """When the head node started (epoch seconds), as Ray's state API publishes it; None
     if it cannot be read. The clock's start for the watchdog and for `make status` alike:
@@ -67,7 +107,9 @@ def head_started_at(address: str) -> float | None:
     return min(times) if times else None
 
 
-def watch(address: str, limit_s: float, teardown, poll_s: float = POLL_S) -> None:
+def watch(address: str, limit_s: float | None, teardown, poll_s: float = POLL_S) -> None:
+    """Every poll_s: stop the jobs past their limit; then, where limit_s is set (autostop
+    on), tear the cluster down once no job has run for limit_s. Runs until that teardown."""
     from ray.job_submission import JobSubmissionClient  # the token comes from the environment
 
     started = head_started_at(address) or time.time()
@@ -75,16 +117,20 @@ def watch(address: str, limit_s: float, teardown, poll_s: float = POLL_S) -> Non
     while True:
         now = time.time()
         try:
-            jobs = job_states(JobSubmissionClient(address))
+            client = JobSubmissionClient(address)
+            stop_overdue(client, now)
+            jobs = job_states(client)
         except Exception as e:  # the dashboard is down: count on from the last job seen
             print(f"autostop: job API unreachable ({type(e).__name__}); idle since "
                   f"{time.ctime(last_busy)}", flush=True)
             jobs = [("UNKNOWN", last_busy)]
-        left = seconds_left(jobs, started, now, limit_s)
-        if left is None:
+        left = seconds_left(jobs, started, now, limit_s) if limit_s else None
+        if not limit_s:
+            pass  # job limits only
+        elif left is None:
             last_busy = now
         elif left <= 0:
-            print(f"autostop: no job for {limit_s / 60:g} min; tearing the cluster down",
+            print(f"autostop: no job for {duration(limit_s / 60)}; tearing the cluster down",
                   flush=True)
             teardown()
             return
@@ -93,14 +139,22 @@ def watch(address: str, limit_s: float, teardown, poll_s: float = POLL_S) -> Non
         time.sleep(poll_s)
 
 
-def terminate_tagged(ec2, cluster_name: str) -> list[str]:
-    """Terminate every instance of the cluster (by its tag), whatever its state; return
-    their ids. Instances of other clusters or without the tag are never touched."""
+def tagged_instances(ec2, cluster_name: str, heads: bool) -> list[str]:
+    """The cluster's instances (by its tag) in any state that bills, heads or workers (Ray
+    tags its head instance ray-node-type=head)."""
     filters = [{"Name": "tag:ray-kit-cluster", "Values": [cluster_name]},
                {"Name": "instance-state-name",
                 "Values": ["pending", "running", "stopping", "stopped"]}]
-    ids = [i["InstanceId"] for page in ec2.get_paginator("describe_instances").paginate(Filters=filters)
-           for r in page["Reservations"] for i in r["Instances"]]
+    found = [i for page in ec2.get_paginator("describe_instances").paginate(Filters=filters)
+             for r in page["Reservations"] for i in r["Instances"]]
+    is_head = lambda i: {"Key": "ray-node-type", "Value": "head"} in i.get("Tags", [])  # noqa: E731
+    return [i["InstanceId"] for i in found if is_head(i) == heads]
+
+
+def terminate_tagged(ec2, cluster_name: str) -> list[str]:
+    """Terminate every instance of the cluster (by its tag), whatever its state; return
+    their ids. Instances of other clusters or without the tag are never touched."""
+    ids = tagged_instances(ec2, cluster_name, heads=False) + tagged_instances(ec2, cluster_name, heads=True)
     if ids:
         ec2.terminate_instances(InstanceIds=ids)
     return ids
@@ -118,14 +172,35 @@ def stop_ray_here() -> str:
         return f"autostop: ray stop on the head failed ({type(e).__name__}); terminating anyway"
 
 
-def teardown_aws(ec2, cluster_name: str, stop_ray=stop_ray_here) -> list[str]:
+def teardown_aws(ec2, cluster_name: str, stop_ray=stop_ray_here, attempts: int = TERMINATE_ATTEMPTS,
+                 retry_s: float = TERMINATE_RETRY_S) -> list[str]:
     """Ray first, then the instances. While the head's autoscaler runs it re-lists the
     cluster's pending and running instances every 5 s and tops it back up to min_workers:
     terminated first, the workers could be relaunched in the seconds the head takes to
-    shut down, and nobody would stop those. With Ray stopped, one sweep of the tag
-    terminates everything, this head included. Returns the instance ids terminated."""
+    shut down, and nobody would stop those. With Ray stopped, the workers are swept until
+    none is left (a launch in flight shows up late), then the head, this instance; each
+    call retried on an API error (throttling). Where every attempt fails (a profile
+    without the right), the nodes' dead-man timers (deadman.py) power them off. Returns
+    the instance ids terminated."""
     print(stop_ray(), flush=True)
-    return terminate_tagged(ec2, cluster_name)
+    terminated: list[str] = []
+    for heads in (False, True):
+        for attempt in range(attempts):
+            try:
+                ids = tagged_instances(ec2, cluster_name, heads=heads)
+                live = [i for i in ids if i not in terminated]
+                if not ids:
+                    break
+                if live:
+                    ec2.terminate_instances(InstanceIds=live)
+                    terminated += live
+                elif heads:
+                    break  # the head's terminate went through; it is on its way down
+            except Exception as e:  # noqa: BLE001 (throttled, no right: retry, then the dead-man)
+                print(f"autostop: terminating failed ({type(e).__name__}: "
+                      f"{str(e).splitlines()[0][:160] if str(e) else ''}); retrying", flush=True)
+            time.sleep(retry_s)
+    return terminated
 
 
 def aws_teardown(cluster_name: str, region: str):
@@ -141,9 +216,10 @@ def run(address: str, minutes: float, teardown) -> int:
     """Watch until the limit, then teardown(); the entry of both watchdogs (this one on
     AWS, scripts/providers/local_autostop.py on a local cluster)."""
     poll_s = float(os.environ.get("RAYKIT_AUTOSTOP_POLL_S") or POLL_S)
-    print(f"autostop: the cluster stops after {duration(minutes)} with no job "
-          f"(checked every {poll_s:g} s)", flush=True)
-    watch(address, minutes * 60, teardown, poll_s)
+    print("autostop: " + (f"the cluster stops after {duration(minutes)} with no job" if minutes
+                          else "off; jobs past their time limit are stopped")
+          + f" (checked every {poll_s:g} s)", flush=True)
+    watch(address, minutes * 60 or None, teardown, poll_s)
     return 0
 
 

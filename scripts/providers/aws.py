@@ -5,6 +5,7 @@ rules Ray and the schema miss are checked here, on the values and on the rendere
 (every node_config against botocore's EC2 RunInstances input shape, enums included).
 """
 
+import base64
 import copy
 import difflib
 import json
@@ -47,6 +48,13 @@ DASHBOARD_PORT = 8265  # Ray's default; the head binds it to 127.0.0.1
 # head_start_ray_commands starts the autostop watchdog (autostop.py) from there after Ray,
 # worker_start_ray_commands the spot watcher (spot_watch.py); both standalone.
 NODE_PROGRAMS_REMOTE_DIR = "~/raykit_node"
+# Every node's dead-man switch (scripts/node/deadman.py, on the host): powered off, and so
+# terminated, GRACE minutes after boot if Ray never ran (the GPU image's pull and the setup
+# commands take 10-25 min), or IDLE minutes after Ray stopped running there.
+DEADMAN_PROGRAM = NODE_PROGRAMS / "deadman.py"
+DEADMAN_UNIT = "raykit-deadman"
+DEADMAN_GRACE_MIN = 45
+DEADMAN_IDLE_MIN = 10
 MAX_TUNNEL_WAIT_S = 60
 READY_POLL_S = 10
 # Tags Ray's autoscaler puts on every instance it launches (ray.autoscaler.tags); a worker
@@ -264,14 +272,13 @@ def template_context(cluster: str, values: dict) -> dict:
                     | {"min_workers": w["min_workers"], "max_workers": w["max_workers"],
                        "iam_instance_profile": None}
                     for name, w in values["workers"].items()],
-        "initialization_commands": host_dir_commands(docker, data_volumes),
+        "initialization_commands": deadman_commands() + host_dir_commands(docker, data_volumes),
         "head_start_ray_command": (
             f"ulimit -n 65536; RAY_AUTH_MODE={AUTH_MODE} ray start --head --port={GCS_PORT} "
             f"--object-manager-port={OBJECT_MANAGER_PORT} "
             "--autoscaling-config=~/ray_bootstrap_config.yaml "
             "--dashboard-host=127.0.0.1 --disable-usage-stats"),
-        "file_mounts": ({NODE_PROGRAMS_REMOTE_DIR: str(NODE_PROGRAMS)}
-                        if values["autostop_minutes"] or spot_watch_command(values) else {}),
+        "file_mounts": {NODE_PROGRAMS_REMOTE_DIR: str(NODE_PROGRAMS)},  # the watchdog is always on
         "autostop_command": autostop_command(values),
         "worker_start_ray_command": (
             f"ulimit -n 65536; RAY_AUTH_MODE={AUTH_MODE} ray start "
@@ -281,11 +288,10 @@ def template_context(cluster: str, values: dict) -> dict:
     }
 
 
-def autostop_command(values: dict) -> str | None:
-    """The head's watchdog: after autostop_minutes with no job it terminates every instance
-    tagged with this cluster, its own head included (the head policy allows just that)."""
-    if not values["autostop_minutes"]:
-        return None
+def autostop_command(values: dict) -> str:
+    """The head's watchdog, always: it stops a job past its time limit (recorded with the
+    job), and after autostop_minutes with no job (0: never) it terminates every instance
+    tagged with this cluster, its own head last (the head policy allows just that)."""
     return (f"nohup python {NODE_PROGRAMS_REMOTE_DIR}/autostop.py " + shlex.join([
         "--address", f"http://127.0.0.1:{DASHBOARD_PORT}",
         "--minutes", str(values["autostop_minutes"]),
@@ -340,6 +346,23 @@ def aws_node(name: str, node: dict, preprocess: bool, spot: bool) -> dict:
         "run_options": run_options,
         "setup_commands": job_setup_commands(gpu=spec.gpus > 0),
     }
+
+
+def deadman_commands() -> list[str]:
+    """Host-side, first of all: the node's dead-man switch (scripts/node/deadman.py) as a
+    systemd unit that restarts if it dies, so a node on which Ray never starts or has
+    stopped powers itself off (and, launched with InstanceInitiatedShutdownBehavior=
+    terminate, is terminated). The program travels base64-encoded: its text never meets a
+    shell. A second `ray up` replaces the unit."""
+    program = base64.b64encode(DEADMAN_PROGRAM.read_bytes()).decode()
+    return [
+        f"sudo mkdir -p /opt/raykit && echo {program} | base64 -d | sudo tee "
+        "/opt/raykit/deadman.py > /dev/null",
+        f"sudo systemctl stop {DEADMAN_UNIT} 2>/dev/null; sudo systemctl reset-failed "
+        f"{DEADMAN_UNIT} 2>/dev/null; sudo systemd-run --unit {DEADMAN_UNIT} --property "
+        f"Restart=always python3 /opt/raykit/deadman.py --grace-minutes {DEADMAN_GRACE_MIN} "
+        f"--idle-minutes {DEADMAN_IDLE_MIN}",
+    ]
 
 
 def host_dir_commands(docker: dict, data_volume_sizes: list[int]) -> list[str]:

@@ -1,0 +1,87 @@
+"""The nodes' dead-man switch (scripts/node/deadman.py): its clock as a unit, its look for a
+raylet in a /proc of our making, and how `make up` starts it on every AWS host."""
+
+import base64
+import os
+import subprocess
+import sys
+
+from conftest import REPO
+from scripts.build import build
+from scripts.node.deadman import raylet_running, should_power_off, watch
+
+GRACE_S, IDLE_S = 45 * 60, 10 * 60
+
+
+def test_no_raylet_ever_powers_off_after_the_grace_from_boot():
+    assert not should_power_off(now=GRACE_S - 1, started=0, last_raylet=None, grace_s=GRACE_S, idle_s=IDLE_S)
+    assert should_power_off(now=GRACE_S + 1, started=0, last_raylet=None, grace_s=GRACE_S, idle_s=IDLE_S)
+
+
+def test_a_raylet_gone_powers_off_after_idle_not_before():
+    seen = GRACE_S * 3  # long after the grace: only the raylet's absence counts
+    assert not should_power_off(seen + IDLE_S - 1, 0, seen, GRACE_S, IDLE_S)
+    assert should_power_off(seen + IDLE_S + 1, 0, seen, GRACE_S, IDLE_S)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def run_watch(raylet_at) -> tuple[str, float]:
+    """watch() on a stand-in clock; raylet_at(t) says whether a raylet runs at t. Returns
+    why it powered off and when."""
+    clock, powered = Clock(), []
+    why = watch(GRACE_S, IDLE_S, lambda: powered.append(clock.now),
+                running=lambda: raylet_at(clock.now), clock=clock, sleep=clock.sleep, poll_s=30)
+    return why, powered[0]
+
+
+def test_watch_setup_that_never_starts_ray():
+    why, at = run_watch(lambda t: False)
+    assert why == "no raylet within 45 min of boot" and GRACE_S < at <= GRACE_S + 30
+
+
+def test_watch_ray_stopped_by_a_watchdog_whose_terminate_failed():
+    """Ray ran from minute 20 to hour 5, then stopped: off 10 minutes after."""
+    why, at = run_watch(lambda t: 20 * 60 <= t < 5 * 3600)
+    assert why == "no raylet for 10 min" and 5 * 3600 + IDLE_S - 30 < at <= 5 * 3600 + IDLE_S + 30
+
+
+def test_raylet_is_found_by_its_process_name(tmp_path):
+    for pid, name in ((1, "systemd"), (4242, "raylet"), (77, "gcs_server")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "comm").write_text(name + "\n")
+    (tmp_path / "self").mkdir()
+    assert raylet_running(str(tmp_path))
+    (tmp_path / "4242" / "comm").write_text("raylet_monitor\n")
+    assert not raylet_running(str(tmp_path))
+    assert raylet_running(str(tmp_path / "absent"))  # cannot look: never power off blind
+
+
+def test_this_host_without_ray_has_no_raylet_and_the_program_runs_standalone():
+    """The file runs with nothing of the kit (it is shipped alone) and answers --help."""
+    run = subprocess.run([sys.executable, str(REPO / "scripts" / "node" / "deadman.py"), "--help"],
+                         capture_output=True, text=True, timeout=30, cwd="/",
+                         env={"PATH": os.environ["PATH"]})
+    assert run.returncode == 0 and "--grace-minutes" in run.stdout
+
+
+def test_every_aws_host_starts_the_switch_first_and_powering_off_terminates():
+    from scripts.providers import aws
+
+    config = build("hetero").config
+    first, second = config["initialization_commands"][:2]
+    encoded = first.split("echo ", 1)[1].split(" ", 1)[0]
+    assert base64.b64decode(encoded) == (REPO / "scripts" / "node" / "deadman.py").read_bytes()
+    assert "systemd-run --unit raykit-deadman --property Restart=always" in second
+    assert f"--grace-minutes {aws.DEADMAN_GRACE_MIN} --idle-minutes {aws.DEADMAN_IDLE_MIN}" in second
+    for node_type in config["available_node_types"].values():
+        assert node_type["node_config"]["InstanceInitiatedShutdownBehavior"] == "terminate"
