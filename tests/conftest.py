@@ -43,6 +43,34 @@ os.environ |= {"RAYKIT_VALUES_DIR": str(USER_VALUES), "RAYKIT_JOBS_DIR": str(USE
                "RAYKIT_BUILD_DIR": str(TEST_DIR / "build")}
 
 
+
+
+def start_checkip_standin(answer: bytes = b"198.51.100.7\n") -> str:
+    """A stand-in for AWS's checkip service on 127.0.0.1 (ssh_cidr: auto asks it for this
+    machine's address); returns its URL. It answers with a documentation address."""
+    import http.server
+    import threading
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_port}/"
+
+
+# Every preflight of the session (in this process and in the `make up`s it runs) asks the
+# stand-in, never AWS.
+CHECKIP_ADDRESS = "198.51.100.7"
+os.environ["RAYKIT_CHECKIP_URL"] = start_checkip_standin()
+
+
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(TEST_DIR, ignore_errors=True)
 

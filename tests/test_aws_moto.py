@@ -410,6 +410,44 @@ def test_ssh_cidr_restricts_ssh_and_ray_adds_no_rule_of_its_own(home, hetero_val
         provider.terminate_nodes(list(provider.non_terminated_nodes({})))
 
 
+def test_ssh_is_closed_by_default_to_all_but_the_address_make_up_runs_from(home, hetero_values):
+    """ssh_cidr: auto (the default): the preflight asks AWS's checkip service (here its
+    stand-in on 127.0.0.1) and opens SSH to that /32 alone; never Ray's 0.0.0.0/0."""
+    from conftest import CHECKIP_ADDRESS
+    from scripts.providers import aws
+
+    assert hetero_values["aws"]["ssh_cidr"] == "auto"
+    with mock_aws():
+        publish_dlami(boto3.client("ec2", region_name="us-east-1"))
+        pinned, found = aws.preflight(checked(hetero_values))
+        assert pinned["aws"]["ssh_cidr"] == f"{CHECKIP_ADDRESS}/32"
+        assert f"SSH open to {CHECKIP_ADDRESS}/32 only" in found[0]
+        group = aws.create_ssh_group(boto3.client("ec2", region_name="us-east-1"), pinned)
+        rules = boto3.client("ec2", region_name="us-east-1").describe_security_groups(
+            GroupIds=[group])["SecurityGroups"][0]["IpPermissions"]
+        assert [ip["CidrIp"] for r in rules for ip in r.get("IpRanges", [])] == [f"{CHECKIP_ADDRESS}/32"]
+
+
+@pytest.mark.parametrize("answer,message", [
+    (None, "auto could not find the address this machine reaches AWS from"),
+    (b"<html>captive portal</html>", "auto could not find the address"),
+    (b"10.1.2.3\n", "auto found 10.1.2.3, which is no public address"),
+])
+def test_ssh_auto_without_a_public_address_is_one_line_naming_the_key(monkeypatch, home, hetero_values,
+                                                                      answer, message):
+    from conftest import start_checkip_standin
+    from scripts.core.errors import KitError
+    from scripts.providers import aws
+
+    monkeypatch.setenv("RAYKIT_CHECKIP_URL", start_checkip_standin(answer) if answer
+                       else "http://127.0.0.1:9/")  # nothing listens there
+    with mock_aws():
+        publish_dlami(boto3.client("ec2", region_name="us-east-1"))
+        with pytest.raises(KitError, match=message) as refused:
+            aws.preflight(checked(hetero_values))
+    assert "aws.ssh_cidr: " in str(refused.value) and "\n" not in str(refused.value)
+
+
 # --- the AMI and its driver -------------------------------------------------------------
 
 def test_image_id_auto_resolves_the_current_dlami_from_aws_public_parameter(hetero_values):
@@ -703,3 +741,34 @@ def test_a_zone_the_values_file_names_is_never_swapped(home, launches, hetero_va
                                            "for the head now; try again later"):
             preflight_and_launch(build_text("hetero", yaml.safe_dump(hetero_values).encode()))
     assert tried == ["us-east-1b"]
+
+
+@mock_aws
+def test_a_record_whose_cluster_has_no_instance_left_is_stale_and_one_with_an_instance_is_not():
+    """After autostop (or a launch that failed before any instance started) `make up` asks
+    the account: no instance of the cluster billing, so the record is stale and the launch
+    goes ahead; one instance left, even stopped, and it is still refused."""
+    from scripts.commands.lifecycle import refuse_if_up
+    from scripts.core import state
+    from scripts.core.errors import KitError
+    from scripts.providers import load_record
+
+    record = {"cluster": "stale_test", "provider": "aws", "cluster_name": "stale-test",
+              "region": "us-east-1", "min_workers": {"cpu_worker": 1}, "ready_timeout_s": 600,
+              "security_group": None, "ray_key_pair": False, "ray_role": False}
+    state.save("stale_test", record, "cluster_name: stale-test\n")
+    refuse_if_up("stale_test")  # nothing tagged: stale, forgotten
+    assert load_record("stale_test") is None
+
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    (instance,) = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="c5.large",
+                                    TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                                        {"Key": "ray-cluster-name", "Value": "stale-test"}]}])["Instances"]
+    ec2.stop_instances(InstanceIds=[instance["InstanceId"]])  # a stopped one bills for its EBS
+    state.save("stale_test", record, "cluster_name: stale-test\n")
+    try:
+        with pytest.raises(KitError, match="'stale_test' is already up"):
+            refuse_if_up("stale_test")
+    finally:
+        state.forget("stale_test")

@@ -291,7 +291,8 @@ def test_allowed_odd_strings_render_inert(hetero_values):
         assert {"Key": "x-y", "Value": ""} in tags
         assert set(node_type["node_config"]) <= {"InstanceType", "ImageId", "MetadataOptions",
                                                  "BlockDeviceMappings", "TagSpecifications",
-                                                 "InstanceMarketOptions", "KeyName"}
+                                                 "InstanceMarketOptions", "KeyName",
+                                                 "InstanceInitiatedShutdownBehavior"}
 
 
 def test_a_template_cannot_paste_a_string():
@@ -548,7 +549,7 @@ def every_field_set(cluster: str) -> dict:
         values["aws"] |= {"availability_zone": "us-east-1a", "image_id": "ami-0123456789abcdef0",
                           "key_pair": "mine", "subnet_ids": ["subnet-0123456789abcdef0"],
                           "security_group_ids": ["sg-01234567"], "iam_instance_profile": "ray-head"}
-        values["aws"]["ssh_cidr"] = None  # a string field, but it cannot go with security_group_ids
+        values["aws"]["ssh_cidr"] = "auto"  # a range cannot go with security_group_ids
         values["docker"]["extra_run_options"] = ["--cap-add=SYS_PTRACE"]
     return values
 

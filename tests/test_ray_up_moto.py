@@ -17,7 +17,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
-from conftest import REPO, make, publish_dlami
+from conftest import CHECKIP_ADDRESS, REPO, make, publish_dlami
 from scripts.providers import local
 from scripts.core.ray_cli import free_port, ray_cli, ray_env
 
@@ -127,6 +127,10 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
     tags = {t["Key"]: t["Value"] for t in head["Tags"]}
     assert tags["ray-node-type"] == "head" and tags["ray-cluster-name"] == "hetero"
     assert head["MetadataOptions"]["HttpTokens"] == "required"
+    # closed by default: the head's group admits SSH from `make up`'s own address alone
+    (group,) = ec2.describe_security_groups(GroupIds=[g["GroupId"] for g in head["SecurityGroups"]])["SecurityGroups"]
+    assert [ip["CidrIp"] for rule in group["IpPermissions"] for ip in rule.get("IpRanges", [])] == [
+        f"{CHECKIP_ADDRESS}/32"]
     volume = ec2.describe_volumes(
         VolumeIds=[head["BlockDeviceMappings"][0]["Ebs"]["VolumeId"]])["Volumes"][0]
     assert (volume["Size"], volume["VolumeType"], volume["Encrypted"]) == (150, "gp3", True)

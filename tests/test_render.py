@@ -110,7 +110,7 @@ def test_defaults_come_from_the_schema():
     built = build_text("mini", yaml.safe_dump(minimal).encode())
     assert built.values["aws"] == {"region": "us-east-1", "availability_zone": None, "image_id": "auto",
                                    "key_pair": None, "subnet_ids": [], "security_group_ids": [],
-                                   "use_internal_ips": False, "ssh_cidr": None,
+                                   "use_internal_ips": False, "ssh_cidr": "auto",
                                    "iam_instance_profile": None,
                                    "ssh_user": "ubuntu", "tags": {}}
     assert built.values["head"]["disk"] == {"root_gb": 150, "volume_type": "gp3", "data_gb": 0}

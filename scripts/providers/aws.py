@@ -128,10 +128,10 @@ def value_problems(values: dict) -> list[str]:
         problems.append(f"aws.availability_zone: {zone} is not in region {region}; "
                         f"use a zone such as {region}a")
     problems += volume_problems(docker["volumes"])
-    if aws["ssh_cidr"] and aws["security_group_ids"]:
+    if aws["ssh_cidr"] != "auto" and aws["security_group_ids"]:
         problems.append("aws.ssh_cidr: applies to the group the kit creates, but "
-                        "aws.security_group_ids names your own; set the SSH rule in your group, "
-                        "or drop security_group_ids")
+                        "aws.security_group_ids names your own; set the SSH rule in your group "
+                        "and ssh_cidr: auto, or drop security_group_ids")
     for i, option in enumerate(docker["extra_run_options"]):
         if option.split("=")[0] in ("--volume", "--mount"):
             problems.append(f"docker.extra_run_options[{i}]: mounts go in docker.volumes, "
@@ -501,7 +501,8 @@ def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
     pinned = copy.deepcopy(values)
     pinned["aws"]["availability_zone"] = found["availability_zone"]
     pinned["aws"]["image_id"] = found["image_id"]
-    if values["aws"]["ssh_cidr"] and not values["aws"]["subnet_ids"]:
+    pinned["aws"]["ssh_cidr"] = found["ssh_cidr"]  # auto: this machine's address, /32
+    if kit_creates_ssh_group(pinned) and not values["aws"]["subnet_ids"]:
         # the kit creates the SSH group in this subnet's VPC: Ray must launch there too
         pinned["aws"]["subnet_ids"] = [found["subnet"]]
     how = "as set" if values["aws"]["availability_zone"] else "picked: it offers every instance type"
@@ -510,6 +511,7 @@ def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
                + f", AMI {found['image_id']} ({found['image_name']}"
                + (", the current Deep Learning Base AMI)" if values["aws"]["image_id"] == "auto" else ")")
                + (f", key pair {values['aws']['key_pair']} found" if values["aws"]["key_pair"] else "")
+               + (f", SSH open to {found['ssh_cidr']} only" if kit_creates_ssh_group(pinned) else "")
                + ("" if found["notes"] else ", vCPU quotas suffice"))
     return pinned, [summary] + [f"preflight: {note}" for note in found["notes"]]
 
@@ -642,7 +644,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
               "up_at": time.time(), "autostop_minutes": values["autostop_minutes"]}
     state.save(cluster, record, config_text)  # from here on, `make down` can stop it
     stop_hint = f"instances of '{cluster}' may be running: `make down CLUSTER={cluster}` stops them"
-    if values["aws"]["ssh_cidr"]:
+    if kit_creates_ssh_group(values):
         import boto3
 
         create_ssh_group(boto3.client("ec2", region_name=record["region"]), values)
@@ -681,6 +683,17 @@ def joined_workers(record: dict, status: str = UP_TO_DATE) -> dict[str, int]:
                 node_type = tags.get(TAG_USER_TYPE, "?")
                 counts[node_type] = counts.get(node_type, 0) + 1
     return counts
+
+
+def kit_creates_ssh_group(values: dict) -> bool:
+    """The kit makes the cluster's security group (SSH from ssh_cidr alone) unless the
+    values name groups of their own; `auto` is resolved at preflight, before `up`."""
+    if values["aws"]["security_group_ids"]:
+        return False
+    if values["aws"]["ssh_cidr"] == "auto":
+        raise KitError("aws.ssh_cidr: auto is resolved by the preflight; run `make up`, "
+                       "which runs it first")
+    return True
 
 
 def create_ssh_group(ec2, values: dict) -> str:
@@ -861,7 +874,19 @@ def monitor(record: dict, follow: bool) -> int:
 
 
 def is_running(record: dict) -> bool:
-    return True  # a record exists until `ray down` succeeded
+    """Whether any instance of the recorded cluster may still bill: its tag on an instance
+    in any state but terminated. A record whose cluster autostopped, or whose launch failed
+    before an instance started, is stale. Where the account cannot be asked (credentials,
+    network), the record stands: never assume billing has stopped."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        ec2 = boto3.client("ec2", region_name=record["region"])
+        return bool(cluster_instances(ec2, record, ["pending", "running", "stopping", "stopped",
+                                                    "shutting-down"]))
+    except (BotoCoreError, ClientError):
+        return True
 
 
 @contextmanager

@@ -16,6 +16,7 @@ pinned id must exist in the region, be x86_64, and (for a Deep Learning Base AMI
 name dates the release) ship a driver that the GPU software needs.
 """
 
+import os
 from pathlib import Path
 
 import botocore.exceptions
@@ -35,6 +36,13 @@ VCPU_QUOTAS = {
     ("g", "spot"): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
     ("p", "spot"): ("L-7212CCBC", "All P Spot Instance Requests"),
 }
+
+
+# AWS's own service answering with the caller's public IPv4 address, as plain text.
+CHECKIP_URL = "https://checkip.amazonaws.com"
+CHECKIP_TIMEOUT_S = 10
+# Addresses no SSH from the internet comes from: private (RFC 1918) and carrier-grade NAT.
+NOT_ON_THE_INTERNET = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
 
 
 def family(instance_type: str) -> str | None:
@@ -93,10 +101,39 @@ def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None,
     notes = []
     image_id, image_name = ami(ec2, ssm, aws, problems, notes)
     problems += quota_problems(ec2, quotas, values, notes)
+    ssh_cidr = aws["ssh_cidr"]
+    if ssh_cidr == "auto" and not aws["security_group_ids"]:
+        ssh_cidr = own_address_range(problems)
     if problems:
         raise KitError(joined(f"AWS preflight ({aws['region']}, account {account})", problems))
     return {"account": account, "availability_zone": zone, "subnet": subnet,
-            "image_id": image_id, "image_name": image_name, "notes": notes}
+            "image_id": image_id, "image_name": image_name, "ssh_cidr": ssh_cidr, "notes": notes}
+
+
+def own_address_range(problems: list[str]) -> str | None:
+    """This machine's public IPv4 address as AWS sees it, as a /32: the one source SSH is
+    opened to by default (ssh_cidr: auto). Asked of AWS's own checkip service
+    (RAYKIT_CHECKIP_URL overrides it: the tests' stand-in on 127.0.0.1)."""
+    import ipaddress
+    import urllib.request
+
+    url = os.environ.get("RAYKIT_CHECKIP_URL") or CHECKIP_URL
+    try:
+        with urllib.request.urlopen(url, timeout=CHECKIP_TIMEOUT_S) as answer:
+            text = answer.read(64).decode("ascii", "replace").strip()
+        address = ipaddress.IPv4Address(text)
+    except (OSError, ValueError) as e:
+        problems.append(f"aws.ssh_cidr: auto could not find the address this machine reaches "
+                        f"AWS from ({type(e).__name__}: {short(str(e), 80)[1:-1]}); set ssh_cidr "
+                        "to your address range, e.g. 203.0.113.7/32 (0.0.0.0/0 opens SSH to "
+                        "everyone)")
+        return None
+    if address.is_loopback or address.is_link_local or address.is_unspecified or any(
+            address in ipaddress.ip_network(block) for block in NOT_ON_THE_INTERNET):
+        problems.append(f"aws.ssh_cidr: auto found {address}, which is no public address; set "
+                        "ssh_cidr to the range you reach AWS from, e.g. 203.0.113.7/32")
+        return None
+    return f"{address}/32"
 
 
 def ami(ec2, ssm, aws: dict, problems: list[str], notes: list[str]) -> tuple:
