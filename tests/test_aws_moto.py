@@ -274,8 +274,50 @@ def test_preflight_wants_a_subnet_with_public_ips_or_internal_ips(hetero_values)
         assert "the subnets in aws.subnet_ids" in str(error.value)
         assert "set aws.subnet_ids to one that does, or aws.use_internal_ips: true" in str(error.value)
         hetero_values["aws"]["use_internal_ips"] = True
+        # private IPs, but no route out: no node could pull its image or packages
+        with pytest.raises(KitError, match=f"aws.use_internal_ips: no route out of {private} "):
+            preflight_of(checked(hetero_values))
+        # an internet gateway is no way out without public IPs
+        igw = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+        ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc)
+        table = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
+        ec2.associate_route_table(RouteTableId=table, SubnetId=private)
+        ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", GatewayId=igw)
+        with pytest.raises(KitError, match="no route out of"):
+            preflight_of(checked(hetero_values))
+        # a NAT gateway (in a public subnet of the VPC) is
+        public = ec2.create_subnet(VpcId=vpc, CidrBlock="10.2.2.0/24",
+                                   AvailabilityZone="us-east-1b")["Subnet"]["SubnetId"]
+        address = ec2.allocate_address(Domain="vpc")["AllocationId"]
+        nat = ec2.create_nat_gateway(SubnetId=public, AllocationId=address)["NatGateway"]["NatGatewayId"]
+        ec2.replace_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", NatGatewayId=nat)
         found = preflight_of(checked(hetero_values))
         assert (found["availability_zone"], found["subnet"]) == ("us-east-1b", private)
+
+
+def test_the_root_volume_is_the_amis_own_root_device(home, hetero_values):
+    """An AMI whose root device is /dev/xvda: the preflight reads it, the rendered root
+    volume is that device, and an instance launched from it has one volume, of root_gb."""
+    import yaml
+
+    from scripts.build import build_text
+    from scripts.providers import aws
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        image = ec2.register_image(Name="my-own-image", Architecture="x86_64")["ImageId"]
+        # moto's RegisterImage ignores RootDeviceName (AWS's keeps it): set it in its store
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.ec2.models import ec2_backends
+
+        ec2_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].amis[image].root_device_name = "/dev/xvda"
+        assert ec2.describe_images(ImageIds=[image])["Images"][0]["RootDeviceName"] == "/dev/xvda"
+        hetero_values["aws"]["image_id"] = image
+        pinned, _ = aws.preflight(checked(hetero_values))
+        assert pinned["aws"]["root_device"] == "/dev/xvda"
+        config = build_text("hetero", yaml.safe_dump(pinned).encode()).config
+        for node_type in config["available_node_types"].values():
+            assert node_type["node_config"]["BlockDeviceMappings"][0]["DeviceName"] == "/dev/xvda"
 
 
 def test_preflight_checks_the_key_pair_and_its_private_key(home, hetero_values):

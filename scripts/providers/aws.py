@@ -266,9 +266,10 @@ def template_context(cluster: str, values: dict) -> dict:
                                for v in docker["volumes"]]
         + ["--ulimit nofile=65536:65536"] + docker["extra_run_options"],
         # Only the head needs rights (its autoscaler launches and stops the workers).
-        "head": aws_node(HEAD_TYPE, head, preprocess=head["preprocess"], spot=False)
+        "head": aws_node(HEAD_TYPE, head, preprocess=head["preprocess"], spot=False,
+                         root_device=aws["root_device"])
         | {"iam_instance_profile": iam_profile(aws["iam_instance_profile"])},
-        "workers": [aws_node(name, w, preprocess=True, spot=w["spot"])
+        "workers": [aws_node(name, w, preprocess=True, spot=w["spot"], root_device=aws["root_device"])
                     | {"min_workers": w["min_workers"], "max_workers": w["max_workers"],
                        "iam_instance_profile": None}
                     for name, w in values["workers"].items()],
@@ -316,7 +317,7 @@ def iam_profile(name_or_arn: str | None) -> dict | None:
     return {"Arn": name_or_arn} if name_or_arn.startswith("arn:") else {"Name": name_or_arn}
 
 
-def aws_node(name: str, node: dict, preprocess: bool, spot: bool) -> dict:
+def aws_node(name: str, node: dict, preprocess: bool, spot: bool, root_device: str) -> dict:
     spec = catalog.INSTANCE_TYPES[node["instance_type"]]
     disk = node["disk"]
     # Where work runs is the labels' business (placement.py): no custom resources. A node
@@ -326,7 +327,7 @@ def aws_node(name: str, node: dict, preprocess: bool, spot: bool) -> dict:
                          if preprocess else spec.vcpus)}
     if spec.gpus:
         resources["GPU"] = spec.gpus
-    volumes = [{"device": "/dev/sda1", "size_gb": disk["root_gb"], "type": disk["volume_type"]}]
+    volumes = [{"device": root_device, "size_gb": disk["root_gb"], "type": disk["volume_type"]}]
     if disk["data_gb"]:
         volumes.append({"device": "/dev/sdf", "size_gb": disk["data_gb"],
                         "type": disk["volume_type"]})
@@ -501,6 +502,7 @@ def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
     pinned = copy.deepcopy(values)
     pinned["aws"]["availability_zone"] = found["availability_zone"]
     pinned["aws"]["image_id"] = found["image_id"]
+    pinned["aws"]["root_device"] = found["root_device"]  # the AMI's
     pinned["aws"]["ssh_cidr"] = found["ssh_cidr"]  # auto: this machine's address, /32
     if kit_creates_ssh_group(pinned) and not values["aws"]["subnet_ids"]:
         # the kit creates the SSH group in this subnet's VPC: Ray must launch there too

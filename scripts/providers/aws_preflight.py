@@ -99,7 +99,8 @@ def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None,
     if aws["key_pair"]:
         problems += key_pair_problems(ec2, aws["key_pair"], aws["region"])
     notes = []
-    image_id, image_name = ami(ec2, ssm, aws, problems, notes)
+    root_device = [aws["root_device"]]
+    image_id, image_name = ami(ec2, ssm, aws, problems, notes, root_device)
     problems += quota_problems(ec2, quotas, values, notes)
     ssh_cidr = aws["ssh_cidr"]
     if ssh_cidr == "auto" and not aws["security_group_ids"]:
@@ -107,7 +108,8 @@ def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None,
     if problems:
         raise KitError(joined(f"AWS preflight ({aws['region']}, account {account})", problems))
     return {"account": account, "availability_zone": zone, "subnet": subnet,
-            "image_id": image_id, "image_name": image_name, "ssh_cidr": ssh_cidr, "notes": notes}
+            "image_id": image_id, "image_name": image_name, "root_device": root_device[0],
+            "ssh_cidr": ssh_cidr, "notes": notes}
 
 
 def own_address_range(problems: list[str]) -> str | None:
@@ -136,9 +138,11 @@ def own_address_range(problems: list[str]) -> str | None:
     return f"{address}/32"
 
 
-def ami(ec2, ssm, aws: dict, problems: list[str], notes: list[str]) -> tuple:
+def ami(ec2, ssm, aws: dict, problems: list[str], notes: list[str], root_device: list[str]) -> tuple:
     """(image id, name): `auto` resolved from the public SSM parameter, then checked to
-    exist in the region with a driver the GPU software needs."""
+    exist in the region with a driver the GPU software needs. root_device[0] becomes the
+    AMI's root device name (the volume the kit sizes must be that device, or EC2 adds it
+    as a second, empty volume and leaves the root at the AMI's size)."""
     image_id = aws["image_id"]
     if image_id == "auto":
         try:
@@ -162,6 +166,7 @@ def ami(ec2, ssm, aws: dict, problems: list[str], notes: list[str]) -> tuple:
         problems.append(f"aws.image_id: {image_id} ({name}) is {image['Architecture']}; the kit's "
                         "instance types and images are x86_64: use an x86_64 AMI")
     problems += driver_problems(image_id, name)
+    root_device[0] = image.get("RootDeviceName") or root_device[0]
     if catalog.dlami_driver(name) is None:
         need, why = catalog.gpu_driver_needed()
         notes.append(f"AMI {image_id} ({short(name, 80)[1:-1]}) is not a Deep Learning Base AMI: its "
@@ -285,6 +290,19 @@ def pick_subnet(ec2, aws: dict, zones: list[str], problems: list[str]) -> tuple:
                         "`aws ec2 describe-subnets`")
         return None, None
     usable = [s for s in subnets if s["MapPublicIpOnLaunch"] or aws["use_internal_ips"]]
+    if aws["use_internal_ips"]:
+        # Private IPs reach the nodes from inside the VPC, but every node still pulls the
+        # Docker image and pip packages from the internet: without a route out it fails
+        # its setup, and the autoscaler relaunches it in a loop.
+        routed = [s for s in usable if route_out(ec2, s)]
+        if usable and not routed:
+            problems.append(f"aws.use_internal_ips: no route out of {', '.join(s['SubnetId'] for s in usable)} "
+                            "(no 0.0.0.0/0 route through a NAT gateway, a transit gateway, or an "
+                            "internet gateway with public IPs); the nodes could pull no image: "
+                            "add a NAT gateway to the subnet's route table, or set aws.subnet_ids "
+                            "to subnets that have one")
+            return None, None
+        usable = routed
     for zone in zones:
         for subnet in sorted(usable, key=lambda s: s["SubnetId"]):
             if subnet["AvailabilityZone"] == zone:
@@ -295,6 +313,27 @@ def pick_subnet(ec2, aws: dict, zones: list[str], problems: list[str]) -> tuple:
                     "one that does, or aws.use_internal_ips: true (reaching the nodes from inside "
                     "the VPC)")
     return None, None
+
+
+def route_out(ec2, subnet: dict) -> bool:
+    """Whether a subnet's nodes reach the internet: its route table (its own, or else the
+    VPC's main one) sends 0.0.0.0/0 through a NAT gateway, a transit gateway, a NAT
+    instance or interface, or an internet gateway where the subnet maps public IPs."""
+    own = ec2.describe_route_tables(Filters=[
+        {"Name": "association.subnet-id", "Values": [subnet["SubnetId"]]}])["RouteTables"]
+    tables = own or ec2.describe_route_tables(Filters=[
+        {"Name": "vpc-id", "Values": [subnet["VpcId"]]},
+        {"Name": "association.main", "Values": ["true"]}])["RouteTables"]
+    for table in tables:
+        for route in table.get("Routes", []):
+            if route.get("DestinationCidrBlock") != "0.0.0.0/0" or route.get("State") == "blackhole":
+                continue
+            if any(route.get(k) for k in ("NatGatewayId", "TransitGatewayId", "InstanceId",
+                                          "NetworkInterfaceId")):
+                return True
+            if str(route.get("GatewayId", "")).startswith("igw-") and subnet["MapPublicIpOnLaunch"]:
+                return True
+    return False
 
 
 def key_pair_problems(ec2, name: str, region: str) -> list[str]:
