@@ -31,6 +31,20 @@ for key, value in {
 
 network_guard.install()
 
+
+def moto_get_ebs_default_kms_key_id(self):
+    """GetEbsDefaultKmsKeyId, which moto 5.2.5 lacks: AWS answers with the account's
+    default EBS key, alias/aws/ebs until ModifyEbsDefaultKmsKeyId (which moto has) sets
+    another."""
+    from moto.core.responses import ActionResult
+
+    return ActionResult({"KmsKeyId": self.ec2_backend.default_kms_key_id or "alias/aws/ebs"})
+
+
+from moto.ec2.responses.elastic_block_store import ElasticBlockStore  # noqa: E402
+
+ElasticBlockStore.get_ebs_default_kms_key_id = moto_get_ebs_default_kms_key_id
+
 # What a test makes (values files, jobs, rendered configs, records, results) goes to one
 # temporary folder the kit is pointed at (scripts/core/paths.py), never into the checkout:
 # a run, even a killed one, leaves the checkout as it found it. Set before any kit module

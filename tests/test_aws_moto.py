@@ -40,6 +40,11 @@ def launch_every_node_type(cluster: str, config: dict | None = None):
     from ray.autoscaler.tags import NODE_KIND_HEAD, NODE_KIND_WORKER, TAG_RAY_NODE_KIND, \
         TAG_RAY_NODE_NAME, TAG_RAY_USER_NODE_TYPE
 
+    from scripts.providers import aws
+
+    values = build(cluster).values
+    if values["aws"]["iam_instance_profile"] == "auto":  # as `make up` does before `ray up`
+        aws.ensure_head_role(boto3.client("iam"), values, wait_s=0)
     config = bootstrap_aws(prepare_config(config or build(cluster).config))
     provider = AWSNodeProvider(config["provider"], config["cluster_name"])
     ec2 = boto3.client("ec2", region_name=config["provider"]["region"])
@@ -488,6 +493,62 @@ def test_ssh_auto_without_a_public_address_is_one_line_naming_the_key(monkeypatc
         with pytest.raises(KitError, match=message) as refused:
             aws.preflight(checked(hetero_values))
     assert "aws.ssh_cidr: " in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_head_gets_a_least_privilege_role_of_its_own_by_default(home):
+    """iam_instance_profile: auto: `make up` makes role and profile raykit-<name>-head with
+    the kit's head policy, tagged with the cluster; the head launches with it (never Ray's
+    full-access ray-autoscaler-v1); a second `make up` reuses it; a role of that name that is
+    not the cluster's is refused; PURGE's delete removes both."""
+    import json
+
+    from scripts.core.errors import KitError
+    from scripts.providers import aws
+
+    values = build("hetero").values
+    with mock_aws():
+        _, provider, ec2, launched = launch_every_node_type("hetero")
+        iam = boto3.client("iam")
+        head = launched["ray.head.default"]
+        assert head["IamInstanceProfile"]["Arn"].endswith(":instance-profile/raykit-hetero-head")
+        assert "IamInstanceProfile" not in launched["cpu_worker"]  # workers call no AWS API
+        assert [r["RoleName"] for r in iam.list_roles()["Roles"]] == ["raykit-hetero-head"]  # no Ray role
+        policy = iam.get_role_policy(RoleName="raykit-hetero-head", PolicyName="ray-head")["PolicyDocument"]
+        policy = json.loads(policy) if isinstance(policy, str) else policy
+        assert policy == aws.head_policy(values)
+        assert {"Key": "ray-kit-cluster", "Value": "hetero"} in iam.list_role_tags(
+            RoleName="raykit-hetero-head")["Tags"]
+        assert aws.ensure_head_role(iam, values, wait_s=0) == "raykit-hetero-head"  # reused
+        assert len(iam.list_instance_profiles()["InstanceProfiles"]) == 1
+        provider.terminate_nodes(list(provider.non_terminated_nodes({})))
+        assert aws.delete_head_role(iam, "raykit-hetero-head")
+        assert iam.list_roles()["Roles"] == [] and iam.list_instance_profiles()["InstanceProfiles"] == []
+        iam.create_role(RoleName="raykit-hetero-head", AssumeRolePolicyDocument=json.dumps(aws.EC2_TRUST))
+        with pytest.raises(KitError, match="exists but is not cluster 'hetero''s"):
+            aws.ensure_head_role(iam, values, wait_s=0)
+
+
+def test_a_customer_managed_default_ebs_key_gets_the_head_kms_rights_on_it(home, hetero_values):
+    from scripts.providers import aws
+
+    with mock_aws():
+        publish_dlami(boto3.client("ec2", region_name="us-east-1"))
+        pinned, _ = aws.preflight(checked(hetero_values))
+        assert pinned["aws"]["ebs_kms_key"] is None  # AWS's own aws/ebs key: no rights needed
+        assert "kms:" not in json_text(aws.head_policy(pinned))
+        key = boto3.client("kms", region_name="us-east-1").create_key()["KeyMetadata"]["Arn"]
+        boto3.client("ec2", region_name="us-east-1").modify_ebs_default_kms_key_id(KmsKeyId=key)
+        pinned, _ = aws.preflight(checked(hetero_values))
+        assert pinned["aws"]["ebs_kms_key"] == key
+        (statement,) = [s for s in aws.head_policy(pinned)["Statement"] if s["Sid"] == "EncryptTheNodesVolumes"]
+        assert statement["Resource"] == key and "kms:CreateGrant" in statement["Action"]
+        assert statement["Condition"] == {"StringEquals": {"kms:ViaService": "ec2.us-east-1.amazonaws.com"}}
+
+
+def json_text(value) -> str:
+    import json
+
+    return json.dumps(value)
 
 
 # --- the AMI and its driver -------------------------------------------------------------

@@ -292,7 +292,8 @@ def test_allowed_odd_strings_render_inert(hetero_values):
         assert set(node_type["node_config"]) <= {"InstanceType", "ImageId", "MetadataOptions",
                                                  "BlockDeviceMappings", "TagSpecifications",
                                                  "InstanceMarketOptions", "KeyName",
-                                                 "InstanceInitiatedShutdownBehavior"}
+                                                 "InstanceInitiatedShutdownBehavior",
+                                                 "IamInstanceProfile"}
 
 
 def test_a_template_cannot_paste_a_string():

@@ -93,6 +93,7 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
                RAYKIT_BUILD_DIR=str(tmp_path / "build"),
                STANDIN_LOG=str(log),
                STANDIN_DASHBOARD_PORT=str(standin_head),  # where the stand-in ssh -L leads
+               RAYKIT_IAM_WAIT_S="0",  # moto's IAM has nothing to propagate
                PATH=f"{REPO / 'tests' / 'standins'}:{os.environ['PATH']}")
     dlami = publish_dlami(boto3.client("ec2", endpoint_url=moto_server, region_name="us-east-1"))
     stop = threading.Event()
@@ -127,6 +128,7 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
     tags = {t["Key"]: t["Value"] for t in head["Tags"]}
     assert tags["ray-node-type"] == "head" and tags["ray-cluster-name"] == "hetero"
     assert head["MetadataOptions"]["HttpTokens"] == "required"
+    assert head["IamInstanceProfile"]["Arn"].endswith(":instance-profile/raykit-hetero-head")
     # closed by default: the head's group admits SSH from `make up`'s own address alone
     (group,) = ec2.describe_security_groups(GroupIds=[g["GroupId"] for g in head["SecurityGroups"]])["SecurityGroups"]
     assert [ip["CidrIp"] for rule in group["IpPermissions"] for ip in rule.get("IpRanges", [])] == [
@@ -186,7 +188,12 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
     said = down.stdout.splitlines()[-1]
     assert said.startswith("AWS cluster 'hetero': every instance terminated; left behind: ")
     assert "nothing of security group ray-hetero (deleted)" in said
-    assert "key pair ray-autoscaler_us-east-1" in said and "ray-autoscaler-v1" in said
+    assert "key pair ray-autoscaler_us-east-1" in said and "ray-autoscaler-v1" not in said
+    # the head's least-privilege role, which `make up` made, goes with PURGE=1; Ray's
+    # full-access role was never made
+    assert "nothing of IAM role and instance profile raykit-hetero-head (deleted)" in said
+    iam = boto3.client("iam", endpoint_url=moto_server, region_name="us-east-1")
+    assert not [r for r in iam.list_roles()["Roles"] if r["RoleName"] in ("raykit-hetero-head", "ray-autoscaler-v1")]
     groups = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["ray-hetero"]}])
     assert groups["SecurityGroups"] == []
     assert not (tmp_path / "build" / "launched" / "hetero.json").exists()

@@ -109,10 +109,10 @@ def test_defaults_come_from_the_schema():
                "head": {"instance_type": "g5.xlarge", "disk": {"root_gb": 150}}}
     built = build_text("mini", yaml.safe_dump(minimal).encode())
     assert built.values["aws"] == {"region": "us-east-1", "availability_zone": None, "image_id": "auto",
-                                   "root_device": "/dev/sda1",
+                                   "root_device": "/dev/sda1", "ebs_kms_key": None,
                                    "key_pair": None, "subnet_ids": [], "security_group_ids": [],
                                    "use_internal_ips": False, "ssh_cidr": "auto",
-                                   "iam_instance_profile": None,
+                                   "iam_instance_profile": "auto",
                                    "ssh_user": "ubuntu", "tags": {}}
     assert built.values["head"]["disk"] == {"root_gb": 150, "volume_type": "gp3", "data_gb": 0}
     assert built.values["idle_timeout_minutes"] == 10 and built.values["workers"] == {}

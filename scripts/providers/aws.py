@@ -97,6 +97,8 @@ RECORD_SCHEMA = {
         "security_group": {"type": ["string", "null"], "pattern": "^ray-[a-z][a-z0-9_-]{0,39}$"},
         "ray_key_pair": {"type": "boolean"},
         "ray_role": {"type": "boolean"},
+        # the head's role and instance profile `make up` made (iam_instance_profile: auto)
+        "head_role": {"type": ["string", "null"], "pattern": "^raykit-[a-z][a-z0-9_-]{0,39}-head$"},
         "up_at": {"type": "number", "minimum": 0},  # epoch seconds; autostop counts from it
         "autostop_minutes": {"type": "integer", "minimum": 0, "maximum": 10080},
     },
@@ -268,7 +270,7 @@ def template_context(cluster: str, values: dict) -> dict:
         # Only the head needs rights (its autoscaler launches and stops the workers).
         "head": aws_node(HEAD_TYPE, head, preprocess=head["preprocess"], spot=False,
                          root_device=aws["root_device"])
-        | {"iam_instance_profile": iam_profile(aws["iam_instance_profile"])},
+        | {"iam_instance_profile": iam_profile(head_profile_name(values))},
         "workers": [aws_node(name, w, preprocess=True, spot=w["spot"], root_device=aws["root_device"])
                     | {"min_workers": w["min_workers"], "max_workers": w["max_workers"],
                        "iam_instance_profile": None}
@@ -308,6 +310,14 @@ def spot_watch_command(values: dict) -> str | None:
         return None
     return (f"nohup python {NODE_PROGRAMS_REMOTE_DIR}/spot_watch.py --gcs $RAY_HEAD_IP:{GCS_PORT} "
             "> /tmp/raykit-spot-watch.log 2>&1 &")
+
+
+def head_profile_name(values: dict) -> str | None:
+    """The head's instance profile: `auto`, the kit's own least-privilege one for this
+    cluster (made by `make up`); a name or ARN of yours; None, Ray's ray-autoscaler-v1
+    (EC2 and S3 full access), only where the values file asks for it with null."""
+    profile = values["aws"]["iam_instance_profile"]
+    return f"raykit-{values['cluster_name']}-head" if profile == "auto" else profile
 
 
 def iam_profile(name_or_arn: str | None) -> dict | None:
@@ -503,6 +513,7 @@ def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
     pinned["aws"]["availability_zone"] = found["availability_zone"]
     pinned["aws"]["image_id"] = found["image_id"]
     pinned["aws"]["root_device"] = found["root_device"]  # the AMI's
+    pinned["aws"]["ebs_kms_key"] = found["ebs_kms_key"]  # the account's default, if a customer's
     pinned["aws"]["ssh_cidr"] = found["ssh_cidr"]  # auto: this machine's address, /32
     if kit_creates_ssh_group(pinned) and not values["aws"]["subnet_ids"]:
         # the kit creates the SSH group in this subnet's VPC: Ray must launch there too
@@ -575,6 +586,15 @@ def head_policy(values: dict) -> dict:
          "Resource": f"{arn}:*:instance/*",
          "Condition": {"StringEquals": {"ec2:ResourceTag/ray-kit-cluster": name}}},
     ]
+    if values["aws"]["ebs_kms_key"]:
+        # Encrypted volumes take the account's default EBS key; where that is customer-
+        # managed, launching through EC2 needs these rights on it (AWS's "Required KMS key
+        # policy for use with encrypted volumes"), through EC2 only.
+        statements.append({"Sid": "EncryptTheNodesVolumes", "Effect": "Allow",
+                           "Action": ["kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey",
+                                      "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncrypt*"],
+                           "Resource": values["aws"]["ebs_kms_key"],
+                           "Condition": {"StringEquals": {"kms:ViaService": f"ec2.{region}.amazonaws.com"}}})
     if any(w["spot"] for w in values["workers"].values()):
         # A RunInstances with InstanceMarketOptions (spot) also creates a spot instance
         # request, a resource of its own that the call must be allowed on (AWS's example
@@ -643,6 +663,8 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
               else f"ray-{values['cluster_name']}",
               "ray_key_pair": values["aws"]["key_pair"] is None,
               "ray_role": values["aws"]["iam_instance_profile"] is None,
+              "head_role": (head_profile_name(values)
+                            if values["aws"]["iam_instance_profile"] == "auto" else None),
               "up_at": time.time(), "autostop_minutes": values["autostop_minutes"]}
     state.save(cluster, record, config_text)  # from here on, `make down` can stop it
     stop_hint = f"instances of '{cluster}' may be running: `make down CLUSTER={cluster}` stops them"
@@ -650,6 +672,10 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         import boto3
 
         create_ssh_group(boto3.client("ec2", region_name=record["region"]), values)
+    if record["head_role"]:
+        import boto3
+
+        ensure_head_role(boto3.client("iam"), values)
     try:
         code, output = run_ray(["up", "-y", "--no-config-cache", "--disable-usage-stats",
                                 str(state.config_path(cluster))], keep_output=True)
@@ -696,6 +722,68 @@ def kit_creates_ssh_group(values: dict) -> bool:
         raise KitError("aws.ssh_cidr: auto is resolved by the preflight; run `make up`, "
                        "which runs it first")
     return True
+
+
+EC2_TRUST = {"Version": "2012-10-17", "Statement": [{
+    "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
+IAM_PROPAGATION_S = 15  # a new instance profile is usable by RunInstances only after a while
+
+
+def ensure_head_role(iam, values: dict, wait_s: float | None = None) -> str:
+    """The head's least-privilege role and instance profile, both named head_profile_name:
+    made and tagged with the cluster on the first `make up`, reused (its policy brought up
+    to date) after; a role of that name that is not this cluster's is refused. Returns the
+    profile's name. Deleted by `make down PURGE=1` (delete_head_role)."""
+    name, cluster = head_profile_name(values), values["cluster_name"]
+    tag = {"Key": "ray-kit-cluster", "Value": cluster}
+    try:
+        role = iam.get_role(RoleName=name)["Role"]
+    except iam.exceptions.NoSuchEntityException:
+        role = None
+    if role is not None:
+        tags = iam.list_role_tags(RoleName=name)["Tags"]
+        if tag not in tags:
+            raise KitError(f"IAM role {name} exists but is not cluster '{cluster}''s (no tag "
+                           f"ray-kit-cluster={cluster}); delete it, or set "
+                           "aws.iam_instance_profile to a profile of yours")
+    else:
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(EC2_TRUST),
+                        Description=f"Ray cluster {cluster}: the head's autoscaler (ray-kit)",
+                        Tags=[tag])
+    iam.put_role_policy(RoleName=name, PolicyName="ray-head",
+                        PolicyDocument=json.dumps(head_policy(values)))
+    try:
+        profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
+    except iam.exceptions.NoSuchEntityException:
+        profile = iam.create_instance_profile(InstanceProfileName=name, Tags=[tag])["InstanceProfile"]
+    if name not in [r["RoleName"] for r in profile["Roles"]]:
+        iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
+        wait = (float(os.environ.get("RAYKIT_IAM_WAIT_S") or IAM_PROPAGATION_S)  # tests: 0
+                if wait_s is None else wait_s)
+        print(f"IAM role and instance profile {name} made (least privilege); waiting {wait:g} s "
+              "for IAM to propagate", flush=True)
+        time.sleep(wait)
+    return name
+
+
+def delete_head_role(iam, name: str) -> bool:
+    """Remove the head's role and instance profile that `make up` made; False if gone."""
+    found = False
+    try:
+        for role in iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"]:
+            iam.remove_role_from_instance_profile(InstanceProfileName=name, RoleName=role["RoleName"])
+        iam.delete_instance_profile(InstanceProfileName=name)
+        found = True
+    except iam.exceptions.NoSuchEntityException:
+        pass
+    try:
+        for policy in iam.list_role_policies(RoleName=name)["PolicyNames"]:
+            iam.delete_role_policy(RoleName=name, PolicyName=policy)
+        iam.delete_role(RoleName=name)
+        found = True
+    except iam.exceptions.NoSuchEntityException:
+        pass
+    return found
 
 
 def create_ssh_group(ec2, values: dict) -> str:
@@ -844,6 +932,15 @@ def left_behind(ec2, record: dict, purge: bool) -> list[str]:
     if record["ray_role"]:
         notes.append("IAM role and instance profile ray-autoscaler-v1 (EC2 and S3 full access, "
                      "shared by Ray's clusters; free)")
+    head_role = record.get("head_role")
+    if head_role and purge:
+        import boto3
+
+        delete_head_role(boto3.client("iam"), head_role)
+        notes.append(f"nothing of IAM role and instance profile {head_role} (deleted)")
+    elif head_role:
+        notes.append(f"IAM role and instance profile {head_role} (the head's least privilege; "
+                     "free, `make down PURGE=1` deletes it)")
     return notes
 
 

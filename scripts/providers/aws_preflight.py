@@ -55,7 +55,7 @@ def family(instance_type: str) -> str | None:
     return "standard" if name[0] in "acdhimrtz" else None
 
 
-def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None,
+def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None, kms=None,
               avoid_zones: tuple = ()) -> dict:
     """Check the account for `values`; return {"account", "availability_zone", "subnet",
     "image_id", "image_name", "notes"} or raise one KitError listing every problem with its
@@ -102,6 +102,7 @@ def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None,
     root_device = [aws["root_device"]]
     image_id, image_name = ami(ec2, ssm, aws, problems, notes, root_device)
     problems += quota_problems(ec2, quotas, values, notes)
+    kms_key = customer_ebs_key(ec2, kms or boto3.client("kms", region_name=aws["region"]), notes)
     ssh_cidr = aws["ssh_cidr"]
     if ssh_cidr == "auto" and not aws["security_group_ids"]:
         ssh_cidr = own_address_range(problems)
@@ -109,7 +110,25 @@ def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None,
         raise KitError(joined(f"AWS preflight ({aws['region']}, account {account})", problems))
     return {"account": account, "availability_zone": zone, "subnet": subnet,
             "image_id": image_id, "image_name": image_name, "root_device": root_device[0],
-            "ssh_cidr": ssh_cidr, "notes": notes}
+            "ssh_cidr": ssh_cidr, "ebs_kms_key": kms_key, "notes": notes}
+
+
+def customer_ebs_key(ec2, kms, notes: list[str]) -> str | None:
+    """The ARN of the account's default EBS key where it is customer-managed: the nodes'
+    volumes are encrypted with it, so the head, which launches the workers, needs KMS rights
+    on it (head_policy). None for AWS's own aws/ebs key, which needs none."""
+    try:
+        key_id = ec2.get_ebs_default_kms_key_id()["KmsKeyId"]
+        if key_id.split(":")[-1].startswith("alias/aws/"):  # AWS's own aws/ebs
+            return None
+        key = kms.describe_key(KeyId=key_id)["KeyMetadata"]
+    except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as e:
+        notes.append(f"the account's default EBS key could not be read ({short(str(e), 100)[1:-1]}); "
+                     "if it is a customer-managed key, the head's role needs KMS rights on it "
+                     "(kms:CreateGrant, Decrypt, DescribeKey, GenerateDataKeyWithoutPlaintext, "
+                     "ReEncrypt*)")
+        return None
+    return key["Arn"] if key.get("KeyManager") == "CUSTOMER" else None
 
 
 def own_address_range(problems: list[str]) -> str | None:
