@@ -166,25 +166,71 @@ def test_wait_until_ready_times_out_naming_what_is_missing(monkeypatch):
     assert "`make down CLUSTER=hetero` stops it" in text and "\n" not in text
 
 
-def test_a_worker_whose_setup_failed_is_named_at_the_time_out_with_its_error(monkeypatch):
-    """A worker whose setup command failed is tagged update-failed and relaunched in a loop:
-    at the time-out `make up` says so, with the updater's line from the autoscaler's log."""
+def ray_source(module: str) -> str:
+    import importlib
+    import inspect
+
+    return inspect.getsource(importlib.import_module(module))
+
+
+# What Ray 2.60 logs when a worker's setup fails, quoted from its installed source (the
+# test fails if Ray words it otherwise): v2's installer, once per attempt; the updater.
+RAY_INSTALL_FAILED = 'f"Ray installation failed on instance {instance.cloud_instance_id}: {e}"'
+RAY_UNEXPECTED_STATUS = 'f"Ray installation failed with unexpected status: {tags.get(TAG_RAY_NODE_STATUS)}"'
+RAY_SETUP_COMMAND_FAILED = '"Setup command `{}` failed with exit code {}. stderr: {}"'
+RAY_SSH_FAILED = 'fail_msg = "SSH command failed."'
+
+
+def test_the_failure_lines_are_the_ones_ray_writes():
+    installer = "ray.autoscaler.v2.instance_manager.subscribers.threaded_ray_installer"
+    assert RAY_INSTALL_FAILED in ray_source(installer)
+    assert RAY_UNEXPECTED_STATUS in ray_source("ray.autoscaler.v2.instance_manager.ray_installer")
+    assert RAY_SETUP_COMMAND_FAILED in ray_source("ray.autoscaler._private.updater")
+    assert 'cli_logger.error("Error message: {}", str(e))' in ray_source("ray.autoscaler._private.updater")
+    assert RAY_SSH_FAILED in ray_source("ray.autoscaler._private.command_runner")
+
+
+def test_a_worker_whose_setup_failed_is_named_at_the_time_out_with_its_type_and_error(monkeypatch):
+    """Under autoscaler v2 a worker whose setup fails is retried, then terminated: its
+    update-failed tag is seldom there at the time-out. `make up` names its worker type
+    (from the instance id Ray logs) and its last error, from the lines Ray writes."""
     from scripts.core.errors import KitError
     from scripts.providers import aws
 
-    log = ("2026-11-23 08:01:02 INFO autoscaler.py:1 StandardAutoscaler: 2 nodes\n"
-           "  Setup command `pip install -q torch==2.14.1` failed with exit code 1. stderr: "
-           "No space left on device\n")
-    monkeypatch.setattr(aws, "launch_errors", lambda record: aws.autoscaler_failures(log))
-    counts = {"up-to-date": {}, "update-failed": {"cpu_worker": 2}}
+    status_error = RAY_UNEXPECTED_STATUS[2:-1].replace("{tags.get(TAG_RAY_NODE_STATUS)}", "update-failed")
+    log = "\n".join([
+        "2026-11-23 08:01:02,000\tINFO autoscaler.py:1 -- StandardAutoscaler: 2 nodes",
+        "Error message: " + RAY_SSH_FAILED.split('"')[1],  # the updater, with login shells
+        "2026-11-23 08:03:04,000\tINFO threaded_ray_installer.py:80 -- " + RAY_INSTALL_FAILED[2:-1]
+        .replace("{instance.cloud_instance_id}", "i-0abc123").replace("{e}", status_error),
+        RAY_SETUP_COMMAND_FAILED[1:-1].format("pip install -q torch==2.14.1", 1, "No space left on device"),
+    ])
+    monkeypatch.setattr(aws, "launch_errors", lambda record: aws.autoscaler_failures(
+        log, {"i-0abc123": "cpu_worker"}))
+    counts = {"up-to-date": {}, "update-failed": {}}  # v2 terminated it: no tag left
     with pytest.raises(KitError) as error:
         aws.wait_until_ready(RECORD | {"ready_timeout_s": 0.05},
                              joined=lambda r, status="up-to-date": counts[status], poll_s=0.01)
     text = str(error.value)
-    assert "still missing: 2 x cpu_worker; 2 x cpu_worker launched but its setup failed (tagged " \
-           "update-failed" in text
+    assert "still missing: 2 x cpu_worker" in text and "\n" not in text
+    assert ("cpu_worker (i-0abc123) failed its setup: Ray installation failed with unexpected "
+            "status: update-failed") in text
     assert "Setup command `pip install -q torch==2.14.1` failed with exit code 1. stderr: No space" in text
     assert aws.autoscaler_failures("nothing here\n") == "(no launch or setup failure in its log)"
+
+
+@mock_aws
+def test_instance_types_names_terminated_workers_too():
+    from scripts.providers import aws
+
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    (worker,) = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="c5.large",
+                                  TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                                      {"Key": "ray-cluster-name", "Value": "hetero"},
+                                      {"Key": "ray-user-node-type", "Value": "cpu_worker"}]}])["Instances"]
+    ec2.terminate_instances(InstanceIds=[worker["InstanceId"]])
+    assert aws.instance_types(ec2, RECORD) == {worker["InstanceId"]: "cpu_worker"}
 
 
 def test_given_subnet_and_security_group_are_used_and_no_group_is_created(home, hetero_values):

@@ -845,29 +845,63 @@ def wait_until_ready(record: dict, joined=joined_workers, poll_s: float = READY_
         time.sleep(poll_s)
 
 
-# What the head's autoscaler logs when a worker cannot be had: EC2 refused the launch, or
-# the node launched and its setup failed (Ray's updater: "Setup command `...` failed with
-# exit code N. stderr: ...").
-AUTOSCALER_FAILURES = ("Failed to launch", "failed with exit code")
+# What the head's autoscaler (v2, `ray up`'s default) logs when a worker cannot be had,
+# as Ray 2.60 writes it (tests/test_aws_moto.py reads each from Ray's installed source):
+#   v2 node_provider   "Failed to launch {count} nodes of type {node_type}: {e}"   (EC2 refused)
+#   v2 ray installer   "Ray installation failed on instance {cloud_instance_id}: {e}", each
+#                      of its attempts (the instance is terminated after the last, so its
+#                      update-failed tag is seldom there at the time-out)
+#   updater            "Setup command `{}` failed with exit code {}. stderr: {}" (no login
+#                      shell), or "Error message: {}" ("SSH command failed." with one)
+AUTOSCALER_FAILURES = ("Failed to launch", "Ray installation failed on instance",
+                       "failed with exit code", "Error message: ")
+INSTALL_FAILED = re.compile(r"Ray installation failed on instance (i-[0-9a-f]+): (.*)")
 
 
 def launch_errors(record: dict) -> str:
-    """The head autoscaler's last launch and setup failures, read over SSH from its log."""
-    command = ("grep -h -e 'Failed to launch' -e 'failed with exit code' "
-               "/tmp/ray/session_latest/logs/monitor.* 2>/dev/null | tail -n 6")
+    """The head autoscaler's last launch and setup failures, read over SSH from its log,
+    each failed instance named with its worker type."""
+    command = ("grep -h -e 'Failed to launch' -e 'Ray installation failed on instance' "
+               "-e 'failed with exit code' -e 'Error message: ' "
+               "/tmp/ray/session_latest/logs/monitor.* 2>/dev/null | tail -n 12")
     try:
         result = subprocess.run([ray_cli(), "exec", str(state.config_path(record["cluster"])),
                                  command], env=ray_env(), capture_output=True, text=True,
                                 timeout=120, start_new_session=True)
     except subprocess.TimeoutExpired:
         return "(its log could not be read within 120 s)"
-    return autoscaler_failures(result.stdout)
+    import boto3
+
+    return autoscaler_failures(result.stdout, instance_types(
+        boto3.client("ec2", region_name=record["region"]), record))
 
 
-def autoscaler_failures(log_text: str) -> str:
-    """The failure lines of the autoscaler's log, last ones last, in one line."""
-    found = [line for line in log_text.splitlines() if any(f in line for f in AUTOSCALER_FAILURES)]
-    return (" | ".join(short(line.strip(), 200)[1:-1] for line in found[-3:])
+def instance_types(ec2, record: dict) -> dict[str, str]:
+    """{instance id: worker type} of the cluster's instances, terminated ones too (Ray's
+    v2 installer terminates a worker after its last failed attempt)."""
+    try:
+        filters = [{"Name": f"tag:{TAG_CLUSTER}", "Values": [record["cluster_name"]]}]
+        return {i["InstanceId"]: {t["Key"]: t["Value"] for t in i.get("Tags", [])}.get(TAG_USER_TYPE, "?")
+                for page in ec2.get_paginator("describe_instances").paginate(Filters=filters)
+                for r in page["Reservations"] for i in r["Instances"]}
+    except Exception:  # noqa: BLE001 (the failure lines still say what they can)
+        return {}
+
+
+def autoscaler_failures(log_text: str, types: dict[str, str] | None = None) -> str:
+    """The failure lines of the autoscaler's log, last ones last, in one line; an instance
+    whose Ray installation failed is named with its worker type (`types`: instance ->
+    type): '<type> (<instance>) failed its setup: <error>'."""
+    found = []
+    for line in log_text.splitlines():
+        if not any(f in line for f in AUTOSCALER_FAILURES):
+            continue
+        install = INSTALL_FAILED.search(line)
+        if install:
+            instance, error = install.groups()
+            line = f"{(types or {}).get(instance, 'a worker')} ({instance}) failed its setup: {error}"
+        found.append(line.strip())
+    return (" | ".join(short(line, 200)[1:-1] for line in found[-3:])
             or "(no launch or setup failure in its log)")
 
 
