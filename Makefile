@@ -121,7 +121,7 @@ bench: $(STAMP) ## ViT job on each of CLUSTERS: $/100 steps table + JSON/CSV/PNG
 	@$(KIT) bench
 
 test: $(STAMP) ## run every test (offline: moto for AWS, the local cluster for Ray), then test-adaptdl
-	$(PY) -m pytest --durations=10 tests
+	$(PY) -m pytest -p no:cacheprovider --durations=10 tests
 	@$(MAKE) --no-print-directory test-adaptdl
 
 # Each of adaptdl-ray's test modules replaces functions in adaptdl-ray's modules before it

@@ -559,7 +559,7 @@ def test_the_head_gets_a_least_privilege_role_of_its_own_by_default(home):
         assert head["IamInstanceProfile"]["Arn"].endswith(":instance-profile/raykit-hetero-head")
         assert "IamInstanceProfile" not in launched["cpu_worker"]  # workers call no AWS API
         assert [r["RoleName"] for r in iam.list_roles()["Roles"]] == ["raykit-hetero-head"]  # no Ray role
-        policy = iam.get_role_policy(RoleName="raykit-hetero-head", PolicyName="ray-head")["PolicyDocument"]
+        policy = iam.get_role_policy(RoleName="raykit-hetero-head", PolicyName="ray-kit")["PolicyDocument"]
         policy = json.loads(policy) if isinstance(policy, str) else policy
         assert policy == aws.head_policy(values)
         assert {"Key": "ray-kit-cluster", "Value": "hetero"} in iam.list_role_tags(
@@ -921,3 +921,61 @@ def test_a_record_whose_cluster_has_no_instance_left_is_stale_and_one_with_an_in
             refuse_if_up("stale_test")
     finally:
         state.forget("stale_test")
+
+
+def test_workers_read_the_data_buckets_with_credentials_of_their_own_and_nothing_else(home, hetero_values):
+    """aws.data_buckets: the workers launch with a read-only profile of their own (Ray
+    Data's read tasks run there, and pyarrow ships no credentials to them). With what a
+    worker really holds (its role's credentials, moto enforcing IAM) it lists and reads the
+    named bucket, and is refused another; the head may pass that role and read too."""
+    import yaml
+    from botocore.exceptions import ClientError
+    from moto.core import set_initial_no_auth_action_count
+
+    from scripts.build import build_text
+    from scripts.providers import aws
+
+    hetero_values["aws"]["data_buckets"] = ["team-images"]
+    values = checked(hetero_values)
+    config = build_text("hetero", yaml.safe_dump(values).encode()).config
+    assert config["available_node_types"]["cpu_worker"]["node_config"]["IamInstanceProfile"] == {
+        "Name": "raykit-hetero-worker"}
+    head = aws.head_policy(values)["Statement"]
+    assert {"Sid": "PassTheWorkersRole", "Effect": "Allow", "Action": "iam:PassRole",
+            "Resource": "arn:aws:iam::*:role/raykit-hetero-worker",
+            "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}} in head
+
+    @set_initial_no_auth_action_count(12)  # the 12 set-up calls below as root, then IAM enforced
+    @mock_aws
+    def as_a_worker():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        for bucket in ("team-images", "payroll"):
+            s3.create_bucket(Bucket=bucket)
+            s3.put_object(Bucket=bucket, Key="0/a.jpg", Body=b"jpeg")
+        iam = boto3.client("iam", region_name="us-east-1")
+        aws.ensure_role(iam, values, "raykit-hetero-worker", aws.worker_policy(values), "data", wait_s=0)
+        role = iam.get_role(RoleName="raykit-hetero-worker")["Role"]["Arn"]
+        creds = boto3.client("sts", region_name="us-east-1").assume_role(
+            RoleArn=role, RoleSessionName="worker-node")["Credentials"]
+        worker = boto3.client("s3", region_name="us-east-1", aws_access_key_id=creds["AccessKeyId"],
+                              aws_secret_access_key=creds["SecretAccessKey"],
+                              aws_session_token=creds["SessionToken"])
+        assert [o["Key"] for o in worker.list_objects_v2(Bucket="team-images")["Contents"]] == ["0/a.jpg"]
+        assert worker.get_object(Bucket="team-images", Key="0/a.jpg")["Body"].read() == b"jpeg"
+        for refused in (lambda: worker.get_object(Bucket="payroll", Key="0/a.jpg"),
+                        lambda: worker.put_object(Bucket="team-images", Key="x", Body=b"")):
+            with pytest.raises(ClientError, match="AccessDenied"):
+                refused()
+
+    as_a_worker()
+
+
+def test_submit_refuses_s3_data_the_nodes_cannot_read_before_the_job_runs():
+    from scripts.providers import aws
+
+    record = RECORD | {"data_buckets": ["team-images"]}
+    assert aws.data_problems(record, ["--data", "s3://team-images/train/", "--steps", "5"]) == []
+    (problem,) = aws.data_problems(record, ["--data=s3://payroll/x", "--steps", "5"])
+    assert problem.startswith("ARGS: s3://payroll: the nodes of 'hetero' cannot read bucket payroll")
+    assert "add it to aws.data_buckets" in problem
+    assert aws.data_problems(RECORD, ["--data", "s3://any"])[0].startswith("ARGS: s3://any:")  # none named

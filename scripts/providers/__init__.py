@@ -85,6 +85,10 @@ class Provider(Protocol):
     def monitor(self, record: dict, follow: bool) -> int:
         """The autoscaler's log: its last lines, or followed until Ctrl-C."""
 
+    def data_problems(self, record: dict, args: list[str]) -> list[str]:
+        """What a job's ARGS name that the cluster's nodes cannot read (AWS: s3:// buckets
+        outside aws.data_buckets), one 'problem; fix' each; [] when all is readable."""
+
     def job_address(self, record: dict) -> AbstractContextManager:
         """Context yielding (dashboard URL, python, auth token) for job submission."""
 

@@ -99,6 +99,10 @@ RECORD_SCHEMA = {
         "ray_role": {"type": "boolean"},
         # the head's role and instance profile `make up` made (iam_instance_profile: auto)
         "head_role": {"type": ["string", "null"], "pattern": "^raykit-[a-z][a-z0-9_-]{0,39}-head$"},
+        # the workers' role, made where the values name data buckets; the buckets
+        "worker_role": {"type": ["string", "null"], "pattern": "^raykit-[a-z][a-z0-9_-]{0,39}-worker$"},
+        "data_buckets": {"type": "array", "maxItems": 20, "items": {"type": "string",
+                                                                   "pattern": "^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"}},
         "up_at": {"type": "number", "minimum": 0},  # epoch seconds; autostop counts from it
         "autostop_minutes": {"type": "integer", "minimum": 0, "maximum": 10080},
     },
@@ -273,7 +277,7 @@ def template_context(cluster: str, values: dict) -> dict:
         | {"iam_instance_profile": iam_profile(head_profile_name(values))},
         "workers": [aws_node(name, w, preprocess=True, spot=w["spot"], root_device=aws["root_device"])
                     | {"min_workers": w["min_workers"], "max_workers": w["max_workers"],
-                       "iam_instance_profile": None}
+                       "iam_instance_profile": iam_profile(worker_profile_name(values))}
                     for name, w in values["workers"].items()],
         "initialization_commands": deadman_commands() + host_dir_commands(docker, data_volumes),
         "head_start_ray_command": (
@@ -318,6 +322,12 @@ def head_profile_name(values: dict) -> str | None:
     (EC2 and S3 full access), only where the values file asks for it with null."""
     profile = values["aws"]["iam_instance_profile"]
     return f"raykit-{values['cluster_name']}-head" if profile == "auto" else profile
+
+
+def worker_profile_name(values: dict) -> str | None:
+    """The workers' instance profile: only where the values name data buckets (they read
+    the jobs' data from them, read-only); otherwise none (workers call no AWS API)."""
+    return f"raykit-{values['cluster_name']}-worker" if values["aws"]["data_buckets"] else None
 
 
 def iam_profile(name_or_arn: str | None) -> dict | None:
@@ -586,6 +596,13 @@ def head_policy(values: dict) -> dict:
          "Resource": f"{arn}:*:instance/*",
          "Condition": {"StringEquals": {"ec2:ResourceTag/ray-kit-cluster": name}}},
     ]
+    if values["aws"]["data_buckets"]:
+        # The driver lists the job's data files on the head; the head launches workers
+        # with their own read-only profile, which it must be allowed to pass.
+        statements += data_read_statements(values["aws"]["data_buckets"])
+        statements.append({"Sid": "PassTheWorkersRole", "Effect": "Allow", "Action": "iam:PassRole",
+                           "Resource": f"arn:aws:iam::*:role/{worker_profile_name(values)}",
+                           "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}})
     if values["aws"]["ebs_kms_key"]:
         # Encrypted volumes take the account's default EBS key; where that is customer-
         # managed, launching through EC2 needs these rights on it (AWS's "Required KMS key
@@ -608,6 +625,38 @@ def head_policy(values: dict) -> dict:
                            "Action": "iam:CreateServiceLinkedRole", "Resource": "*",
                            "Condition": {"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}}})
     return {"Version": "2012-10-17", "Statement": statements}
+
+
+def data_read_statements(buckets: list[str]) -> list[dict]:
+    """Read-only access to the data buckets: list them, read their objects."""
+    return [
+        {"Sid": "ListTheDataBuckets", "Effect": "Allow",
+         "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+         "Resource": [f"arn:aws:s3:::{b}" for b in buckets]},
+        {"Sid": "ReadTheDataBuckets", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": [f"arn:aws:s3:::{b}/*" for b in buckets]},
+    ]
+
+
+def worker_policy(values: dict) -> dict:
+    """The workers' policy: read the data buckets, nothing else. Ray Data's read tasks run
+    on the workers, and pyarrow ships no credentials from the driver to them: without a
+    role of their own they could read nothing of an `s3://` data set."""
+    return {"Version": "2012-10-17", "Statement": data_read_statements(values["aws"]["data_buckets"])}
+
+
+S3_URI = re.compile(r"s3://([^/\s]+)")
+
+
+def data_problems(record: dict, args: list[str]) -> list[str]:
+    """The S3 buckets a job's ARGS name that the cluster's nodes cannot read: only those in
+    aws.data_buckets are readable (read-only) by its workers, where preprocessing reads."""
+    readable = set(record.get("data_buckets") or [])
+    named = sorted({m.group(1) for arg in args for m in S3_URI.finditer(arg)})
+    return [f"ARGS: s3://{bucket}: the nodes of '{record['cluster']}' cannot read bucket {bucket} "
+            f"(aws.data_buckets: {sorted(readable) or '[]'}); add it to aws.data_buckets in the "
+            "values file and `make up` again (its nodes get read-only access)"
+            for bucket in named if bucket not in readable]
 
 
 # --- lifecycle ----------------------------------------------------------------------
@@ -665,6 +714,8 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
               "ray_role": values["aws"]["iam_instance_profile"] is None,
               "head_role": (head_profile_name(values)
                             if values["aws"]["iam_instance_profile"] == "auto" else None),
+              "worker_role": worker_profile_name(values),
+              "data_buckets": values["aws"]["data_buckets"],
               "up_at": time.time(), "autostop_minutes": values["autostop_minutes"]}
     state.save(cluster, record, config_text)  # from here on, `make down` can stop it
     stop_hint = f"instances of '{cluster}' may be running: `make down CLUSTER={cluster}` stops them"
@@ -672,10 +723,14 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         import boto3
 
         create_ssh_group(boto3.client("ec2", region_name=record["region"]), values)
-    if record["head_role"]:
+    if record["head_role"] or record["worker_role"]:
         import boto3
 
-        ensure_head_role(boto3.client("iam"), values)
+        iam = boto3.client("iam")
+        if record["worker_role"]:  # first: the head's policy passes it
+            ensure_role(iam, values, record["worker_role"], worker_policy(values), "the workers' data reads")
+        if record["head_role"]:
+            ensure_head_role(iam, values)
     try:
         code, output = run_ray(["up", "-y", "--no-config-cache", "--disable-usage-stats",
                                 str(state.config_path(cluster))], keep_output=True)
@@ -730,11 +785,18 @@ IAM_PROPAGATION_S = 15  # a new instance profile is usable by RunInstances only 
 
 
 def ensure_head_role(iam, values: dict, wait_s: float | None = None) -> str:
-    """The head's least-privilege role and instance profile, both named head_profile_name:
-    made and tagged with the cluster on the first `make up`, reused (its policy brought up
-    to date) after; a role of that name that is not this cluster's is refused. Returns the
-    profile's name. Deleted by `make down PURGE=1` (delete_head_role)."""
-    name, cluster = head_profile_name(values), values["cluster_name"]
+    """The head's least-privilege role and instance profile (head_profile_name, head_policy)."""
+    return ensure_role(iam, values, head_profile_name(values), head_policy(values),
+                       "the head's autoscaler", wait_s)
+
+
+def ensure_role(iam, values: dict, name: str, policy: dict, purpose: str,
+                wait_s: float | None = None) -> str:
+    """A role and instance profile, both `name`, with `policy`: made and tagged with the
+    cluster on the first `make up`, reused (its policy brought up to date) after; a role of
+    that name that is not this cluster's is refused. Returns the profile's name. Deleted
+    by `make down PURGE=1` (delete_head_role)."""
+    cluster = values["cluster_name"]
     tag = {"Key": "ray-kit-cluster", "Value": cluster}
     try:
         role = iam.get_role(RoleName=name)["Role"]
@@ -744,14 +806,11 @@ def ensure_head_role(iam, values: dict, wait_s: float | None = None) -> str:
         tags = iam.list_role_tags(RoleName=name)["Tags"]
         if tag not in tags:
             raise KitError(f"IAM role {name} exists but is not cluster '{cluster}''s (no tag "
-                           f"ray-kit-cluster={cluster}); delete it, or set "
-                           "aws.iam_instance_profile to a profile of yours")
+                           f"ray-kit-cluster={cluster}); delete it, or rename the cluster")
     else:
         iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(EC2_TRUST),
-                        Description=f"Ray cluster {cluster}: the head's autoscaler (ray-kit)",
-                        Tags=[tag])
-    iam.put_role_policy(RoleName=name, PolicyName="ray-head",
-                        PolicyDocument=json.dumps(head_policy(values)))
+                        Description=f"Ray cluster {cluster}: {purpose} (ray-kit)", Tags=[tag])
+    iam.put_role_policy(RoleName=name, PolicyName="ray-kit", PolicyDocument=json.dumps(policy))
     try:
         profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
     except iam.exceptions.NoSuchEntityException:
@@ -767,7 +826,7 @@ def ensure_head_role(iam, values: dict, wait_s: float | None = None) -> str:
 
 
 def delete_head_role(iam, name: str) -> bool:
-    """Remove the head's role and instance profile that `make up` made; False if gone."""
+    """Remove a role and instance profile that `make up` made (the head's, the workers'); False if gone."""
     found = False
     try:
         for role in iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"]:
@@ -966,15 +1025,15 @@ def left_behind(ec2, record: dict, purge: bool) -> list[str]:
     if record["ray_role"]:
         notes.append("IAM role and instance profile ray-autoscaler-v1 (EC2 and S3 full access, "
                      "shared by Ray's clusters; free)")
-    head_role = record.get("head_role")
-    if head_role and purge:
-        import boto3
+    for role in (record.get("head_role"), record.get("worker_role")):
+        if role and purge:
+            import boto3
 
-        delete_head_role(boto3.client("iam"), head_role)
-        notes.append(f"nothing of IAM role and instance profile {head_role} (deleted)")
-    elif head_role:
-        notes.append(f"IAM role and instance profile {head_role} (the head's least privilege; "
-                     "free, `make down PURGE=1` deletes it)")
+            delete_head_role(boto3.client("iam"), role)
+            notes.append(f"nothing of IAM role and instance profile {role} (deleted)")
+        elif role:
+            notes.append(f"IAM role and instance profile {role} (least privilege; free, "
+                         "`make down PURGE=1` deletes it)")
     return notes
 
 
