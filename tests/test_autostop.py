@@ -216,6 +216,13 @@ def test_the_aws_head_starts_the_watchdog_with_the_clusters_tag_and_region():
     assert "--minutes 0 --aws hetero us-east-1 " in config["head_start_ray_commands"][-1]
 
 
+def test_the_watchdog_terminates_by_the_tag_the_kit_puts_on_every_instance():
+    from scripts.node import autostop
+    from scripts.providers import aws
+
+    assert autostop.KIT_TAG == aws.KIT_TAG  # spelled twice: a node program imports no kit module
+
+
 def test_every_aws_mix_autostops_by_default_and_local_ones_do_not():
     for name in ("hetero", "single", "p4d_hetero"):
         assert build(name).values["autostop_minutes"] == 60

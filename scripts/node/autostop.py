@@ -34,6 +34,7 @@ import time
 
 BUSY = ("PENDING", "RUNNING")
 POLL_S = 10  # RAYKIT_AUTOSTOP_POLL_S overrides it (tests)
+KIT_TAG = "ray-kit-cluster"  # the kit's tag on every instance of a cluster (aws.KIT_TAG)
 JOB_LIMIT_KEY = "raykit_limit_s"  # a job's time limit in seconds, in its metadata
 TERMINATE_ATTEMPTS = 20  # the teardown's sweeps (throttling, a transient API error)
 TERMINATE_RETRY_S = 15
@@ -142,12 +143,12 @@ def watch(address: str, limit_s: float | None, teardown, poll_s: float = POLL_S)
 def tagged_instances(ec2, cluster_name: str, heads: bool) -> list[str]:
     """The cluster's instances (by its tag) in any state that bills, heads or workers (Ray
     tags its head instance ray-node-type=head)."""
-    filters = [{"Name": "tag:ray-kit-cluster", "Values": [cluster_name]},
+    filters = [{"Name": f"tag:{KIT_TAG}", "Values": [cluster_name]},
                {"Name": "instance-state-name",
                 "Values": ["pending", "running", "stopping", "stopped"]}]
     found = [i for page in ec2.get_paginator("describe_instances").paginate(Filters=filters)
              for r in page["Reservations"] for i in r["Instances"]]
-    is_head = lambda i: {"Key": "ray-node-type", "Value": "head"} in i.get("Tags", [])  # noqa: E731
+    is_head = lambda i: {"Key": "ray-node-type", "Value": "head"} in i.get("Tags", [])  # noqa: E731 (Ray's tag)
     return [i["InstanceId"] for i in found if is_head(i) == heads]
 
 

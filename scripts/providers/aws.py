@@ -60,6 +60,10 @@ READY_POLL_S = 10
 # Tags Ray's autoscaler puts on every instance it launches (ray.autoscaler.tags); a worker
 # is tagged up-to-date once it has joined the cluster.
 TAG_CLUSTER, TAG_KIND, TAG_USER_TYPE = "ray-cluster-name", "ray-node-type", "ray-user-node-type"
+# The kit's own tag on everything of a cluster it makes (instances, volumes, group, roles):
+# the head's policy conditions on it and the watchdog terminates by it (scripts/node/
+# autostop.py spells it once more: a node program imports nothing of the kit).
+KIT_TAG = "ray-kit-cluster"
 TAG_STATUS, UP_TO_DATE, UPDATE_FAILED = "ray-node-status", "up-to-date", "update-failed"
 
 # EBS volume sizes per type, GiB (docs.aws.amazon.com/ebs/latest/userguide/ebs-volume-types.html,
@@ -263,11 +267,11 @@ def template_context(cluster: str, values: dict) -> dict:
         "ssh_private_key": f"~/.ssh/{aws['key_pair']}.pem" if aws["key_pair"] else None,
         "ssh_user": aws["ssh_user"],
         # Given groups replace the one Ray would create (it never adds rules to them).
-        "security_group_name": None if aws["security_group_ids"] else f"ray-{values['cluster_name']}",
+        "security_group_name": None if aws["security_group_ids"] else security_group_name(values),
         "security_group_ids": aws["security_group_ids"],
         "subnet_ids": aws["subnet_ids"],
         "use_internal_ips": aws["use_internal_ips"],
-        "tags": {"ray-kit-cluster": values["cluster_name"]} | aws["tags"],
+        "tags": {KIT_TAG: values["cluster_name"]} | aws["tags"],
         "common_run_options": [f"-v {shlex.quote(v['host'])}:{shlex.quote(v['container'])}"
                                for v in docker["volumes"]]
         + ["--ulimit nofile=65536:65536"] + docker["extra_run_options"],
@@ -314,6 +318,11 @@ def spot_watch_command(values: dict) -> str | None:
         return None
     return (f"nohup python {NODE_PROGRAMS_REMOTE_DIR}/spot_watch.py --gcs $RAY_HEAD_IP:{GCS_PORT} "
             "> /tmp/raykit-spot-watch.log 2>&1 &")
+
+
+def security_group_name(values: dict) -> str:
+    """The cluster's security group, which `make up` makes (the name Ray would give it)."""
+    return f"ray-{values['cluster_name']}"
 
 
 def head_profile_name(values: dict) -> str | None:
@@ -582,7 +591,7 @@ def head_policy(values: dict) -> dict:
                     "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"]},
         {"Sid": "LaunchOnlyTaggedWorkers", "Effect": "Allow", "Action": "ec2:RunInstances",
          "Resource": [f"{arn}:*:instance/*", f"{arn}:*:volume/*"],
-         "Condition": {"StringEquals": {"aws:RequestTag/ray-kit-cluster": name}}},
+         "Condition": {"StringEquals": {f"aws:RequestTag/{KIT_TAG}": name}}},
         {"Sid": "LaunchFromTheClustersNetworkAndImage", "Effect": "Allow",
          "Action": "ec2:RunInstances",
          "Resource": [f"{arn}::image/*", f"{arn}:*:subnet/*", f"{arn}:*:network-interface/*",
@@ -594,7 +603,7 @@ def head_policy(values: dict) -> dict:
          "Action": ["ec2:CreateTags", "ec2:TerminateInstances", "ec2:StopInstances",
                     "ec2:StartInstances"],
          "Resource": f"{arn}:*:instance/*",
-         "Condition": {"StringEquals": {"ec2:ResourceTag/ray-kit-cluster": name}}},
+         "Condition": {"StringEquals": {f"ec2:ResourceTag/{KIT_TAG}": name}}},
     ]
     if values["aws"]["data_buckets"]:
         # The driver lists the job's data files on the head; the head launches workers
@@ -709,7 +718,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
               "min_workers": {name: w["min_workers"] for name, w in values["workers"].items()},
               "ready_timeout_s": values["ready_timeout_minutes"] * 60,
               "security_group": None if values["aws"]["security_group_ids"]
-              else f"ray-{values['cluster_name']}",
+              else security_group_name(values),
               "ray_key_pair": values["aws"]["key_pair"] is None,
               "ray_role": values["aws"]["iam_instance_profile"] is None,
               "head_role": (head_profile_name(values)
@@ -797,7 +806,7 @@ def ensure_role(iam, values: dict, name: str, policy: dict, purpose: str,
     that name that is not this cluster's is refused. Returns the profile's name. Deleted
     by `make down PURGE=1` (delete_head_role)."""
     cluster = values["cluster_name"]
-    tag = {"Key": "ray-kit-cluster", "Value": cluster}
+    tag = {"Key": KIT_TAG, "Value": cluster}
     try:
         role = iam.get_role(RoleName=name)["Role"]
     except iam.exceptions.NoSuchEntityException:
@@ -806,7 +815,7 @@ def ensure_role(iam, values: dict, name: str, policy: dict, purpose: str,
         tags = iam.list_role_tags(RoleName=name)["Tags"]
         if tag not in tags:
             raise KitError(f"IAM role {name} exists but is not cluster '{cluster}''s (no tag "
-                           f"ray-kit-cluster={cluster}); delete it, or rename the cluster")
+                           f"{KIT_TAG}={cluster}); delete it, or rename the cluster")
     else:
         iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(EC2_TRUST),
                         Description=f"Ray cluster {cluster}: {purpose} (ray-kit)", Tags=[tag])
@@ -849,7 +858,7 @@ def create_ssh_group(ec2, values: dict) -> str:
     """The cluster's security group with SSH from aws.ssh_cidr only, plus all traffic
     between the cluster's own nodes. Ray adds its default rules (SSH from anywhere) only to
     a group that has none, so it leaves this one as it is. Purged by `make down PURGE=1`."""
-    aws, name = values["aws"], f"ray-{values['cluster_name']}"
+    aws, name = values["aws"], security_group_name(values)
     vpc = ec2.describe_subnets(SubnetIds=aws["subnet_ids"][:1])["Subnets"][0]["VpcId"]
     ssh = {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22,
            "IpRanges": [{"CidrIp": aws["ssh_cidr"], "Description": "SSH (aws.ssh_cidr)"}]}
@@ -867,7 +876,7 @@ def create_ssh_group(ec2, values: dict) -> str:
     group_id = ec2.create_security_group(
         GroupName=name, VpcId=vpc, Description=f"Ray cluster {values['cluster_name']} (ray-kit)",
         TagSpecifications=[{"ResourceType": "security-group", "Tags": [
-            {"Key": "ray-kit-cluster", "Value": values["cluster_name"]}]}])["GroupId"]
+            {"Key": KIT_TAG, "Value": values["cluster_name"]}]}])["GroupId"]
     own_nodes = {"IpProtocol": "-1", "UserIdGroupPairs": [
         {"GroupId": group_id, "Description": "the cluster's own nodes"}]}
     ec2.authorize_security_group_ingress(GroupId=group_id, IpPermissions=[ssh, own_nodes])
