@@ -10,6 +10,7 @@ import yaml
 from moto import mock_aws
 
 from conftest import load_example, publish_dlami
+from scripts.providers import aws_iam
 from scripts import catalog
 from scripts.build import build, build_text
 
@@ -569,7 +570,7 @@ def test_the_head_gets_a_least_privilege_role_of_its_own_by_default(home):
         provider.terminate_nodes(list(provider.non_terminated_nodes({})))
         assert aws.delete_head_role(iam, "raykit-hetero-head")
         assert iam.list_roles()["Roles"] == [] and iam.list_instance_profiles()["InstanceProfiles"] == []
-        iam.create_role(RoleName="raykit-hetero-head", AssumeRolePolicyDocument=json.dumps(aws.EC2_TRUST))
+        iam.create_role(RoleName="raykit-hetero-head", AssumeRolePolicyDocument=json.dumps(aws_iam.EC2_TRUST))
         with pytest.raises(KitError, match="exists but is not cluster 'hetero''s"):
             aws.ensure_head_role(iam, values, wait_s=0)
 

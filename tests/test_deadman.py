@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from conftest import REPO
+from scripts.providers import aws_render
 from scripts.build import build
 from scripts.node.deadman import raylet_running, should_power_off, watch
 
@@ -75,13 +76,12 @@ def test_this_host_without_ray_has_no_raylet_and_the_program_runs_standalone():
 
 
 def test_every_aws_host_starts_the_switch_first_and_powering_off_terminates():
-    from scripts.providers import aws
 
     config = build("hetero").config
     first, second = config["initialization_commands"][:2]
     encoded = first.split("echo ", 1)[1].split(" ", 1)[0]
     assert base64.b64decode(encoded) == (REPO / "scripts" / "node" / "deadman.py").read_bytes()
     assert "systemd-run --unit raykit-deadman --property Restart=always" in second
-    assert f"--grace-minutes {aws.DEADMAN_GRACE_MIN} --idle-minutes {aws.DEADMAN_IDLE_MIN}" in second
+    assert f"--grace-minutes {aws_render.DEADMAN_GRACE_MIN} --idle-minutes {aws_render.DEADMAN_IDLE_MIN}" in second
     for node_type in config["available_node_types"].values():
         assert node_type["node_config"]["InstanceInitiatedShutdownBehavior"] == "terminate"

@@ -4,6 +4,8 @@ import pytest
 import yaml
 
 from conftest import REPO, load_example
+from scripts.providers import aws_render
+from scripts.providers import aws_values
 from scripts import catalog
 from scripts.build import build, build_text, render_template
 from scripts.core.errors import KitError
@@ -153,8 +155,8 @@ def test_secure_defaults():
         # resolves it once, so that every node of the cluster boots the same AMI
         assert node_config["ImageId"] == f"resolve:ssm:{catalog.DLAMI_SSM_PARAMETER}"
     start = " ".join(config["head_start_ray_commands"])
-    assert "--dashboard-host=127.0.0.1" in start and f"--port={aws.GCS_PORT}" in start
-    assert f"RAY_AUTH_MODE={aws.AUTH_MODE}" in start
+    assert "--dashboard-host=127.0.0.1" in start and f"--port={aws_render.GCS_PORT}" in start
+    assert f"RAY_AUTH_MODE={aws_render.AUTH_MODE}" in start
 
 
 def test_values_land_in_node_config(hetero_values):
@@ -179,7 +181,7 @@ def test_values_land_in_node_config(hetero_values):
     # the data volume is found by its size and mounted on the first volume's host dir
     init = "\n".join(config["initialization_commands"])
     assert str(400 * 1024**3) in init and "sudo mount \"$DEV\" /mnt/data" in init
-    assert init.endswith(f"&& sudo chown {aws.CONTAINER_USER} /mnt/data; fi")  # writable once mounted
+    assert init.endswith(f"&& sudo chown {aws_render.CONTAINER_USER} /mnt/data; fi")  # writable once mounted
 
 
 def test_network_and_iam_keys_land_in_the_config(hetero_values):
@@ -204,7 +206,7 @@ def test_volume_mounts_and_shm():
     config = build("hetero").config
     assert "-v /mnt/data:/data" in config["docker"]["run_options"]
     assert "sudo mkdir -p /mnt/data" in config["initialization_commands"]
-    assert f"sudo chown {aws.CONTAINER_USER} /mnt/data" in config["initialization_commands"]
+    assert f"sudo chown {aws_render.CONTAINER_USER} /mnt/data" in config["initialization_commands"]
     assert "--shm-size=6g" in config["docker"]["head_run_options"]
 
 
@@ -212,7 +214,7 @@ def test_setup_commands_install_the_pinned_job_packages_cpu_torch_on_cpu_nodes()
     config = build("hetero").config
     head = config["head_setup_commands"]
     worker = config["available_node_types"]["cpu_worker"]["worker_setup_commands"]
-    pins = aws.pinned_requirements(REPO / "requirements.txt")
+    pins = aws_render.pinned_requirements(REPO / "requirements.txt")
     for commands in (head, worker):
         words = " ".join(commands).split()
         for name in ("torch", "torchvision", "timm", "scipy"):
@@ -220,7 +222,7 @@ def test_setup_commands_install_the_pinned_job_packages_cpu_torch_on_cpu_nodes()
         assert "--no-deps adaptdl==0.2.11 adaptdl-sched==0.2.11 adaptdl-ray==0.2.11" in commands[-1]
     # the GPU head takes the default (CUDA) build; the CPU worker PyTorch's CPU build first
     assert not any("--index-url" in c for c in head)
-    assert worker[0] == (f"pip install -q --no-cache-dir --index-url {aws.TORCH_CPU_INDEX} "
+    assert worker[0] == (f"pip install -q --no-cache-dir --index-url {aws_render.TORCH_CPU_INDEX} "
                          f"{pins['torch']} {pins['torchvision']}")
     assert config["setup_commands"] == []
 
@@ -259,8 +261,8 @@ def test_missing_template_value_is_an_error_not_an_empty_string():
 
 
 def test_node_config_is_checked_against_ec2_run_instances():
-    assert aws.run_instances_problems({"InstanceType": "g5.xlarge", "ImageId": "ami-12345678"}) == []
-    problems = aws.run_instances_problems({"InstanceTyp": "g5.xlarge",
+    assert aws_values.run_instances_problems({"InstanceType": "g5.xlarge", "ImageId": "ami-12345678"}) == []
+    problems = aws_values.run_instances_problems({"InstanceTyp": "g5.xlarge",
                                            "MetadataOptions": {"HttpTokens": "always"},
                                            "BlockDeviceMappings": [{"Ebs": {"VolumeSize": "big"}}]})
     text = "\n".join(problems)

@@ -1,87 +1,57 @@
-"""The AWS provider: `ray up`/`ray down` of a cluster of EC2 instances.
+"""The AWS provider: `ray up`/`ray down` of a cluster of EC2 instances, and what the kit
+makes for it (its security group and IAM roles), behind the Provider interface.
 
-Every value the template (cluster_templates/aws.yaml.j2) lays out is computed here; the
-rules Ray and the schema miss are checked here, on the values and on the rendered config
-(every node_config against botocore's EC2 RunInstances input shape, enums included).
+Its concerns, a module each:
+  aws_names      the names of what it makes: node type, tags, group, roles
+  aws_values     the rules on values files and on the rendered config
+  aws_render     checked values -> the template's context (cluster_templates/aws.yaml.j2)
+  aws_iam        the head's and the workers' least-privilege policies and roles
+  aws_preflight  read-only checks of the account before anything is created
+  this module    the interface: preflight, plan, up (and what up makes), wait, down, day 2
 """
 
-import base64
 import copy
-import difflib
 import json
 import os
 import re
-import shlex
 import signal
 import subprocess
 import time
 from contextlib import contextmanager
 
-from jobs.raykit import placement
 from scripts import catalog
 from scripts.core import state
 from scripts.core.errors import CapacityRefused, KitError, short
-from scripts.core.paths import NODE_PROGRAMS, REPO
-from scripts.core.submit import JobFiles, JobPackages
 from scripts.core.ray_cli import free_port, port_open, ray_cli, ray_env
-from scripts.providers.aws_preflight import NO_CREDENTIALS, driver_problems
+from scripts.core.submit import JobFiles, JobPackages
+from scripts.providers.aws_iam import delete_head_role, ensure_head_role, ensure_role, head_policy, worker_policy
+from scripts.providers.aws_names import (
+    HEAD_TYPE,
+    KIT_TAG,
+    TAG_CLUSTER,
+    TAG_KIND,
+    TAG_STATUS,
+    TAG_USER_TYPE,
+    UP_TO_DATE,
+    UPDATE_FAILED,
+    head_profile_name,
+    security_group_name,
+    worker_profile_name,
+)
+from scripts.providers.aws_preflight import NO_CREDENTIALS
 from scripts.providers.aws_preflight import preflight as check_account
+from scripts.providers.aws_render import template_context  # noqa: F401 (the interface's)
+from scripts.providers.aws_values import config_problems, nodes_of, value_problems  # noqa: F401 (the interface's)
 
 NAME = "aws"
-HEAD_TYPE = "ray.head.default"
 DEFAULT_JOB_TIMEOUT_S = 6 * 3600.0  # TIMEOUT= overrides it (up to 7 days)
 JOB_PACKAGES = JobPackages.PIP  # a job's requirements.txt: Ray's pip runtime_env, over the image's packages
 JOB_FILES = JobFiles.UPLOAD  # each node unpacks its own copy of the job's folder
 BILLS = True  # its nodes are EC2 instances, priced from scripts/catalog.py
 STOPS_WITHOUT_RECORD = False  # the record names what was launched: without it, nothing is touched
-# Ports of the head's GCS and every node's object manager; the cluster's security group
-# opens all traffic between its own nodes, so any fixed ports do.
-GCS_PORT = 6379
-OBJECT_MANAGER_PORT = 8076
-# Ray's token authentication needs the token on every node; the kit does not distribute
-# it yet, so auth stays off on AWS: the dashboard binds to the head's 127.0.0.1 (reached
-# through an SSH tunnel) and the security group admits only SSH and the cluster's nodes.
-AUTH_MODE = "disabled"
-DASHBOARD_PORT = 8265  # Ray's default; the head binds it to 127.0.0.1
-# The kit's node-side programs (scripts/node/, and nothing else of the kit) as Ray's
-# file_mounts puts them in each node's container (Ray wants a directory, not a file):
-# head_start_ray_commands starts the autostop watchdog (autostop.py) from there after Ray,
-# worker_start_ray_commands the spot watcher (spot_watch.py); both standalone.
-NODE_PROGRAMS_REMOTE_DIR = "~/raykit_node"
-# Every node's dead-man switch (scripts/node/deadman.py, on the host): powered off, and so
-# terminated, GRACE minutes after boot if Ray never ran (the GPU image's pull and the setup
-# commands take 10-25 min), or IDLE minutes after Ray stopped running there.
-DEADMAN_PROGRAM = NODE_PROGRAMS / "deadman.py"
-DEADMAN_UNIT = "raykit-deadman"
-DEADMAN_GRACE_MIN = 45
-DEADMAN_IDLE_MIN = 10
 MAX_TUNNEL_WAIT_S = 60
 READY_POLL_S = 10
-# Tags Ray's autoscaler puts on every instance it launches (ray.autoscaler.tags); a worker
-# is tagged up-to-date once it has joined the cluster.
-TAG_CLUSTER, TAG_KIND, TAG_USER_TYPE = "ray-cluster-name", "ray-node-type", "ray-user-node-type"
-# The kit's own tag on everything of a cluster it makes (instances, volumes, group, roles):
-# the head's policy conditions on it and the watchdog terminates by it (scripts/node/
-# autostop.py spells it once more: a node program imports nothing of the kit).
-KIT_TAG = "ray-kit-cluster"
-TAG_STATUS, UP_TO_DATE, UPDATE_FAILED = "ray-node-status", "up-to-date", "update-failed"
 
-# EBS volume sizes per type, GiB (docs.aws.amazon.com/ebs/latest/userguide/ebs-volume-types.html,
-# 2026-11); st1 and sc1 cannot be boot volumes.
-EBS_SIZE_GB = {"gp2": (1, 16384), "gp3": (1, 16384), "io1": (4, 16384), "io2": (4, 65536),
-               "st1": (125, 16384), "sc1": (125, 16384), "standard": (1, 1024)}
-BOOT_VOLUME_TYPES = ("gp2", "gp3", "io1", "io2", "standard")
-
-# Packages the jobs import, installed into every node's image by its setup commands; their
-# pins come from requirements.txt. (A job's own requirements.txt is JOB_PACKAGES' business.)
-NODE_IMAGE_PACKAGES = ("torch", "torchvision", "timm", "autograd", "pandas", "portpicker",
-                "scipy", "semver", "pymoo", "setuptools")
-# ...and on GPU nodes only: NVML's bindings, which torch.cuda.utilization needs (the Ray
-# image lacks them); without them the ViT job cannot tell a busy GPU from a host-bound one.
-GPU_NODE_IMAGE_PACKAGES = ("nvidia-ml-py",)
-NODEPS_REQUIREMENTS = REPO / "jobs" / "adaptdl_mnist" / "requirements-nodeps.txt"
-TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own CPU-only wheels
-CONTAINER_USER = "1000:100"  # the `ray` user and `users` group of Ray's Docker images
 
 RECORD_SCHEMA = {
     "type": "object",
@@ -115,407 +85,8 @@ RECORD_SCHEMA = {
 
 # --- values -> config ---------------------------------------------------------------
 
-def nodes_of(values: dict) -> dict:
-    """{dotted key in the values file: node values} for the head and each worker type."""
-    return {"head": values["head"]} | {f"workers.{n}": w for n, w in values["workers"].items()}
-
-
-def value_problems(values: dict) -> list[str]:
-    problems = []
-    aws, docker = values["aws"], values["docker"]
-    region = aws["region"]
-    if region not in catalog.REGIONS:
-        problems.append(f"aws.region: unknown region {short(region)}" + did_you_mean(region, catalog.REGIONS))
-    elif aws["image_id"] in catalog.KNOWN_AMIS:
-        ami_region, ami_name = catalog.KNOWN_AMIS[aws["image_id"]]
-        if ami_region != region:
-            problems.append(f"aws.image_id: {aws['image_id']} is an AMI of {ami_region}, not "
-                            f"{region}; set image_id: auto (the current DLAMI of the region)")
-        else:
-            problems += driver_problems(aws["image_id"], ami_name)
-    zone = aws["availability_zone"]
-    if zone and zone[:-1] != region:
-        problems.append(f"aws.availability_zone: {zone} is not in region {region}; "
-                        f"use a zone such as {region}a")
-    problems += volume_problems(docker["volumes"])
-    if aws["ssh_cidr"] != "auto" and aws["security_group_ids"]:
-        problems.append("aws.ssh_cidr: applies to the group the kit creates, but "
-                        "aws.security_group_ids names your own; set the SSH rule in your group "
-                        "and ssh_cidr: auto, or drop security_group_ids")
-    for i, option in enumerate(docker["extra_run_options"]):
-        if option.split("=")[0] in ("--volume", "--mount"):
-            problems.append(f"docker.extra_run_options[{i}]: mounts go in docker.volumes, "
-                            "whose host dirs the kit creates; move it there")
-
-    nodes = nodes_of(values)
-    volume_types = ec2_enum("VolumeType")
-    for key, node in nodes.items():
-        itype = node["instance_type"]
-        spec = catalog.INSTANCE_TYPES.get(itype)
-        if spec is None:
-            problems.append(f"{key}.instance_type: unknown instance type {short(itype)}"
-                            + did_you_mean(itype, catalog.INSTANCE_TYPES)
-                            + " (known: scripts/catalog.py INSTANCE_TYPES; add it there)")
-            continue
-        problems += disk_problems(key, node["disk"], spec, volume_types, docker)
-        unsupported = catalog.gpu_support_problem(itype)
-        if unsupported:
-            problems.append(f"{key}.instance_type: {itype}: {unsupported}; pick a newer GPU "
-                            "type such as g5.xlarge (A10G) or g6.xlarge (L4)")
-
-    specs = {k: catalog.INSTANCE_TYPES.get(n["instance_type"]) for k, n in nodes.items()}
-    if None not in specs.values():
-        problems += mix_problems(values, nodes, specs)
-    return problems
-
-
-# Directories of the node's OS: the kit creates each volume's host dir, hands it to the
-# container's user, and mounts a fresh data volume over the first one, so a host path here
-# (or under the first group) would hide or take over the system's own files, after billing.
-SYSTEM_DIR_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc",
-                    "/run", "/sbin", "/snap", "/sys", "/usr")
-SYSTEM_DIRS = ("/", "/home", "/home/ubuntu", "/mnt", "/opt", "/root", "/srv", "/tmp", "/var",
-               "/var/lib", "/var/log")
-
-
-def volume_problems(volumes: list[dict]) -> list[str]:
-    problems = []
-    for i, volume in enumerate(volumes):
-        for side in ("host", "container"):
-            if {".", ".."} & set(volume[side].split("/")):
-                problems.append(f"docker.volumes[{i}].{side}: {short(volume[side])} has a '.' or "
-                                "'..' part; write the path without them")
-        host = volume["host"].rstrip("/") or "/"
-        if host in SYSTEM_DIRS or any(host == top or host.startswith(top + "/")
-                                      for top in SYSTEM_DIR_TREES):
-            problems.append(f"docker.volumes[{i}].host: {short(volume['host'])} is a system directory "
-                            "of the node (the kit chowns each host dir to the container's user and "
-                            "mounts a data volume over the first); use a dir of its own such as /mnt/data")
-    containers = [v["container"].rstrip("/") or "/" for v in volumes]
-    for i, path in enumerate(containers):
-        if path in containers[:i]:
-            problems.append(f"docker.volumes[{i}].container: {short(volumes[i]['container'])} is "
-                            f"docker.volumes[{containers.index(path)}]'s too (Docker refuses to "
-                            "start the container); give each volume its own container path")
-    return problems
-
-
-def disk_problems(key: str, disk: dict, spec, volume_types: list[str], docker: dict) -> list[str]:
-    problems = []
-    vtype = disk["volume_type"]
-    if vtype not in volume_types:
-        return [f"{key}.disk.volume_type: {short(vtype)} is not an EBS volume type"
-                + did_you_mean(vtype, volume_types)]
-    if vtype not in BOOT_VOLUME_TYPES:
-        problems.append(f"{key}.disk.volume_type: {vtype} cannot be a boot volume; "
-                        f"use one of {', '.join(BOOT_VOLUME_TYPES)}")
-    low, high = EBS_SIZE_GB[vtype]
-    for size_key in ("root_gb", "data_gb"):
-        size = disk[size_key]
-        if (size_key == "root_gb" or size) and not low <= size <= high:
-            problems.append(f"{key}.disk.{size_key}: {size} GiB is outside {vtype}'s "
-                            f"{low}-{high} GiB; pick a size in that range")
-    need = catalog.min_root_gb(spec.gpus > 0)
-    if disk["root_gb"] < need:
-        problems.append(
-            f"{key}.disk.root_gb: {disk['root_gb']} GB is too small for the AMI "
-            f"({catalog.AMI_ROOT_SNAPSHOT_GB} GB) plus the {'GPU' if spec.gpus else 'CPU'} "
-            f"Docker image and packages; set root_gb: {need} or more")
-    if disk["data_gb"] and disk["data_gb"] == disk["root_gb"]:
-        problems.append(f"{key}.disk.data_gb: must differ from root_gb (the data "
-                        "volume is found by its size at boot); change one of them")
-    if disk["data_gb"] and not docker["volumes"]:
-        problems.append(f"{key}.disk.data_gb: the data volume mounts on the first "
-                        "docker.volumes host path; add a docker volume")
-    return problems
-
-
-def mix_problems(values: dict, nodes: dict, specs: dict) -> list[str]:
-    if values["mix"] == "homogeneous":
-        if not any(spec.gpus for spec in specs.values()):
-            return ["head.instance_type: no node type has a GPU to train on; "
-                    "pick a GPU type such as g5.xlarge"]
-        return []
-    problems = []
-    if specs["head"].gpus == 0:
-        problems.append(f"head.instance_type: {values['head']['instance_type']} has no GPU, but "
-                        "a heterogeneous mix trains on the head; pick a GPU type such as g5.xlarge")
-    for key, spec in specs.items():
-        if key != "head" and spec.gpus:
-            problems.append(f"{key}.instance_type: {nodes[key]['instance_type']} has "
-                            f"{spec.gpus} GPU(s), but workers of a heterogeneous mix are CPU-only "
-                            "preprocessors; pick a CPU type such as c5.4xlarge, or set mix: homogeneous")
-    return problems
-
-
-def did_you_mean(word: str, choices) -> str:
-    hint = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {hint[0]!r}?" if hint else ""
-
-
-def template_context(cluster: str, values: dict) -> dict:
-    aws, docker, head = values["aws"], values["docker"], values["head"]
-    data_volumes = sorted({n["disk"]["data_gb"] for n in nodes_of(values).values()} - {0})
-    return {
-        "region": aws["region"],
-        "availability_zone": aws["availability_zone"],
-        # `auto` until `make up` resolves it (the launched config records the id); a
-        # rendered file keeps EC2's own SSM reference, which RunInstances resolves itself.
-        "image_id": (f"resolve:ssm:{catalog.DLAMI_SSM_PARAMETER}" if aws["image_id"] == "auto"
-                     else aws["image_id"]),
-        "key_pair": aws["key_pair"],
-        "ssh_private_key": f"~/.ssh/{aws['key_pair']}.pem" if aws["key_pair"] else None,
-        "ssh_user": aws["ssh_user"],
-        # Given groups replace the one Ray would create (it never adds rules to them).
-        "security_group_name": None if aws["security_group_ids"] else security_group_name(values),
-        "security_group_ids": aws["security_group_ids"],
-        "subnet_ids": aws["subnet_ids"],
-        "use_internal_ips": aws["use_internal_ips"],
-        "tags": {KIT_TAG: values["cluster_name"]} | aws["tags"],
-        "common_run_options": [f"-v {shlex.quote(v['host'])}:{shlex.quote(v['container'])}"
-                               for v in docker["volumes"]]
-        + ["--ulimit nofile=65536:65536"] + docker["extra_run_options"],
-        # Only the head needs rights (its autoscaler launches and stops the workers).
-        "head": aws_node(HEAD_TYPE, head, preprocess=head["preprocess"], spot=False,
-                         root_device=aws["root_device"])
-        | {"iam_instance_profile": iam_profile(head_profile_name(values))},
-        "workers": [aws_node(name, w, preprocess=True, spot=w["spot"], root_device=aws["root_device"])
-                    | {"min_workers": w["min_workers"], "max_workers": w["max_workers"],
-                       "iam_instance_profile": iam_profile(worker_profile_name(values))}
-                    for name, w in values["workers"].items()],
-        "initialization_commands": deadman_commands() + host_dir_commands(docker, data_volumes),
-        "head_start_ray_command": (
-            f"ulimit -n 65536; RAY_AUTH_MODE={AUTH_MODE} ray start --head --port={GCS_PORT} "
-            f"--object-manager-port={OBJECT_MANAGER_PORT} "
-            "--autoscaling-config=~/ray_bootstrap_config.yaml "
-            "--dashboard-host=127.0.0.1 --disable-usage-stats"),
-        "file_mounts": {NODE_PROGRAMS_REMOTE_DIR: str(NODE_PROGRAMS)},  # the watchdog is always on
-        "autostop_command": autostop_command(values),
-        "worker_start_ray_command": (
-            f"ulimit -n 65536; RAY_AUTH_MODE={AUTH_MODE} ray start "
-            f"--address=$RAY_HEAD_IP:{GCS_PORT} --object-manager-port={OBJECT_MANAGER_PORT} "
-            "--disable-usage-stats"),
-        "spot_watch_command": spot_watch_command(values),
-    }
-
-
-def autostop_command(values: dict) -> str:
-    """The head's watchdog, always: it stops a job past its time limit (recorded with the
-    job), and after autostop_minutes with no job (0: never) it terminates every instance
-    tagged with this cluster, its own head last (the head policy allows just that)."""
-    return (f"nohup python {NODE_PROGRAMS_REMOTE_DIR}/autostop.py " + shlex.join([
-        "--address", f"http://127.0.0.1:{DASHBOARD_PORT}",
-        "--minutes", str(values["autostop_minutes"]),
-        "--aws", values["cluster_name"], values["aws"]["region"]])
-        + " > /tmp/raykit-autostop.log 2>&1 &")
-
-
-def spot_watch_command(values: dict) -> str | None:
-    """Where a worker type is spot: each worker drains its Ray node on AWS's interruption
-    notice (scripts/node/spot_watch.py; on an on-demand worker it exits at once). Ray's updater
-    sets RAY_HEAD_IP for the start commands; nothing of the values file enters it."""
-    if not any(w["spot"] for w in values["workers"].values()):
-        return None
-    return (f"nohup python {NODE_PROGRAMS_REMOTE_DIR}/spot_watch.py --gcs $RAY_HEAD_IP:{GCS_PORT} "
-            "> /tmp/raykit-spot-watch.log 2>&1 &")
-
-
-def security_group_name(values: dict) -> str:
-    """The cluster's security group, which `make up` makes (the name Ray would give it)."""
-    return f"ray-{values['cluster_name']}"
-
-
-def head_profile_name(values: dict) -> str | None:
-    """The head's instance profile: `auto`, the kit's own least-privilege one for this
-    cluster (made by `make up`); a name or ARN of yours; None, Ray's ray-autoscaler-v1
-    (EC2 and S3 full access), only where the values file asks for it with null."""
-    profile = values["aws"]["iam_instance_profile"]
-    return f"raykit-{values['cluster_name']}-head" if profile == "auto" else profile
-
-
-def worker_profile_name(values: dict) -> str | None:
-    """The workers' instance profile: only where the values name data buckets (they read
-    the jobs' data from them, read-only); otherwise none (workers call no AWS API)."""
-    return f"raykit-{values['cluster_name']}-worker" if values["aws"]["data_buckets"] else None
-
-
-def iam_profile(name_or_arn: str | None) -> dict | None:
-    """RunInstances' IamInstanceProfile: {"Arn": ...} for an ARN, else {"Name": ...}."""
-    if not name_or_arn:
-        return None
-    return {"Arn": name_or_arn} if name_or_arn.startswith("arn:") else {"Name": name_or_arn}
-
-
-def aws_node(name: str, node: dict, preprocess: bool, spot: bool, root_device: str) -> dict:
-    spec = catalog.INSTANCE_TYPES[node["instance_type"]]
-    disk = node["disk"]
-    # Where work runs is the labels' business (placement.py): no custom resources. A node
-    # that preprocesses offers Ray the vCPUs the catalog leaves to it (one stays with
-    # Ray's own processes), plus one per GPU for its training workers.
-    resources = {"CPU": (catalog.preprocess_vcpus(node["instance_type"]) + spec.gpus
-                         if preprocess else spec.vcpus)}
-    if spec.gpus:
-        resources["GPU"] = spec.gpus
-    volumes = [{"device": root_device, "size_gb": disk["root_gb"], "type": disk["volume_type"]}]
-    if disk["data_gb"]:
-        volumes.append({"device": "/dev/sdf", "size_gb": disk["data_gb"],
-                        "type": disk["volume_type"]})
-    # /dev/shm holds Ray's object store inside the container: size it well above Ray's
-    # default share (30% of RAM) so the store is never capped by Docker's 64 MB default.
-    run_options = [f"--shm-size={max(1, int(spec.memory_gib * 0.4))}g"]
-    if spec.gpus:
-        run_options.append("--gpus all")
-    return {
-        "name": name,
-        "instance_type": node["instance_type"],
-        "resources": resources,
-        "labels": placement.node_labels(name, trainer_slots=spec.gpus, preprocess=preprocess),
-        "volumes": volumes,
-        "market_type": "spot" if spot else None,  # the head is never spot: losing it ends the cluster
-        "image": catalog.DOCKER_IMAGE["gpu" if spec.gpus else "cpu"],
-        "run_options": run_options,
-        "setup_commands": job_setup_commands(gpu=spec.gpus > 0),
-    }
-
-
-def deadman_commands() -> list[str]:
-    """Host-side, first of all: the node's dead-man switch (scripts/node/deadman.py) as a
-    systemd unit that restarts if it dies, so a node on which Ray never starts or has
-    stopped powers itself off (and, launched with InstanceInitiatedShutdownBehavior=
-    terminate, is terminated). The program travels base64-encoded: its text never meets a
-    shell. A second `ray up` replaces the unit."""
-    program = base64.b64encode(DEADMAN_PROGRAM.read_bytes()).decode()
-    return [
-        f"sudo mkdir -p /opt/raykit && echo {program} | base64 -d | sudo tee "
-        "/opt/raykit/deadman.py > /dev/null",
-        f"sudo systemctl stop {DEADMAN_UNIT} 2>/dev/null; sudo systemctl reset-failed "
-        f"{DEADMAN_UNIT} 2>/dev/null; sudo systemd-run --unit {DEADMAN_UNIT} --property "
-        f"Restart=always python3 /opt/raykit/deadman.py --grace-minutes {DEADMAN_GRACE_MIN} "
-        f"--idle-minutes {DEADMAN_IDLE_MIN}",
-    ]
-
-
-def host_dir_commands(docker: dict, data_volume_sizes: list[int]) -> list[str]:
-    """Host-side commands: create every mounted host dir, owned by the container's user
-    (Ray's images run as uid 1000; a root-owned mount is read-only to the jobs); where a
-    node has a data volume, format it once and mount it on the first volume's host dir.
-    The volume is found by its exact size, since NVMe device names do not follow the
-    BlockDeviceMapping's."""
-    commands = [f"sudo mkdir -p {shlex.quote(v['host'])}" for v in docker["volumes"]]
-    commands += [f"sudo chown {CONTAINER_USER} {shlex.quote(v['host'])}" for v in docker["volumes"]]
-    if data_volume_sizes and docker["volumes"]:
-        target = shlex.quote(docker["volumes"][0]["host"])
-        for size_gb in data_volume_sizes:
-            size_bytes = int(size_gb) * 1024**3
-            commands.append(
-                f"DEV=$(lsblk -bdnpo NAME,SIZE | awk '$2 == {size_bytes} {{print $1; exit}}'); "
-                f"if [ -n \"$DEV\" ]; then (sudo blkid \"$DEV\" || sudo mkfs.ext4 -q \"$DEV\") "
-                f"&& (mountpoint -q {target} || sudo mount \"$DEV\" {target}) "
-                f"&& sudo chown {CONTAINER_USER} {target}; fi"
-            )
-    return commands
-
-
-def pinned_requirements(path) -> dict[str, str]:
-    """{name: 'name==version'} for every pinned line of a requirements file."""
-    pins = {}
-    for line in path.read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([A-Za-z0-9_.+!-]+)", line.strip())
-        if match:
-            pins[match.group(1).lower()] = f"{match.group(1)}=={match.group(3)}"
-    return pins
-
-
-def job_setup_commands(gpu: bool) -> list[str]:
-    """The jobs' pinned packages, installed in the container. A CPU-only node (a
-    preprocessor) first takes torch and torchvision from PyTorch's CPU wheel index: the
-    default build is CUDA's, whose torch and nvidia-* wheels take 4.4 GB installed
-    (measured in .venv), pulled on every worker boot for nothing. `torch==X` then counts
-    as satisfied by the CPU build (X+cpu), so the second command installs only the rest."""
-    pins = pinned_requirements(REPO / "requirements.txt")
-    packages = NODE_IMAGE_PACKAGES + (GPU_NODE_IMAGE_PACKAGES if gpu else ())
-    missing = [p for p in packages if p not in pins]
-    if missing:
-        raise KitError(f"requirements.txt: no pinned version for {', '.join(missing)}")
-    nodeps = pinned_requirements(NODEPS_REQUIREMENTS).values()
-    commands = [] if gpu else [
-        f"pip install -q --no-cache-dir --index-url {TORCH_CPU_INDEX} "
-        + shlex.join([pins["torch"], pins["torchvision"]])]
-    return commands + [
-        "pip install -q --no-cache-dir " + shlex.join(pins[p] for p in packages),
-        "pip install -q --no-cache-dir --no-deps " + shlex.join(nodeps),
-    ]
-
 
 # --- checks on the rendered config --------------------------------------------------
-
-def config_problems(config: dict) -> list[str]:
-    problems = []
-    for name, node_type in config["available_node_types"].items():
-        problems += [f"available_node_types.{name}.node_config{p}"
-                     for p in run_instances_problems(node_type["node_config"])]
-    return problems + mount_problems(config)
-
-
-def ec2_model():
-    import botocore.session
-
-    return botocore.session.get_session().get_service_model("ec2")
-
-
-def ec2_enum(shape_name: str) -> list[str]:
-    return list(ec2_model().shape_for(shape_name).enum)
-
-
-def run_instances_problems(node_config: dict) -> list[str]:
-    """node_config as RunInstances parameters: botocore's validator (names, types,
-    required members) plus the enum values it does not check."""
-    from botocore.validate import ParamValidator
-
-    shape = ec2_model().operation_model("RunInstances").input_shape
-    # SubnetIds is Ray's, not EC2's: Ray turns it into one SubnetId per launch.
-    params = {"MinCount": 1, "MaxCount": 1, **node_config}
-    if isinstance(params.pop("SubnetIds", None), list) and "SubnetId" not in params:
-        params["SubnetId"] = "subnet-00000000"
-    report = ParamValidator().validate(params, shape)
-    problems = []
-    if report.has_errors():
-        problems += [": " + line.strip() for line in report.generate_report().splitlines()]
-    problems += [f"{path}: {short(value)} is not one of {', '.join(allowed)}"
-                 for path, value, allowed in enum_violations(params, shape, "")]
-    return problems
-
-
-def enum_violations(value, shape, path):
-    if shape.type_name == "structure" and isinstance(value, dict):
-        for name, member in shape.members.items():
-            if name in value:
-                yield from enum_violations(value[name], member, f"{path}.{name}")
-    elif shape.type_name == "list" and isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from enum_violations(item, shape.member, f"{path}[{i}]")
-    elif shape.type_name == "string" and shape.enum and isinstance(value, str):
-        if value not in shape.enum:
-            yield path, value, shape.enum
-
-
-def mount_problems(config: dict) -> list[str]:
-    """Every `-v host:container` host path must be created by an initialization command:
-    Docker would create a missing one as root, hiding a typo in an empty directory."""
-    docker = config.get("docker", {})
-    options = list(docker.get("run_options", [])) + list(docker.get("head_run_options", []))
-    for node_type in config["available_node_types"].values():
-        options += node_type.get("docker", {}).get("worker_run_options", [])
-    created = {shlex.split(c)[-1] for c in config.get("initialization_commands", [])
-               if c.startswith("sudo mkdir -p ")}
-    problems = []
-    for option in options:
-        words = shlex.split(option)
-        for flag, arg in zip(words, words[1:] + [""]):
-            if flag in ("-v", "--volume") and arg.split(":")[0] not in created:
-                problems.append(f"docker.run_options: host path of mount {short(arg)} is not "
-                                "created by any initialization command; add it to docker.volumes")
-    return problems
 
 
 def node_usd_per_hour(node: dict, region: str) -> float | None:
@@ -566,92 +137,12 @@ def plan(values: dict, config: dict) -> list[str]:
     return lines
 
 
-
 def usd(value: float | None, form: str = "~$%.2f/h") -> str:
     return form % value if value is not None else "no list price in scripts/catalog.py"
 
 
 def companion_files(cluster: str, values: dict) -> dict[str, str]:
     return {"head-policy.json": json.dumps(head_policy(values), indent=2) + "\n"}
-
-
-def head_policy(values: dict) -> dict:
-    """A least-privilege IAM policy for the head's instance profile (aws.iam_instance_profile).
-    The head's autoscaler describes, launches, tags, and terminates this cluster's workers
-    and nothing else: launches must carry the cluster's tag on the instance and its volumes,
-    and only instances with that tag may be tagged, stopped or terminated. Ray's default
-    role (ray-autoscaler-v1) gets AmazonEC2FullAccess and AmazonS3FullAccess instead.
-    Workers get no profile: they call no AWS API."""
-    region, name = values["aws"]["region"], values["cluster_name"]
-    arn = f"arn:aws:ec2:{region}"
-    in_region = {"StringEquals": {"aws:RequestedRegion": region}}
-    statements = [
-        {"Sid": "ReadTheCluster", "Effect": "Allow", "Resource": "*", "Condition": in_region,
-         "Action": ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeImages",
-                    "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"]},
-        {"Sid": "LaunchOnlyTaggedWorkers", "Effect": "Allow", "Action": "ec2:RunInstances",
-         "Resource": [f"{arn}:*:instance/*", f"{arn}:*:volume/*"],
-         "Condition": {"StringEquals": {f"aws:RequestTag/{KIT_TAG}": name}}},
-        {"Sid": "LaunchFromTheClustersNetworkAndImage", "Effect": "Allow",
-         "Action": "ec2:RunInstances",
-         "Resource": [f"{arn}::image/*", f"{arn}:*:subnet/*", f"{arn}:*:network-interface/*",
-                      f"{arn}:*:security-group/*", f"{arn}:*:key-pair/*"]},
-        {"Sid": "TagAtLaunch", "Effect": "Allow", "Action": "ec2:CreateTags",
-         "Resource": [f"{arn}:*:instance/*", f"{arn}:*:volume/*"],
-         "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}}},
-        {"Sid": "ManageOnlyTheClustersNodes", "Effect": "Allow",
-         "Action": ["ec2:CreateTags", "ec2:TerminateInstances", "ec2:StopInstances",
-                    "ec2:StartInstances"],
-         "Resource": f"{arn}:*:instance/*",
-         "Condition": {"StringEquals": {f"ec2:ResourceTag/{KIT_TAG}": name}}},
-    ]
-    if values["aws"]["data_buckets"]:
-        # The driver lists the job's data files on the head; the head launches workers
-        # with their own read-only profile, which it must be allowed to pass.
-        statements += data_read_statements(values["aws"]["data_buckets"])
-        statements.append({"Sid": "PassTheWorkersRole", "Effect": "Allow", "Action": "iam:PassRole",
-                           "Resource": f"arn:aws:iam::*:role/{worker_profile_name(values)}",
-                           "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}})
-    if values["aws"]["ebs_kms_key"]:
-        # Encrypted volumes take the account's default EBS key; where that is customer-
-        # managed, launching through EC2 needs these rights on it (AWS's "Required KMS key
-        # policy for use with encrypted volumes"), through EC2 only.
-        statements.append({"Sid": "EncryptTheNodesVolumes", "Effect": "Allow",
-                           "Action": ["kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey",
-                                      "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncrypt*"],
-                           "Resource": values["aws"]["ebs_kms_key"],
-                           "Condition": {"StringEquals": {"kms:ViaService": f"ec2.{region}.amazonaws.com"}}})
-    if any(w["spot"] for w in values["workers"].values()):
-        # A RunInstances with InstanceMarketOptions (spot) also creates a spot instance
-        # request, a resource of its own that the call must be allowed on (AWS's example
-        # policies, "Work with Spot Instances"); Ray tags only instances and volumes, so it
-        # carries no cluster tag to condition on.
-        statements.append({"Sid": "LaunchSpotWorkers", "Effect": "Allow",
-                           "Action": "ec2:RunInstances",
-                           "Resource": f"{arn}:*:spot-instances-request/*"})
-        # The first spot launch of an account creates EC2's spot service-linked role.
-        statements.append({"Sid": "SpotServiceLinkedRole", "Effect": "Allow",
-                           "Action": "iam:CreateServiceLinkedRole", "Resource": "*",
-                           "Condition": {"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}}})
-    return {"Version": "2012-10-17", "Statement": statements}
-
-
-def data_read_statements(buckets: list[str]) -> list[dict]:
-    """Read-only access to the data buckets: list them, read their objects."""
-    return [
-        {"Sid": "ListTheDataBuckets", "Effect": "Allow",
-         "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
-         "Resource": [f"arn:aws:s3:::{b}" for b in buckets]},
-        {"Sid": "ReadTheDataBuckets", "Effect": "Allow", "Action": "s3:GetObject",
-         "Resource": [f"arn:aws:s3:::{b}/*" for b in buckets]},
-    ]
-
-
-def worker_policy(values: dict) -> dict:
-    """The workers' policy: read the data buckets, nothing else. Ray Data's read tasks run
-    on the workers, and pyarrow ships no credentials from the driver to them: without a
-    role of their own they could read nothing of an `s3://` data set."""
-    return {"Version": "2012-10-17", "Statement": data_read_statements(values["aws"]["data_buckets"])}
 
 
 S3_URI = re.compile(r"s3://([^/\s]+)")
@@ -786,72 +277,6 @@ def kit_creates_ssh_group(values: dict) -> bool:
         raise KitError("aws.ssh_cidr: auto is resolved by the preflight; run `make up`, "
                        "which runs it first")
     return True
-
-
-EC2_TRUST = {"Version": "2012-10-17", "Statement": [{
-    "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
-IAM_PROPAGATION_S = 15  # a new instance profile is usable by RunInstances only after a while
-
-
-def ensure_head_role(iam, values: dict, wait_s: float | None = None) -> str:
-    """The head's least-privilege role and instance profile (head_profile_name, head_policy)."""
-    return ensure_role(iam, values, head_profile_name(values), head_policy(values),
-                       "the head's autoscaler", wait_s)
-
-
-def ensure_role(iam, values: dict, name: str, policy: dict, purpose: str,
-                wait_s: float | None = None) -> str:
-    """A role and instance profile, both `name`, with `policy`: made and tagged with the
-    cluster on the first `make up`, reused (its policy brought up to date) after; a role of
-    that name that is not this cluster's is refused. Returns the profile's name. Deleted
-    by `make down PURGE=1` (delete_head_role)."""
-    cluster = values["cluster_name"]
-    tag = {"Key": KIT_TAG, "Value": cluster}
-    try:
-        role = iam.get_role(RoleName=name)["Role"]
-    except iam.exceptions.NoSuchEntityException:
-        role = None
-    if role is not None:
-        tags = iam.list_role_tags(RoleName=name)["Tags"]
-        if tag not in tags:
-            raise KitError(f"IAM role {name} exists but is not cluster '{cluster}''s (no tag "
-                           f"{KIT_TAG}={cluster}); delete it, or rename the cluster")
-    else:
-        iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(EC2_TRUST),
-                        Description=f"Ray cluster {cluster}: {purpose} (ray-kit)", Tags=[tag])
-    iam.put_role_policy(RoleName=name, PolicyName="ray-kit", PolicyDocument=json.dumps(policy))
-    try:
-        profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
-    except iam.exceptions.NoSuchEntityException:
-        profile = iam.create_instance_profile(InstanceProfileName=name, Tags=[tag])["InstanceProfile"]
-    if name not in [r["RoleName"] for r in profile["Roles"]]:
-        iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
-        wait = (float(os.environ.get("RAYKIT_IAM_WAIT_S") or IAM_PROPAGATION_S)  # tests: 0
-                if wait_s is None else wait_s)
-        print(f"IAM role and instance profile {name} made (least privilege); waiting {wait:g} s "
-              "for IAM to propagate", flush=True)
-        time.sleep(wait)
-    return name
-
-
-def delete_head_role(iam, name: str) -> bool:
-    """Remove a role and instance profile that `make up` made (the head's, the workers'); False if gone."""
-    found = False
-    try:
-        for role in iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"]:
-            iam.remove_role_from_instance_profile(InstanceProfileName=name, RoleName=role["RoleName"])
-        iam.delete_instance_profile(InstanceProfileName=name)
-        found = True
-    except iam.exceptions.NoSuchEntityException:
-        pass
-    try:
-        for policy in iam.list_role_policies(RoleName=name)["PolicyNames"]:
-            iam.delete_role_policy(RoleName=name, PolicyName=policy)
-        iam.delete_role(RoleName=name)
-        found = True
-    except iam.exceptions.NoSuchEntityException:
-        pass
-    return found
 
 
 def create_ssh_group(ec2, values: dict) -> str:

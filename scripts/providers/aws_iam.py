@@ -1,0 +1,156 @@
+"""The AWS cluster's rights, least privilege: the head's policy (launch, tag and terminate
+only the cluster's own instances), the workers' (read the data buckets), and the roles and
+instance profiles `make up` makes for them and `make down PURGE=1` deletes."""
+
+import json
+import os
+import time
+
+from scripts.core.errors import KitError
+from scripts.providers.aws_names import KIT_TAG, head_profile_name, worker_profile_name
+
+def head_policy(values: dict) -> dict:
+    """A least-privilege IAM policy for the head's instance profile (aws.iam_instance_profile).
+    The head's autoscaler describes, launches, tags, and terminates this cluster's workers
+    and nothing else: launches must carry the cluster's tag on the instance and its volumes,
+    and only instances with that tag may be tagged, stopped or terminated. Ray's default
+    role (ray-autoscaler-v1) gets AmazonEC2FullAccess and AmazonS3FullAccess instead.
+    Workers get no profile: they call no AWS API."""
+    region, name = values["aws"]["region"], values["cluster_name"]
+    arn = f"arn:aws:ec2:{region}"
+    in_region = {"StringEquals": {"aws:RequestedRegion": region}}
+    statements = [
+        {"Sid": "ReadTheCluster", "Effect": "Allow", "Resource": "*", "Condition": in_region,
+         "Action": ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeImages",
+                    "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"]},
+        {"Sid": "LaunchOnlyTaggedWorkers", "Effect": "Allow", "Action": "ec2:RunInstances",
+         "Resource": [f"{arn}:*:instance/*", f"{arn}:*:volume/*"],
+         "Condition": {"StringEquals": {f"aws:RequestTag/{KIT_TAG}": name}}},
+        {"Sid": "LaunchFromTheClustersNetworkAndImage", "Effect": "Allow",
+         "Action": "ec2:RunInstances",
+         "Resource": [f"{arn}::image/*", f"{arn}:*:subnet/*", f"{arn}:*:network-interface/*",
+                      f"{arn}:*:security-group/*", f"{arn}:*:key-pair/*"]},
+        {"Sid": "TagAtLaunch", "Effect": "Allow", "Action": "ec2:CreateTags",
+         "Resource": [f"{arn}:*:instance/*", f"{arn}:*:volume/*"],
+         "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}}},
+        {"Sid": "ManageOnlyTheClustersNodes", "Effect": "Allow",
+         "Action": ["ec2:CreateTags", "ec2:TerminateInstances", "ec2:StopInstances",
+                    "ec2:StartInstances"],
+         "Resource": f"{arn}:*:instance/*",
+         "Condition": {"StringEquals": {f"ec2:ResourceTag/{KIT_TAG}": name}}},
+    ]
+    if values["aws"]["data_buckets"]:
+        # The driver lists the job's data files on the head; the head launches workers
+        # with their own read-only profile, which it must be allowed to pass.
+        statements += data_read_statements(values["aws"]["data_buckets"])
+        statements.append({"Sid": "PassTheWorkersRole", "Effect": "Allow", "Action": "iam:PassRole",
+                           "Resource": f"arn:aws:iam::*:role/{worker_profile_name(values)}",
+                           "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}})
+    if values["aws"]["ebs_kms_key"]:
+        # Encrypted volumes take the account's default EBS key; where that is customer-
+        # managed, launching through EC2 needs these rights on it (AWS's "Required KMS key
+        # policy for use with encrypted volumes"), through EC2 only.
+        statements.append({"Sid": "EncryptTheNodesVolumes", "Effect": "Allow",
+                           "Action": ["kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey",
+                                      "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncrypt*"],
+                           "Resource": values["aws"]["ebs_kms_key"],
+                           "Condition": {"StringEquals": {"kms:ViaService": f"ec2.{region}.amazonaws.com"}}})
+    if any(w["spot"] for w in values["workers"].values()):
+        # A RunInstances with InstanceMarketOptions (spot) also creates a spot instance
+        # request, a resource of its own that the call must be allowed on (AWS's example
+        # policies, "Work with Spot Instances"); Ray tags only instances and volumes, so it
+        # carries no cluster tag to condition on.
+        statements.append({"Sid": "LaunchSpotWorkers", "Effect": "Allow",
+                           "Action": "ec2:RunInstances",
+                           "Resource": f"{arn}:*:spot-instances-request/*"})
+        # The first spot launch of an account creates EC2's spot service-linked role.
+        statements.append({"Sid": "SpotServiceLinkedRole", "Effect": "Allow",
+                           "Action": "iam:CreateServiceLinkedRole", "Resource": "*",
+                           "Condition": {"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}}})
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def data_read_statements(buckets: list[str]) -> list[dict]:
+    """Read-only access to the data buckets: list them, read their objects."""
+    return [
+        {"Sid": "ListTheDataBuckets", "Effect": "Allow",
+         "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+         "Resource": [f"arn:aws:s3:::{b}" for b in buckets]},
+        {"Sid": "ReadTheDataBuckets", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": [f"arn:aws:s3:::{b}/*" for b in buckets]},
+    ]
+
+
+def worker_policy(values: dict) -> dict:
+    """The workers' policy: read the data buckets, nothing else. Ray Data's read tasks run
+    on the workers, and pyarrow ships no credentials from the driver to them: without a
+    role of their own they could read nothing of an `s3://` data set."""
+    return {"Version": "2012-10-17", "Statement": data_read_statements(values["aws"]["data_buckets"])}
+
+
+EC2_TRUST = {"Version": "2012-10-17", "Statement": [{
+    "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
+
+
+IAM_PROPAGATION_S = 15  # a new instance profile is usable by RunInstances only after a while
+
+
+def ensure_head_role(iam, values: dict, wait_s: float | None = None) -> str:
+    """The head's least-privilege role and instance profile (head_profile_name, head_policy)."""
+    return ensure_role(iam, values, head_profile_name(values), head_policy(values),
+                       "the head's autoscaler", wait_s)
+
+
+def ensure_role(iam, values: dict, name: str, policy: dict, purpose: str,
+                wait_s: float | None = None) -> str:
+    """A role and instance profile, both `name`, with `policy`: made and tagged with the
+    cluster on the first `make up`, reused (its policy brought up to date) after; a role of
+    that name that is not this cluster's is refused. Returns the profile's name. Deleted
+    by `make down PURGE=1` (delete_head_role)."""
+    cluster = values["cluster_name"]
+    tag = {"Key": KIT_TAG, "Value": cluster}
+    try:
+        role = iam.get_role(RoleName=name)["Role"]
+    except iam.exceptions.NoSuchEntityException:
+        role = None
+    if role is not None:
+        tags = iam.list_role_tags(RoleName=name)["Tags"]
+        if tag not in tags:
+            raise KitError(f"IAM role {name} exists but is not cluster '{cluster}''s (no tag "
+                           f"{KIT_TAG}={cluster}); delete it, or rename the cluster")
+    else:
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(EC2_TRUST),
+                        Description=f"Ray cluster {cluster}: {purpose} (ray-kit)", Tags=[tag])
+    iam.put_role_policy(RoleName=name, PolicyName="ray-kit", PolicyDocument=json.dumps(policy))
+    try:
+        profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
+    except iam.exceptions.NoSuchEntityException:
+        profile = iam.create_instance_profile(InstanceProfileName=name, Tags=[tag])["InstanceProfile"]
+    if name not in [r["RoleName"] for r in profile["Roles"]]:
+        iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
+        wait = (float(os.environ.get("RAYKIT_IAM_WAIT_S") or IAM_PROPAGATION_S)  # tests: 0
+                if wait_s is None else wait_s)
+        print(f"IAM role and instance profile {name} made (least privilege); waiting {wait:g} s "
+              "for IAM to propagate", flush=True)
+        time.sleep(wait)
+    return name
+
+
+def delete_head_role(iam, name: str) -> bool:
+    """Remove a role and instance profile that `make up` made (the head's, the workers'); False if gone."""
+    found = False
+    try:
+        for role in iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"]:
+            iam.remove_role_from_instance_profile(InstanceProfileName=name, RoleName=role["RoleName"])
+        iam.delete_instance_profile(InstanceProfileName=name)
+        found = True
+    except iam.exceptions.NoSuchEntityException:
+        pass
+    try:
+        for policy in iam.list_role_policies(RoleName=name)["PolicyNames"]:
+            iam.delete_role_policy(RoleName=name, PolicyName=policy)
+        iam.delete_role(RoleName=name)
+        found = True
+    except iam.exceptions.NoSuchEntityException:
+        pass
+    return found

@@ -1,0 +1,227 @@
+"""The AWS provider's own rules: on a values file once its schema passed (what the schema
+cannot say: instance types, disks, volumes, mixes), and on the rendered config (every
+node_config against botocore's EC2 RunInstances input shape, enums included)."""
+
+import difflib
+import shlex
+
+from scripts import catalog
+from scripts.core.errors import short
+from scripts.providers.aws_preflight import driver_problems
+
+# EBS volume sizes per type, GiB (docs.aws.amazon.com/ebs/latest/userguide/ebs-volume-types.html,
+# 2026-11); st1 and sc1 cannot be boot volumes.
+EBS_SIZE_GB = {"gp2": (1, 16384), "gp3": (1, 16384), "io1": (4, 16384), "io2": (4, 65536),
+               "st1": (125, 16384), "sc1": (125, 16384), "standard": (1, 1024)}
+
+
+BOOT_VOLUME_TYPES = ("gp2", "gp3", "io1", "io2", "standard")
+
+
+def nodes_of(values: dict) -> dict:
+    """{dotted key in the values file: node values} for the head and each worker type."""
+    return {"head": values["head"]} | {f"workers.{n}": w for n, w in values["workers"].items()}
+
+
+def value_problems(values: dict) -> list[str]:
+    problems = []
+    aws, docker = values["aws"], values["docker"]
+    region = aws["region"]
+    if region not in catalog.REGIONS:
+        problems.append(f"aws.region: unknown region {short(region)}" + did_you_mean(region, catalog.REGIONS))
+    elif aws["image_id"] in catalog.KNOWN_AMIS:
+        ami_region, ami_name = catalog.KNOWN_AMIS[aws["image_id"]]
+        if ami_region != region:
+            problems.append(f"aws.image_id: {aws['image_id']} is an AMI of {ami_region}, not "
+                            f"{region}; set image_id: auto (the current DLAMI of the region)")
+        else:
+            problems += driver_problems(aws["image_id"], ami_name)
+    zone = aws["availability_zone"]
+    if zone and zone[:-1] != region:
+        problems.append(f"aws.availability_zone: {zone} is not in region {region}; "
+                        f"use a zone such as {region}a")
+    problems += volume_problems(docker["volumes"])
+    if aws["ssh_cidr"] != "auto" and aws["security_group_ids"]:
+        problems.append("aws.ssh_cidr: applies to the group the kit creates, but "
+                        "aws.security_group_ids names your own; set the SSH rule in your group "
+                        "and ssh_cidr: auto, or drop security_group_ids")
+    for i, option in enumerate(docker["extra_run_options"]):
+        if option.split("=")[0] in ("--volume", "--mount"):
+            problems.append(f"docker.extra_run_options[{i}]: mounts go in docker.volumes, "
+                            "whose host dirs the kit creates; move it there")
+
+    nodes = nodes_of(values)
+    volume_types = ec2_enum("VolumeType")
+    for key, node in nodes.items():
+        itype = node["instance_type"]
+        spec = catalog.INSTANCE_TYPES.get(itype)
+        if spec is None:
+            problems.append(f"{key}.instance_type: unknown instance type {short(itype)}"
+                            + did_you_mean(itype, catalog.INSTANCE_TYPES)
+                            + " (known: scripts/catalog.py INSTANCE_TYPES; add it there)")
+            continue
+        problems += disk_problems(key, node["disk"], spec, volume_types, docker)
+        unsupported = catalog.gpu_support_problem(itype)
+        if unsupported:
+            problems.append(f"{key}.instance_type: {itype}: {unsupported}; pick a newer GPU "
+                            "type such as g5.xlarge (A10G) or g6.xlarge (L4)")
+
+    specs = {k: catalog.INSTANCE_TYPES.get(n["instance_type"]) for k, n in nodes.items()}
+    if None not in specs.values():
+        problems += mix_problems(values, nodes, specs)
+    return problems
+
+
+# Directories of the node's OS: the kit creates each volume's host dir, hands it to the
+# container's user, and mounts a fresh data volume over the first one, so a host path here
+# (or under the first group) would hide or take over the system's own files, after billing.
+SYSTEM_DIR_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc",
+                    "/run", "/sbin", "/snap", "/sys", "/usr")
+
+
+SYSTEM_DIRS = ("/", "/home", "/home/ubuntu", "/mnt", "/opt", "/root", "/srv", "/tmp", "/var",
+               "/var/lib", "/var/log")
+
+
+def volume_problems(volumes: list[dict]) -> list[str]:
+    problems = []
+    for i, volume in enumerate(volumes):
+        for side in ("host", "container"):
+            if {".", ".."} & set(volume[side].split("/")):
+                problems.append(f"docker.volumes[{i}].{side}: {short(volume[side])} has a '.' or "
+                                "'..' part; write the path without them")
+        host = volume["host"].rstrip("/") or "/"
+        if host in SYSTEM_DIRS or any(host == top or host.startswith(top + "/")
+                                      for top in SYSTEM_DIR_TREES):
+            problems.append(f"docker.volumes[{i}].host: {short(volume['host'])} is a system directory "
+                            "of the node (the kit chowns each host dir to the container's user and "
+                            "mounts a data volume over the first); use a dir of its own such as /mnt/data")
+    containers = [v["container"].rstrip("/") or "/" for v in volumes]
+    for i, path in enumerate(containers):
+        if path in containers[:i]:
+            problems.append(f"docker.volumes[{i}].container: {short(volumes[i]['container'])} is "
+                            f"docker.volumes[{containers.index(path)}]'s too (Docker refuses to "
+                            "start the container); give each volume its own container path")
+    return problems
+
+
+def disk_problems(key: str, disk: dict, spec, volume_types: list[str], docker: dict) -> list[str]:
+    problems = []
+    vtype = disk["volume_type"]
+    if vtype not in volume_types:
+        return [f"{key}.disk.volume_type: {short(vtype)} is not an EBS volume type"
+                + did_you_mean(vtype, volume_types)]
+    if vtype not in BOOT_VOLUME_TYPES:
+        problems.append(f"{key}.disk.volume_type: {vtype} cannot be a boot volume; "
+                        f"use one of {', '.join(BOOT_VOLUME_TYPES)}")
+    low, high = EBS_SIZE_GB[vtype]
+    for size_key in ("root_gb", "data_gb"):
+        size = disk[size_key]
+        if (size_key == "root_gb" or size) and not low <= size <= high:
+            problems.append(f"{key}.disk.{size_key}: {size} GiB is outside {vtype}'s "
+                            f"{low}-{high} GiB; pick a size in that range")
+    need = catalog.min_root_gb(spec.gpus > 0)
+    if disk["root_gb"] < need:
+        problems.append(
+            f"{key}.disk.root_gb: {disk['root_gb']} GB is too small for the AMI "
+            f"({catalog.AMI_ROOT_SNAPSHOT_GB} GB) plus the {'GPU' if spec.gpus else 'CPU'} "
+            f"Docker image and packages; set root_gb: {need} or more")
+    if disk["data_gb"] and disk["data_gb"] == disk["root_gb"]:
+        problems.append(f"{key}.disk.data_gb: must differ from root_gb (the data "
+                        "volume is found by its size at boot); change one of them")
+    if disk["data_gb"] and not docker["volumes"]:
+        problems.append(f"{key}.disk.data_gb: the data volume mounts on the first "
+                        "docker.volumes host path; add a docker volume")
+    return problems
+
+
+def mix_problems(values: dict, nodes: dict, specs: dict) -> list[str]:
+    if values["mix"] == "homogeneous":
+        if not any(spec.gpus for spec in specs.values()):
+            return ["head.instance_type: no node type has a GPU to train on; "
+                    "pick a GPU type such as g5.xlarge"]
+        return []
+    problems = []
+    if specs["head"].gpus == 0:
+        problems.append(f"head.instance_type: {values['head']['instance_type']} has no GPU, but "
+                        "a heterogeneous mix trains on the head; pick a GPU type such as g5.xlarge")
+    for key, spec in specs.items():
+        if key != "head" and spec.gpus:
+            problems.append(f"{key}.instance_type: {nodes[key]['instance_type']} has "
+                            f"{spec.gpus} GPU(s), but workers of a heterogeneous mix are CPU-only "
+                            "preprocessors; pick a CPU type such as c5.4xlarge, or set mix: homogeneous")
+    return problems
+
+
+def did_you_mean(word: str, choices) -> str:
+    hint = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {hint[0]!r}?" if hint else ""
+
+
+def config_problems(config: dict) -> list[str]:
+    problems = []
+    for name, node_type in config["available_node_types"].items():
+        problems += [f"available_node_types.{name}.node_config{p}"
+                     for p in run_instances_problems(node_type["node_config"])]
+    return problems + mount_problems(config)
+
+
+def ec2_model():
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("ec2")
+
+
+def ec2_enum(shape_name: str) -> list[str]:
+    return list(ec2_model().shape_for(shape_name).enum)
+
+
+def run_instances_problems(node_config: dict) -> list[str]:
+    """node_config as RunInstances parameters: botocore's validator (names, types,
+    required members) plus the enum values it does not check."""
+    from botocore.validate import ParamValidator
+
+    shape = ec2_model().operation_model("RunInstances").input_shape
+    # SubnetIds is Ray's, not EC2's: Ray turns it into one SubnetId per launch.
+    params = {"MinCount": 1, "MaxCount": 1, **node_config}
+    if isinstance(params.pop("SubnetIds", None), list) and "SubnetId" not in params:
+        params["SubnetId"] = "subnet-00000000"
+    report = ParamValidator().validate(params, shape)
+    problems = []
+    if report.has_errors():
+        problems += [": " + line.strip() for line in report.generate_report().splitlines()]
+    problems += [f"{path}: {short(value)} is not one of {', '.join(allowed)}"
+                 for path, value, allowed in enum_violations(params, shape, "")]
+    return problems
+
+
+def enum_violations(value, shape, path):
+    if shape.type_name == "structure" and isinstance(value, dict):
+        for name, member in shape.members.items():
+            if name in value:
+                yield from enum_violations(value[name], member, f"{path}.{name}")
+    elif shape.type_name == "list" and isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from enum_violations(item, shape.member, f"{path}[{i}]")
+    elif shape.type_name == "string" and shape.enum and isinstance(value, str):
+        if value not in shape.enum:
+            yield path, value, shape.enum
+
+
+def mount_problems(config: dict) -> list[str]:
+    """Every `-v host:container` host path must be created by an initialization command:
+    Docker would create a missing one as root, hiding a typo in an empty directory."""
+    docker = config.get("docker", {})
+    options = list(docker.get("run_options", [])) + list(docker.get("head_run_options", []))
+    for node_type in config["available_node_types"].values():
+        options += node_type.get("docker", {}).get("worker_run_options", [])
+    created = {shlex.split(c)[-1] for c in config.get("initialization_commands", [])
+               if c.startswith("sudo mkdir -p ")}
+    problems = []
+    for option in options:
+        words = shlex.split(option)
+        for flag, arg in zip(words, words[1:] + [""]):
+            if flag in ("-v", "--volume") and arg.split(":")[0] not in created:
+                problems.append(f"docker.run_options: host path of mount {short(arg)} is not "
+                                "created by any initialization command; add it to docker.volumes")
+    return problems
