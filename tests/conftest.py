@@ -5,6 +5,7 @@ import copy
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -85,7 +86,16 @@ CHECKIP_ADDRESS = "198.51.100.7"
 os.environ["RAYKIT_CHECKIP_URL"] = start_checkip_standin()
 
 
-def pytest_sessionfinish(session, exitstatus):
+def stop_like_ctrl_c(signum, frame):
+    raise KeyboardInterrupt
+
+
+# A test run stopped with SIGTERM (a CI time-out, `kill`) ends like Ctrl-C: pytest then
+# tears its fixtures down, so every cluster a test started is stopped (`make down`).
+signal.signal(signal.SIGTERM, stop_like_ctrl_c)
+
+
+def pytest_unconfigure(config):  # after every fixture's teardown
     shutil.rmtree(TEST_DIR, ignore_errors=True)
 
 

@@ -247,7 +247,7 @@ def autostop_cluster(tmp_path):
         yield name, env
     finally:
         make("down", f"CLUSTER={name}", env=env, timeout=120)
-        path.unlink()
+        path.unlink(missing_ok=True)
 
 
 @pytest.mark.slow
