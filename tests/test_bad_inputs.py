@@ -293,7 +293,7 @@ def test_allowed_odd_strings_render_inert(hetero_values):
                                                  "BlockDeviceMappings", "TagSpecifications",
                                                  "InstanceMarketOptions", "KeyName",
                                                  "InstanceInitiatedShutdownBehavior",
-                                                 "IamInstanceProfile"}
+                                                 "IamInstanceProfile", "UserData"}
 
 
 def test_a_template_cannot_paste_a_string():

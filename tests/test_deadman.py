@@ -75,13 +75,18 @@ def test_this_host_without_ray_has_no_raylet_and_the_program_runs_standalone():
     assert run.returncode == 0 and "--grace-minutes" in run.stdout
 
 
-def test_every_aws_host_starts_the_switch_first_and_powering_off_terminates():
-
+def test_every_aws_node_starts_the_switch_at_boot_and_powering_off_terminates():
+    """The user data (cloud-init, as root, before SSH, Docker and Ray): the program, byte
+    for byte, and the systemd unit; on every node type, with shutdown = terminate."""
     config = build("hetero").config
-    first, second = config["initialization_commands"][:2]
-    encoded = first.split("echo ", 1)[1].split(" ", 1)[0]
-    assert base64.b64decode(encoded) == (REPO / "scripts" / "node" / "deadman.py").read_bytes()
-    assert "systemd-run --unit raykit-deadman --property Restart=always" in second
-    assert f"--grace-minutes {aws_render.DEADMAN_GRACE_MIN} --idle-minutes {aws_render.DEADMAN_IDLE_MIN}" in second
     for node_type in config["available_node_types"].values():
-        assert node_type["node_config"]["InstanceInitiatedShutdownBehavior"] == "terminate"
+        node_config = node_type["node_config"]
+        assert node_config["InstanceInitiatedShutdownBehavior"] == "terminate"
+        script = node_config["UserData"]
+        assert script.startswith("#!/bin/bash\n")
+        encoded = script.split("echo ", 1)[1].split(" ", 1)[0]
+        assert base64.b64decode(encoded) == (REPO / "scripts" / "node" / "deadman.py").read_bytes()
+        assert ("systemd-run --unit raykit-deadman --property Restart=always python3 "
+                f"/opt/raykit/deadman.py --grace-minutes {aws_render.DEADMAN_GRACE_MIN} "
+                f"--idle-minutes {aws_render.DEADMAN_IDLE_MIN}") in script
+        assert len(script) < 16 * 1024  # EC2's limit on user data

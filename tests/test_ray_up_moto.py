@@ -4,6 +4,7 @@ A stand-in `ssh`/`rsync` (tests/standins) is first on PATH: it records what Ray 
 on the head and never connects anywhere. Every AWS call goes to AWS_ENDPOINT_URL.
 """
 
+import base64
 import json
 import os
 import re
@@ -129,6 +130,11 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
     assert tags["ray-node-type"] == "head" and tags["ray-cluster-name"] == "hetero"
     assert head["MetadataOptions"]["HttpTokens"] == "required"
     assert head["IamInstanceProfile"]["Arn"].endswith(":instance-profile/raykit-hetero-head")
+    # the dead-man switch starts at boot (user data), before SSH could fail; off = terminated
+    user_data = ec2.describe_instance_attribute(InstanceId=head["InstanceId"], Attribute="userData")
+    assert b"systemd-run --unit raykit-deadman" in base64.b64decode(user_data["UserData"]["Value"])
+    assert ec2.describe_instance_attribute(InstanceId=head["InstanceId"], Attribute="instanceInitiatedShutdownBehavior")[
+        "InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
     # closed by default: the head's group admits SSH from `make up`'s own address alone
     (group,) = ec2.describe_security_groups(GroupIds=[g["GroupId"] for g in head["SecurityGroups"]])["SecurityGroups"]
     assert [ip["CidrIp"] for rule in group["IpPermissions"] for ip in rule.get("IpRanges", [])] == [
@@ -139,8 +145,6 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
 
     remote = log.read_text()
     assert "sudo mkdir -p /mnt/data" in remote  # initialization command, on the host
-    # the dead-man switch, on the host before Docker, before anything that could fail
-    assert remote.index("systemd-run --unit raykit-deadman") < remote.index("docker run")
     assert "docker run" in remote and "rayproject/ray:2.60.0-py311-cu128" in remote
     assert "-v /mnt/data:/data" in remote and "--shm-size=6g" in remote
     assert "pip install -q --no-cache-dir torch==2.14.1" in remote

@@ -2,12 +2,12 @@
 
 Every AWS node is launched with InstanceInitiatedShutdownBehavior=terminate, so powering off
 terminates the instance and its billing ends. This runs on the host, outside Ray's
-container, as a systemd unit that `make up` starts before Docker (aws.py's
-deadman_commands), and needs nothing but /proc and `shutdown`: no Ray, no kit, no AWS
-rights. It catches what the watchdog on the head cannot:
+container, as a systemd unit that the node's user data starts at boot (aws_render.py's
+deadman_user_data), before SSH, Docker or Ray, and needs nothing but /proc and `shutdown`:
+no Ray, no kit, no AWS rights. It catches what the watchdog on the head cannot:
 
-  - the head's or a worker's setup or `ray start` failed: no raylet ever runs here
-    (`ray up` exits non-zero and nothing else would watch the head);
+  - the head's or a worker's setup or `ray start` failed, or SSH never reached it: no
+    raylet ever runs here (`ray up` exits non-zero and nothing else would watch the head);
   - the watchdog stopped Ray but its terminate calls failed (throttling, a profile
     without the right): the raylets are gone, the instances stay;
   - the head died: a worker's raylet exits once the head's GCS is gone.

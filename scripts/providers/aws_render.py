@@ -108,7 +108,8 @@ def template_context(cluster: str, values: dict) -> dict:
                     | {"min_workers": w["min_workers"], "max_workers": w["max_workers"],
                        "iam_instance_profile": iam_profile(worker_profile_name(values))}
                     for name, w in values["workers"].items()],
-        "initialization_commands": deadman_commands() + host_dir_commands(docker, data_volumes),
+        "initialization_commands": host_dir_commands(docker, data_volumes),
+        "user_data": deadman_user_data(),
         "head_start_ray_command": (
             f"ulimit -n 65536; RAY_AUTH_MODE={AUTH_MODE} ray start --head --port={GCS_PORT} "
             f"--object-manager-port={OBJECT_MANAGER_PORT} "
@@ -184,21 +185,22 @@ def aws_node(name: str, node: dict, preprocess: bool, spot: bool, root_device: s
     }
 
 
-def deadman_commands() -> list[str]:
-    """Host-side, first of all: the node's dead-man switch (scripts/node/deadman.py) as a
-    systemd unit that restarts if it dies, so a node on which Ray never starts or has
-    stopped powers itself off (and, launched with InstanceInitiatedShutdownBehavior=
-    terminate, is terminated). The program travels base64-encoded: its text never meets a
-    shell. A second `ray up` replaces the unit."""
+def deadman_user_data() -> str:
+    """Every node's EC2 user data: a script cloud-init runs as root at first boot, before
+    SSH, Docker or Ray, that starts the node's dead-man switch (scripts/node/deadman.py) as
+    a systemd unit restarting if it dies. A node on which Ray never starts (its setup
+    failed, or SSH never reached it) or has stopped then powers itself off, and, launched
+    with InstanceInitiatedShutdownBehavior=terminate, is terminated. The program travels
+    base64-encoded: its text never meets a shell."""
     program = base64.b64encode(DEADMAN_PROGRAM.read_bytes()).decode()
-    return [
-        f"sudo mkdir -p /opt/raykit && echo {program} | base64 -d | sudo tee "
-        "/opt/raykit/deadman.py > /dev/null",
-        f"sudo systemctl stop {DEADMAN_UNIT} 2>/dev/null; sudo systemctl reset-failed "
-        f"{DEADMAN_UNIT} 2>/dev/null; sudo systemd-run --unit {DEADMAN_UNIT} --property "
-        f"Restart=always python3 /opt/raykit/deadman.py --grace-minutes {DEADMAN_GRACE_MIN} "
-        f"--idle-minutes {DEADMAN_IDLE_MIN}",
-    ]
+    return "\n".join([
+        "#!/bin/bash",
+        "# ray-kit: the node's dead-man switch (scripts/node/deadman.py), from boot",
+        "mkdir -p /opt/raykit",
+        f"echo {program} | base64 -d > /opt/raykit/deadman.py",
+        f"systemd-run --unit {DEADMAN_UNIT} --property Restart=always python3 "
+        f"/opt/raykit/deadman.py --grace-minutes {DEADMAN_GRACE_MIN} --idle-minutes {DEADMAN_IDLE_MIN}",
+        ""])
 
 
 def host_dir_commands(docker: dict, data_volume_sizes: list[int]) -> list[str]:
