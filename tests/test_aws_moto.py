@@ -568,7 +568,7 @@ def test_the_head_gets_a_least_privilege_role_of_its_own_by_default(home):
         assert aws.ensure_head_role(iam, values, wait_s=0) == "raykit-hetero-head"  # reused
         assert len(iam.list_instance_profiles()["InstanceProfiles"]) == 1
         provider.terminate_nodes(list(provider.non_terminated_nodes({})))
-        assert aws.delete_head_role(iam, "raykit-hetero-head")
+        assert aws_iam.delete_role(iam, "raykit-hetero-head")
         assert iam.list_roles()["Roles"] == [] and iam.list_instance_profiles()["InstanceProfiles"] == []
         iam.create_role(RoleName="raykit-hetero-head", AssumeRolePolicyDocument=json.dumps(aws_iam.EC2_TRUST))
         with pytest.raises(KitError, match="exists but is not cluster 'hetero''s"):
@@ -576,13 +576,14 @@ def test_the_head_gets_a_least_privilege_role_of_its_own_by_default(home):
 
 
 def test_a_customer_managed_default_ebs_key_gets_the_head_kms_rights_on_it(home, hetero_values):
+    from scripts.core.inputs import json_text
     from scripts.providers import aws
 
     with mock_aws():
         publish_dlami(boto3.client("ec2", region_name="us-east-1"))
         pinned, _ = aws.preflight(checked(hetero_values))
         assert pinned["aws"]["ebs_kms_key"] is None  # AWS's own aws/ebs key: no rights needed
-        assert "kms:" not in json_text(aws.head_policy(pinned))
+        assert "kms:" not in json_text(aws.head_policy(pinned))  # the kit's own JSON writer
         key = boto3.client("kms", region_name="us-east-1").create_key()["KeyMetadata"]["Arn"]
         boto3.client("ec2", region_name="us-east-1").modify_ebs_default_kms_key_id(KmsKeyId=key)
         pinned, _ = aws.preflight(checked(hetero_values))
@@ -590,12 +591,6 @@ def test_a_customer_managed_default_ebs_key_gets_the_head_kms_rights_on_it(home,
         (statement,) = [s for s in aws.head_policy(pinned)["Statement"] if s["Sid"] == "EncryptTheNodesVolumes"]
         assert statement["Resource"] == key and "kms:CreateGrant" in statement["Action"]
         assert statement["Condition"] == {"StringEquals": {"kms:ViaService": "ec2.us-east-1.amazonaws.com"}}
-
-
-def json_text(value) -> str:
-    import json
-
-    return json.dumps(value)
 
 
 # --- the AMI and its driver -------------------------------------------------------------

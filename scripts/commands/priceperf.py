@@ -54,7 +54,7 @@ def cmd_plan(a) -> int:
     rows = ranked[:planner.SHOWN_OPTIONS] + ([alone] if alone not in ranked[:planner.SHOWN_OPTIONS] else [])
     print("\n".join("  " + line for line in planner.table(rows, alone)))
     if options.write:
-        print(f"wrote {shown(VALUES_DIRS[0] / options.write)}.yaml (it validates); "
+        print(f"wrote {shown(VALUES_DIRS[0] / f'{options.write}.yaml')} (it validates); "
               f"`make up CLUSTER={options.write}` launches it")
     return 0
 

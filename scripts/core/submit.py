@@ -25,7 +25,6 @@ from scripts.core.state import write_atomic
 from scripts.node.autostop import JOB_LIMIT_KEY
 
 
-
 class JobPackages(enum.StrEnum):
     """How a job's requirements.txt is honoured on a provider's nodes."""
     PIP = "pip"              # Ray's pip runtime_env installs them on each node

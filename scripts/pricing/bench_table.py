@@ -168,16 +168,15 @@ def number(row: dict, field: str, where: str, low: float, high: float,
 # --- output --------------------------------------------------------------------------
 
 def table(rows: list[dict]) -> list[str]:
-    f = cell
     cells = [("mix", "$/h", "step s", "data wait", "trainer", "CPU use by node type",
               "images/s", "predicted", "$/100 steps", "$/M images", "change")]
     for r in rows:
         use = ", ".join(f"{t} {u:.0%}" for t, u in sorted((r["cpu_utilization"] or {}).items())) or "-"
-        cells.append((r["name"], f(r["usd_per_hour"], ".3f"), f(r["mean_step_s"], ".3f"),
-                      f(r["data_wait_share"], ".0%"), f(r["trainer_utilization"], ".0%"), use,
-                      f(r["images_per_s"], ".1f"), f(r["predicted_images_per_s"], ".1f"),
-                      f(r["usd_per_100_steps"], ".4f"), f(r["usd_per_million_images"], ".2f"),
-                      f(r["change"], "+.0%")))
+        cells.append((r["name"], cell(r["usd_per_hour"], ".3f"), cell(r["mean_step_s"], ".3f"),
+                      cell(r["data_wait_share"], ".0%"), cell(r["trainer_utilization"], ".0%"), use,
+                      cell(r["images_per_s"], ".1f"), cell(r["predicted_images_per_s"], ".1f"),
+                      cell(r["usd_per_100_steps"], ".4f"), cell(r["usd_per_million_images"], ".2f"),
+                      cell(r["change"], "+.0%")))
     return text_table(cells, left=(0, 5))
 
 
@@ -211,12 +210,12 @@ def save(rows: list[dict], bench_dir: Path) -> Path:
 
 def chart(rows: list[dict], path: Path) -> None:
     """$ per 100 steps and images/s per mix, side by side, the change written on the bars."""
-    names = [r["name"] for r in rows]
     with chart_file(path, 2, (4 + 1.6 * len(rows), 4.5)) as (cost_ax, rate_ax):
-        draw_mixes(rows, names, cost_ax, rate_ax)
+        draw_mixes(rows, cost_ax, rate_ax)
 
 
-def draw_mixes(rows: list[dict], names: list[str], cost_ax, rate_ax) -> None:
+def draw_mixes(rows: list[dict], cost_ax, rate_ax) -> None:
+    names = [r["name"] for r in rows]
     bars = cost_ax.bar(names, [r["usd_per_100_steps"] for r in rows], color="#4c72b0")
     cost_ax.bar_label(bars, labels=[f"{r['change']:+.0%}" if r["change"] is not None else ""
                                     for r in rows])

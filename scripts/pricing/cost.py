@@ -43,13 +43,14 @@ def hourly_cost(built: Built) -> tuple[float, float] | None:
     return aws_hourly_cost(built.values)
 
 
-def check_prices_as(built: Built) -> None:
+def check_prices_as(built: Built) -> Built | None:
     """A mix that does not bill, priced through its `prices_as`: that file must be an AWS
-    values file that validates and has a worker type of each of this mix's names. Raise
-    KitError naming every problem (`make validate` and every pricing command check it)."""
+    values file that validates and has a worker type of each of this mix's names. Returns
+    that AWS mix (None where there is none to check); raises KitError naming every problem
+    (`make validate` and every pricing command check it)."""
     name, where = built.values.get("prices_as"), f"cluster_templates/{built.cluster}.yaml"
     if built.provider.BILLS or not name:
-        return
+        return None
     try:
         theirs = build(name)
     except KitError as e:
@@ -63,12 +64,14 @@ def check_prices_as(built: Built) -> None:
                 for worker in built.values["workers"] if worker not in theirs.values["workers"]]
     if problems:
         raise KitError(joined(where, problems))
+    return theirs
 
 
-def stand_in_values(values: dict) -> dict:
-    """The AWS values a local cluster stands for: `prices_as`'s file with this file's node
-    counts, each local worker type priced as the AWS worker type of the same name."""
-    aws_values = copy.deepcopy(build(values["prices_as"]).values)
+def stand_in_values(values: dict, aws_mix: Built) -> dict:
+    """The AWS values a local cluster stands for: `prices_as`'s mix (checked by
+    check_prices_as) with this file's node counts, each local worker type priced as the AWS
+    worker type of the same name."""
+    aws_values = copy.deepcopy(aws_mix.values)
     aws_values["workers"] = {
         name: dict(aws_values["workers"][name], min_workers=w["min_workers"],
                    max_workers=w["max_workers"])
@@ -80,7 +83,7 @@ def cost_table(built: Built) -> list[str]:
     """`make cost`: an AWS mix's table; a local cluster costs nothing, or, with
     `prices_as`, the table of the AWS mix it stands for."""
     values = built.values
-    check_prices_as(built)
+    aws_mix = check_prices_as(built)
     if built.provider.BILLS:
         return aws_cost_table(values)
     if not values["prices_as"]:
@@ -88,7 +91,7 @@ def cost_table(built: Built) -> list[str]:
                 "(set prices_as to price it like an AWS values file)"]
     return [f"'{values['cluster_name']}' runs on this machine; it stands for "
             f"cluster_templates/{values['prices_as']}.yaml's node types with its own counts, "
-            "priced:"] + aws_cost_table(stand_in_values(values))
+            "priced:"] + aws_cost_table(stand_in_values(values, aws_mix))
 
 
 def aws_cost_table(values: dict) -> list[str]:
@@ -124,13 +127,13 @@ def priced(built: Built) -> tuple[str, float]:
     """A bench row's name and $/h: an AWS mix at its own prices; a local one as the AWS
     mix its `prices_as` names, with its own node counts (what it stands for)."""
     values, name = built.values, built.cluster
-    check_prices_as(built)
+    aws_mix = check_prices_as(built)
     if not built.provider.BILLS:
         if not values["prices_as"]:
             raise KitError(f"CLUSTERS: cluster_templates/{name}.yaml sets no prices_as; set it "
                            "to the AWS values file it stands for, e.g. prices_as: hetero")
         name = f"{name} as {values['prices_as']}"
-        values = stand_in_values(values)
+        values = stand_in_values(values, aws_mix)
     cost = aws_hourly_cost(values)
     if cost is None:
         raise KitError(f"CLUSTERS: {built.cluster}: region {values['aws']['region']} has no "

@@ -97,16 +97,15 @@ def completed(rows: list[dict]) -> list[dict]:
 
 
 def table(rows: list[dict], target: float) -> list[str]:
-    f = cell
     cells = [("trainer", f"s to {target:g}", "$ to target", "replica-h", "epochs",
               "final acc", "replicas from s", "global batch per epoch", "restarts", "change")]
     for r in rows:
-        cells.append((r["trainer"], f(r["time_to_target_s"], ".0f"), f(r["usd_to_target"], ".4f"),
-                      f(r["replica_hours"], ".4f"), str(r["epochs"]),
-                      f(r["final_test_accuracy"], ".3f"),
+        cells.append((r["trainer"], cell(r["time_to_target_s"], ".0f"), cell(r["usd_to_target"], ".4f"),
+                      cell(r["replica_hours"], ".4f"), str(r["epochs"]),
+                      cell(r["final_test_accuracy"], ".3f"),
                       " ".join(f"{k}@{t:.0f}" for t, k in r["replicas_over_time"]),
                       " ".join(map(str, r["global_batch_size_per_epoch"])), str(r["restarts"]),
-                      f(r["change"], "+.0%")))
+                      cell(r["change"], "+.0%")))
     return text_table(cells, left=(0, 6, 7))
 
 

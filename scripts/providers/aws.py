@@ -24,7 +24,7 @@ from scripts.core import state
 from scripts.core.errors import CapacityRefused, KitError, short
 from scripts.core.ray_cli import free_port, port_open, ray_cli, ray_env
 from scripts.core.submit import JobFiles, JobPackages
-from scripts.providers.aws_iam import delete_head_role, ensure_head_role, ensure_role, head_policy, worker_policy
+from scripts.providers.aws_iam import delete_role, ensure_head_role, ensure_role, head_policy, worker_policy
 from scripts.providers.aws_names import (
     HEAD_TYPE,
     KIT_TAG,
@@ -463,7 +463,7 @@ def left_behind(ec2, record: dict, purge: bool) -> list[str]:
         if role and purge:
             import boto3
 
-            delete_head_role(boto3.client("iam"), role)
+            delete_role(boto3.client("iam"), role)
             notes.append(f"nothing of IAM role and instance profile {role} (deleted)")
         elif role:
             notes.append(f"IAM role and instance profile {role} (least privilege; free, "

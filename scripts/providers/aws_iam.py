@@ -106,7 +106,7 @@ def ensure_role(iam, values: dict, name: str, policy: dict, purpose: str,
     """A role and instance profile, both `name`, with `policy`: made and tagged with the
     cluster on the first `make up`, reused (its policy brought up to date) after; a role of
     that name that is not this cluster's is refused. Returns the profile's name. Deleted
-    by `make down PURGE=1` (delete_head_role)."""
+    by `make down PURGE=1` (delete_role)."""
     cluster = values["cluster_name"]
     tag = {"Key": KIT_TAG, "Value": cluster}
     try:
@@ -136,7 +136,7 @@ def ensure_role(iam, values: dict, name: str, policy: dict, purpose: str,
     return name
 
 
-def delete_head_role(iam, name: str) -> bool:
+def delete_role(iam, name: str) -> bool:
     """Remove a role and instance profile that `make up` made (the head's, the workers'); False if gone."""
     found = False
     try:

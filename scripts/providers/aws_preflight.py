@@ -99,8 +99,7 @@ def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None, kms=None,
     if aws["key_pair"]:
         problems += key_pair_problems(ec2, aws["key_pair"], aws["region"])
     notes = []
-    root_device = [aws["root_device"]]
-    image_id, image_name = ami(ec2, ssm, aws, problems, notes, root_device)
+    image_id, image_name, root_device = ami(ec2, ssm, aws, problems, notes)
     problems += quota_problems(ec2, quotas, values, notes)
     kms_key = customer_ebs_key(ec2, kms or boto3.client("kms", region_name=aws["region"]), notes)
     ssh_cidr = aws["ssh_cidr"]
@@ -109,7 +108,7 @@ def preflight(values: dict, ec2=None, sts=None, quotas=None, ssm=None, kms=None,
     if problems:
         raise KitError(joined(f"AWS preflight ({aws['region']}, account {account})", problems))
     return {"account": account, "availability_zone": zone, "subnet": subnet,
-            "image_id": image_id, "image_name": image_name, "root_device": root_device[0],
+            "image_id": image_id, "image_name": image_name, "root_device": root_device,
             "ssh_cidr": ssh_cidr, "ebs_kms_key": kms_key, "notes": notes}
 
 
@@ -157,11 +156,12 @@ def own_address_range(problems: list[str]) -> str | None:
     return f"{address}/32"
 
 
-def ami(ec2, ssm, aws: dict, problems: list[str], notes: list[str], root_device: list[str]) -> tuple:
-    """(image id, name): `auto` resolved from the public SSM parameter, then checked to
-    exist in the region with a driver the GPU software needs. root_device[0] becomes the
-    AMI's root device name (the volume the kit sizes must be that device, or EC2 adds it
-    as a second, empty volume and leaves the root at the AMI's size)."""
+def ami(ec2, ssm, aws: dict, problems: list[str], notes: list[str]) -> tuple:
+    """(image id, name, root device): `auto` resolved from the public SSM parameter, then
+    checked to exist in the region with a driver the GPU software needs; the AMI's root
+    device name (the volume the kit sizes must be that device, or EC2 adds it as a second,
+    empty volume and leaves the root at the AMI's size), the values' own where the AMI
+    could not be read."""
     image_id = aws["image_id"]
     if image_id == "auto":
         try:
@@ -170,7 +170,7 @@ def ami(ec2, ssm, aws: dict, problems: list[str], notes: list[str], root_device:
             problems.append(f"aws.image_id: auto could not read {catalog.DLAMI_SSM_PARAMETER} "
                             f"({short(str(e), 120)[1:-1]}); allow ssm:GetParameter, or pin an "
                             "AMI id in aws.image_id")
-            return None, None
+            return None, None, aws["root_device"]
     try:
         images = ec2.describe_images(ImageIds=[image_id])["Images"]
     except botocore.exceptions.ClientError:
@@ -178,19 +178,18 @@ def ami(ec2, ssm, aws: dict, problems: list[str], notes: list[str], root_device:
     if not images:
         problems.append(f"aws.image_id: AMI {image_id} does not exist in {aws['region']} (or is "
                         "not shared with this account); set image_id: auto, or an AMI of the region")
-        return image_id, None
+        return image_id, None, aws["root_device"]
     image = images[0]
     name = image.get("Name", "")
     if image.get("Architecture", "x86_64") != "x86_64":
         problems.append(f"aws.image_id: {image_id} ({name}) is {image['Architecture']}; the kit's "
                         "instance types and images are x86_64: use an x86_64 AMI")
     problems += driver_problems(image_id, name)
-    root_device[0] = image.get("RootDeviceName") or root_device[0]
     if catalog.dlami_driver(name) is None:
         need, why = catalog.gpu_driver_needed()
         notes.append(f"AMI {image_id} ({short(name, 80)[1:-1]}) is not a Deep Learning Base AMI: its "
                      f"NVIDIA driver is not checked; the GPU nodes need >= {need} ({why})")
-    return image_id, name
+    return image_id, name, image.get("RootDeviceName") or aws["root_device"]
 
 
 def vcpus_needed(values: dict, workers: str = "max_workers") -> dict[tuple, int]:
