@@ -255,3 +255,13 @@ def test_day2_commands_say_when_the_cluster_is_not_up(tmp_path, target):
     assert run.returncode != 0
     assert "error: cluster 'local' is not up; run `make up CLUSTER=local`" in run.stderr
     assert "Traceback" not in run.stdout + run.stderr
+
+
+def test_the_ports_a_local_head_takes_are_distinct():
+    """`ray start` refuses one port for two components: ports taken one after another
+    could repeat (CI once saw it), so they are taken all at once."""
+    from scripts.core.ray_cli import free_ports
+
+    for _ in range(20):
+        ports = free_ports(6)
+        assert len(set(ports)) == 6 and all(1024 < port < 65536 for port in ports)

@@ -1,5 +1,6 @@
 """Helpers both providers use to drive Ray's command line and APIs from the kit."""
 
+import contextlib
 import os
 import socket
 import sys
@@ -45,9 +46,18 @@ def use_auth_in_this_process(auth_token: str | None) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports on 127.0.0.1. Every socket stays bound until all are
+    chosen: ports taken one after another can repeat (the OS may hand a just-released port
+    back), and `ray start` refuses one port for two components."""
+    with contextlib.ExitStack() as sockets:
+        bound = [sockets.enter_context(socket.socket()) for _ in range(count)]
+        for s in bound:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in bound]
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

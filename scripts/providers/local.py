@@ -28,7 +28,7 @@ from jobs.raykit import placement
 from scripts.core import state
 from scripts.core.errors import KitError, not_running
 from scripts.core.paths import BUILD, REPO
-from scripts.core.ray_cli import free_port, ray_cli, ray_env, use_auth_in_this_process
+from scripts.core.ray_cli import free_ports, ray_cli, ray_env, use_auth_in_this_process
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.node.autostop import duration
 from scripts.providers import cpu_sets
@@ -207,7 +207,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     if leftovers:  # a crashed earlier run of this very cluster: they carry our marker
         stop_processes(leftovers)
     head = values["head"]
-    gcs_port, dashboard_port = free_port(), free_port()
+    gcs_port, dashboard_port, client_port, agent_port, metrics_port, runtime_env_port = free_ports(6)
     record = {
         "cluster": cluster,
         "provider": NAME,
@@ -225,10 +225,10 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         ray_cli(), "start", "--head", "--disable-usage-stats",
         f"--node-ip-address={HEAD_IP}", f"--port={gcs_port}",
         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-        f"--ray-client-server-port={free_port()}",
-        f"--dashboard-agent-listen-port={free_port()}",
-        f"--metrics-export-port={free_port()}",
-        f"--runtime-env-agent-port={free_port()}",
+        f"--ray-client-server-port={client_port}",
+        f"--dashboard-agent-listen-port={agent_port}",
+        f"--metrics-export-port={metrics_port}",
+        f"--runtime-env-agent-port={runtime_env_port}",
         f"--temp-dir={record['temp_dir']}",
         f"--autoscaling-config={state.config_path(cluster)}",
         f"--num-cpus={head['cpus']}", "--num-gpus=0",
