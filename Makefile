@@ -46,7 +46,7 @@ STAMP := $(VENV)/.installed
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images cost plan bench test test-adaptdl bench-data bench-wait clean
+.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images cost plan bench test test-offline test-cluster test-adaptdl bench-data bench-wait clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -120,13 +120,25 @@ plan: $(STAMP) ## cheapest mix feeding the GPUs, from PROFILE=<job summary> or A
 bench: $(STAMP) ## ViT job on each of CLUSTERS: $/100 steps table + JSON/CSV/PNG; JOB=adaptdl_mnist: AdaptDL vs fixed Ray Train
 	@$(KIT) bench
 
-test: $(STAMP) ## run every test (offline: moto for AWS, the local cluster for Ray), then test-adaptdl
-	$(PY) -m pytest -p no:cacheprovider --durations=10 tests
-	@$(MAKE) --no-print-directory test-adaptdl
+# The tests that need no local cluster run on two processes (pytest-xdist), side by side
+# with adaptdl's suites: together they keep both cores busy, where each alone waits (on
+# moto, on Ray's start-up) or runs one thread. Then the local-cluster tests, one at a time:
+# a local cluster's nodes are pinned to this machine's cores, and what they time (a
+# fault's cost, an idle limit) assumes nothing beside them.
+test: $(STAMP) ## run every test: test-offline and test-adaptdl side by side, then test-cluster
+	@echo "== test-offline and test-adaptdl side by side (each one's output when it ends), then test-cluster"
+	@$(MAKE) --no-print-directory -j6 --output-sync=target test-offline $(addprefix adaptdl-suite/,$(ADAPTDL_SUITES))
+	@$(MAKE) --no-print-directory test-cluster
+
+test-offline: $(STAMP) ## the tests that start no local cluster (moto for AWS), on 2 processes
+	$(PY) -m pytest -p no:cacheprovider -n 2 --durations=10 -m "not cluster" tests
+
+test-cluster: $(STAMP) ## the tests that run a local Ray cluster (pytest -m cluster), one at a time
+	$(PY) -m pytest -p no:cacheprovider --durations=10 -m cluster tests
 
 # Each of adaptdl-ray's test modules replaces functions in adaptdl-ray's modules before it
 # imports the others, so each runs in a process of its own. adaptdl's scaling-rule
-# optimisations take 2 of its 3.5 CPU minutes: they run beside the rest of adaptdl's tests.
+# optimisations take 2.5 of its 4 CPU minutes, on one thread: they run beside the rest.
 ADAPTDL_SUITES := adaptdl adaptdl.torch.scaling_rules_test adaptdl_ray.aws.test_controller \
                   adaptdl_ray.aws.test_controller_mocked_ray adaptdl_ray.aws.test_worker
 ADAPTDL_SPLIT_OFF := --ignore-glob=*/adaptdl/torch/scaling_rules_test.py

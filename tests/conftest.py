@@ -32,6 +32,12 @@ for key, value in {
 
 network_guard.install()
 
+# Under `make test`, make's own flags (its jobserver among them) would reach every `make` a
+# test runs, which then warns on stderr ("jobserver unavailable"): each test's make starts
+# afresh, as a user's would.
+for key in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL"):
+    os.environ.pop(key, None)
+
 
 def moto_get_ebs_default_kms_key_id(self):
     """GetEbsDefaultKmsKeyId, which moto 5.2.5 lacks: AWS answers with the account's
@@ -137,23 +143,23 @@ def processes_of(state: dict) -> list:
 
 
 @contextmanager
-def local_cluster_up(build_dir: Path):
-    """`make up CLUSTER=local` in a build dir of its own (so its own marker, temp dir and
-    ports); yield (env for make, its record + build_dir); on exit `make down` and check
-    that nothing of it is left."""
+def local_cluster_up(build_dir: Path, cluster: str = "local"):
+    """`make up CLUSTER=<cluster>` (a local values file) in a build dir of its own (so its
+    own marker, temp dir and ports); yield (env for make, its record + build_dir); on exit
+    `make down` and check that nothing of it is left."""
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir))
-    up = make("up", "CLUSTER=local", env=env, timeout=300)
+    up = make("up", f"CLUSTER={cluster}", env=env, timeout=300)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-    state = json.loads((build_dir / "launched" / "local.json").read_text())
+    state = json.loads((build_dir / "launched" / f"{cluster}.json").read_text())
     state["build_dir"] = str(build_dir)
     try:
         assert processes_of(state)
         yield env, state
     finally:  # a failed test must not leave its cluster running for the next ones
-        down = make("down", "CLUSTER=local", env=env, timeout=120)
+        down = make("down", f"CLUSTER={cluster}", env=env, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
     assert processes_of(state) == []
-    assert not (build_dir / "launched" / "local.json").exists()
+    assert not (build_dir / "launched" / f"{cluster}.json").exists()
     remove_private_dir(state["temp_dir"])
 
 
@@ -192,7 +198,12 @@ def publish_dlami(ec2, release: str = "20261020") -> str:
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The shared local cluster's tests last, in their modules' order (a stable sort)."""
+    """Every test that runs a local cluster is marked `cluster` (the slow ones, those on
+    the shared cluster, and those marked by hand); the shared local cluster's tests run
+    last, in their modules' order (a stable sort)."""
+    for item in items:
+        if "slow" in item.keywords or "shared_local_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
     items.sort(key=lambda item: "shared_local_cluster" in getattr(item, "fixturenames", ()))
 
 
@@ -200,6 +211,13 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "slow: runs a real cluster for a minute or more (chaos, autostop, bench); "
         "CI runs them, `pytest -m 'not slow'` skips them")
+    # `make test` runs the tests that are not `cluster` on two processes side by side
+    # (pytest-xdist), then the `cluster` ones one at a time: a local cluster's nodes are
+    # pinned to this machine's cores, and its timings (a fault's cost, an idle limit)
+    # assume no other test beside it.
+    config.addinivalue_line(
+        "markers", "cluster: starts or uses a local Ray cluster (every slow test is one); "
+        "`make test` runs these one at a time, after the others")
 
 
 def adaptdl_replica_dirs() -> set[str]:

@@ -121,6 +121,7 @@ def marked(build_dir, clusters=("local_single", "local_hetero")):
     return found
 
 
+@pytest.mark.cluster
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="local_hetero needs 2 cores")
 def test_each_pinned_node_runs_on_cores_of_its_own(tmp_path):
     build_dir = tmp_path / "build"

@@ -146,6 +146,7 @@ def test_render_and_clean_leave_the_running_cluster_alone(cluster_env):
     assert make("status", "CLUSTER=local", env=env).returncode == 0
 
 
+@pytest.mark.cluster
 def test_run_tears_down_after_a_failing_job(tmp_path):
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path))
     run = make("run", "CLUSTER=local", "JOB=smoke", "ARGS=--fail-with 3", env=env, timeout=400)
@@ -157,6 +158,7 @@ def test_run_tears_down_after_a_failing_job(tmp_path):
     remove_private_dir(run.stdout)
 
 
+@pytest.mark.cluster
 def test_teardown_finishes_through_repeated_sigint_and_sigterm(tmp_path):
     """Ctrl-C twice, then `kill` twice, while `make run` tears down: it still finishes."""
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path))
