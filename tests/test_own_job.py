@@ -173,10 +173,10 @@ def test_image_files_are_read_from_s3(tmp_path, image_dir):
 
 # --- autoscaler v2: a label demand scales the labelled node type up --------------------------
 
-def v2_launches(config: dict, cpus: int, subcluster: str) -> tuple[dict, int]:
-    """What Ray's autoscaler v2 scheduler launches for `cpus` 1-CPU tasks that select
-    ray-subcluster=<subcluster>, on `config` with no node running: ({type: count},
-    infeasible requests)."""
+def v2_launches(config: dict, cpus: int, subcluster: str, bundle: dict | None = None) -> tuple[dict, int]:
+    """What Ray's autoscaler v2 scheduler launches for `cpus` requests of `bundle` (a
+    1-CPU task by default) that select ray-subcluster=<subcluster>, on `config` with no
+    node running: ({type: count}, infeasible requests)."""
     from ray.autoscaler.v2.instance_manager.config import AutoscalingConfig
     from ray.autoscaler.v2.scheduler import ResourceDemandScheduler, SchedulingRequest
     from ray.autoscaler.v2.utils import ResourceRequestUtil
@@ -184,7 +184,7 @@ def v2_launches(config: dict, cpus: int, subcluster: str) -> tuple[dict, int]:
     from ray.core.generated.common_pb2 import LabelSelectorOperator
 
     autoscaling = AutoscalingConfig(config, skip_content_hash=True)
-    request = ResourceRequestUtil.make({"CPU": 1}, label_selectors=[[
+    request = ResourceRequestUtil.make(bundle or {"CPU": 1}, label_selectors=[[
         ("ray-subcluster", LabelSelectorOperator.LABEL_OPERATOR_IN, [subcluster])]])
     reply = ResourceDemandScheduler(None).schedule(SchedulingRequest(
         disable_launch_config_check=True, node_type_configs=autoscaling.get_node_type_configs(),
@@ -211,6 +211,23 @@ def test_autoscaler_v2_scales_the_preprocess_type_up_for_a_label_demand(cluster_
     for node_type in config["available_node_types"].values():
         node_type.pop("labels")
     assert v2_launches(config, cpus=2, subcluster="preprocess") == ({}, 2)  # both infeasible
+
+
+@pytest.mark.parametrize("cluster_name,bundle,per_node", [("multi_g5", {"GPU": 1}, 4),
+                                                          ("local_multi", {"CPU": 1}, 1)])
+def test_autoscaler_v2_brings_train_nodes_up_from_zero_for_ray_trains_workers(cluster_name, bundle, per_node):
+    """A train type at min_workers 0: Ray Train's worker bundles selecting the train
+    subcluster bring up one node per `per_node` workers (4 GPUs a g5.12xlarge), up to
+    max_workers, and none lands on the coordinating head (it offers no CPU, no GPU)."""
+    config = build(cluster_name).config
+    for worker_type in ("gpu_worker", "cpu_worker"):  # none up: only the demand launches
+        config["available_node_types"][worker_type]["min_workers"] = 0
+    assert v2_launches(config, cpus=per_node, subcluster="train", bundle=bundle) == ({"gpu_worker": 1}, 0)
+    assert v2_launches(config, cpus=2 * per_node, subcluster="train", bundle=bundle) == ({"gpu_worker": 2}, 0)
+    launched, _ = v2_launches(config, cpus=5 * per_node, subcluster="train", bundle=bundle)
+    assert launched == {"gpu_worker": 2}  # max_workers
+    # a preprocessing task brings up a preprocess node, never a train node
+    assert v2_launches(config, cpus=1, subcluster="preprocess") == ({"cpu_worker": 1}, 0)
 
 
 def test_quiet_mode_drops_rays_chatter_and_keeps_warnings_errors_and_the_jobs_lines():

@@ -284,6 +284,35 @@ def test_validate_and_render_never_touch_a_launched_config(tmp_path, monkeypatch
     assert (tmp_path / "clusters" / "local.yaml").read_text() == build("local").text
 
 
+def test_several_train_nodes_beside_a_coordinating_head():
+    """multi_g5: the head offers Ray no CPU (nothing but the driver runs there), each
+    4-GPU train node holds 4 trainer slots and all its vCPUs for them, preprocessors keep
+    the train label off; local_multi renders the same shape with one slot per node."""
+    config = build("multi_g5").config
+    head = config["available_node_types"][aws.HEAD_TYPE]
+    train, cpu = config["available_node_types"]["gpu_worker"], config["available_node_types"]["cpu_worker"]
+    assert head["resources"] == {"CPU": 0}
+    assert head["labels"] == {"raykit-node-type": aws.HEAD_TYPE, "ray-subcluster": "coordinate"}
+    assert config["docker"]["image"] == catalog.DOCKER_IMAGE["cpu"]
+    assert "--gpus all" not in config["docker"]["head_run_options"]
+    assert train["resources"] == {"CPU": 48, "GPU": 4}
+    assert train["labels"] == {"raykit-node-type": "gpu_worker", "ray-subcluster": "train",
+                               "raykit-trainer-slots": "4"}
+    assert (train["min_workers"], train["max_workers"]) == (2, 2)
+    assert train["docker"]["worker_image"] == catalog.DOCKER_IMAGE["gpu"]
+    assert "--gpus all" in train["docker"]["worker_run_options"]
+    assert any("nvidia-ml-py==" in c for c in train["worker_setup_commands"])
+    assert cpu["labels"]["ray-subcluster"] == "preprocess" and "GPU" not in cpu["resources"]
+
+    local_config = build("local_multi").config
+    nodes = local_config["available_node_types"]
+    assert nodes[local.HEAD_TYPE]["resources"]["CPU"] == 0
+    assert nodes[local.HEAD_TYPE]["labels"]["ray-subcluster"] == "coordinate"
+    assert nodes["gpu_worker"]["labels"] == {"raykit-node-type": "gpu_worker", "ray-subcluster": "train",
+                                             "raykit-trainer-slots": "1"}
+    assert nodes["cpu_worker"]["labels"] == {"raykit-node-type": "cpu_worker", "ray-subcluster": "preprocess"}
+
+
 def test_a_preprocessing_gpu_head_keeps_a_vcpu_for_ray():
     """Its CPUs: one per GPU (the training workers) plus the catalog's preprocessing vCPUs;
     the last vCPU stays with Ray's head processes."""

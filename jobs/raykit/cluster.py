@@ -60,7 +60,8 @@ def check_shape(shape: dict, workers: int) -> str | None:
                 "set `preprocess: true` on the head")
     if workers > shape["trainer_slots"]:
         return (f"error: --workers {workers} exceeds the cluster's {shape['trainer_slots']} "
-                "trainer slots (one per GPU); lower --workers or use a larger head")
+                "trainer slots (one per GPU, over every train node); lower --workers, or raise "
+                "the train node type's min_workers (or the GPU head's size) in the values file")
     return None
 
 

@@ -132,45 +132,90 @@ class TrainProfile:
         return (sum(self.steps_s[-n:]) / len(self.steps_s[-n:]),
                 sum(self.waits[-n:]) / len(self.waits[-n:]))
 
-    def preprocess_cost(self, images: int) -> dict:
-        """CPU seconds per image over the steady images (warm-up rows left out), and how
-        many images that rests on; where every image was a warm-up one (each process ran
-        one batch), over all of them, said as such."""
-        measured = self.steady_images if self.steady_images else images
-        cpu_s = self.steady_cpu_s if self.steady_images else sum(self.cpu_s.values())
-        return {"preprocess_s_per_image": cpu_s / max(1, measured),
-                "preprocess_images_measured": measured,
-                "preprocess_warmup_images": images - self.steady_images,
-                "preprocess_cost_includes_warmup": not self.steady_images and images > 0}
-
-    def metrics(self, **extra) -> dict:
-        """The worker's figures, for ray.train.report; the first step (the pipeline's
-        start-up) stays out of the means."""
+    def metrics(self, model=None, **extra) -> dict:
+        """The figures for ray.train.report; call it on every rank (it is collective where
+        several workers train). The first step (the pipeline's start-up) stays out of the
+        means. Rank 0's figures are its own steps' plus `ranks`: each worker's node, steps,
+        wait and, given the model, a digest of its parameters (DDP keeps them identical on
+        every rank); the preprocessing figures count the images of every rank's shard."""
         import ray
 
         steady = slice(1, None) if len(self.steps_s) > 1 else slice(None)
         mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
-        images = int(sum(self.nodes.values()))
         gpu_busy = self._gpu.stop() if self._gpu else None
-        return {
+        train_s = (self._last - self._start) if self._start is not None else 0.0
+        own = {
+            "trainer_node": ray.util.get_node_ip_address(),
             "steps": len(self.steps_s),
-            "train_s": (self._last - self._start) if self._start is not None else 0.0,
+            "mean_step_s": mean(self.steps_s[steady]),
+            "mean_data_wait_s": mean(self.waits[steady]),
+            "max_data_wait_s": max(self.waits[steady], default=0.0),
             "trainer_cpu_s": time.process_time() - self._cpu_start,
+            "params_digest": params_digest(model) if model is not None else None,
+            "preprocess_nodes": self.nodes, "preprocess_cpu_s": self.cpu_s,
+            "steady_images": self.steady_images, "steady_cpu_s": self.steady_cpu_s,
+        }
+        ranks = all_ranks(own)
+        nodes, cpu_s = {}, {}
+        for r in ranks:
+            for ip, n in r["preprocess_nodes"].items():
+                nodes[ip] = nodes.get(ip, 0) + n
+            for ip, c in r["preprocess_cpu_s"].items():
+                cpu_s[ip] = cpu_s.get(ip, 0.0) + c
+        images = int(sum(nodes.values()))
+        steady_images = sum(r["steady_images"] for r in ranks)
+        steady_cpu_s = sum(r["steady_cpu_s"] for r in ranks)
+        measured = steady_images if steady_images else images
+        return {
+            **{k: own[k] for k in ("steps", "trainer_cpu_s", "mean_step_s", "mean_data_wait_s",
+                                   "max_data_wait_s", "trainer_node")},
+            "train_s": train_s,
             "gpu_utilization": gpu_busy,
             "gpu_utilization_error": ((self._gpu.error or "no sample")
                                       if self._gpu and gpu_busy is None else None),
             "warmup_s": self.steps_s[0] if self.steps_s else 0.0,
-            "mean_step_s": mean(self.steps_s[steady]),
-            "mean_data_wait_s": mean(self.waits[steady]),
-            "max_data_wait_s": max(self.waits[steady], default=0.0),
             "mean_trainer_compute_s": mean(self.computes_s[steady]),
             "images_seen": images,
-            **self.preprocess_cost(images),
-            "preprocess_nodes": self.nodes,
-            "preprocess_cpu_s": self.cpu_s,
-            "trainer_node": ray.util.get_node_ip_address(),
+            # CPU seconds per image over the steady images (warm-up rows left out), and how
+            # many images that rests on; where every image was a warm-up one (each process
+            # ran one batch), over all of them, said as such
+            "preprocess_s_per_image": ((steady_cpu_s if steady_images else sum(cpu_s.values()))
+                                       / max(1, measured)),
+            "preprocess_images_measured": measured,
+            "preprocess_warmup_images": images - steady_images,
+            "preprocess_cost_includes_warmup": not steady_images and images > 0,
+            "preprocess_nodes": nodes,
+            "preprocess_cpu_s": cpu_s,
+            "ranks": [{k: r[k] for k in ("trainer_node", "steps", "mean_step_s", "mean_data_wait_s",
+                                         "max_data_wait_s", "trainer_cpu_s", "params_digest")}
+                      | {"images": int(sum(r["preprocess_nodes"].values()))} for r in ranks],
             "device": str(self.device),
         } | extra
+
+
+def all_ranks(own: dict) -> list[dict]:
+    """Every training worker's `own`, in rank order: torch.distributed's all_gather_object
+    where Ray Train started a process group of several workers, else [own]."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return [own]
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, own)
+    return gathered
+
+
+def params_digest(model) -> str:
+    """A digest of the model's parameters (the DDP wrapper's module's), bit for bit: equal
+    on every rank exactly when DDP kept the replicas in sync."""
+    import hashlib
+
+    module = getattr(model, "module", model)
+    digest = hashlib.sha256()
+    for name, param in sorted(module.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(param.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def report(metrics: dict, write_files=None) -> None:

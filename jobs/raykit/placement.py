@@ -4,7 +4,8 @@ Every node the kit starts, on AWS and on the local cluster, carries these labels
 providers render them from the values file, scripts/providers/):
 
   ray-subcluster        "train" on a node whose GPUs (locally: trainer slots) train,
-                        "preprocess" on a CPU worker. Ray Data budgets its resources by
+                        "preprocess" on a CPU worker, "coordinate" on a head that only
+                        coordinates (no Ray CPUs for work). Ray Data budgets its resources by
                         this key alone (ray/data/_internal/cluster_autoscaler/), and Ray's
                         autoscaler v2 scales a node type up for a selector on a label the
                         cluster config declares.
@@ -20,6 +21,7 @@ in Train's DataConfig, which drops the context's), and Ray Train's (ScalingConfi
 SUBCLUSTER = "ray-subcluster"
 TRAIN = "train"
 PREPROCESS = "preprocess"
+COORDINATE = "coordinate"
 TRAINER_SLOTS = "raykit-trainer-slots"
 TRAIN_NODE_PREPROCESSES = "raykit-preprocess"
 NODE_TYPE = "raykit-node-type"
@@ -27,14 +29,16 @@ CORES = "raykit-cores"  # a pinned local node: the cores it really has (its CPUs
 
 
 def node_labels(node_type: str, trainer_slots: int, preprocess: bool) -> dict[str, str]:
-    """The labels of a node of `node_type`: trainer_slots > 0 makes it a train node."""
+    """The labels of a node of `node_type`: trainer_slots > 0 makes it a train node; with
+    neither trainer slots nor preprocessing it only coordinates (a head, Ray's advice for
+    larger clusters: the driver runs there, no task or training worker does)."""
     labels = {NODE_TYPE: node_type}
     if trainer_slots:
         labels |= {SUBCLUSTER: TRAIN, TRAINER_SLOTS: str(trainer_slots)}
         if preprocess:
             labels[TRAIN_NODE_PREPROCESSES] = "true"
     else:
-        labels[SUBCLUSTER] = PREPROCESS
+        labels[SUBCLUSTER] = PREPROCESS if preprocess else COORDINATE
     return labels
 
 

@@ -1,5 +1,6 @@
-"""A job's summary, from rank 0's measured figures (measure.py) and the cluster's shape
-(cluster.py): throughput, the data wait, the preprocessing cost per image, nodes lost or
+"""A job's summary, from the measured figures (measure.py: rank 0's steps, every rank's
+preprocessing and train nodes) and the cluster's shape (cluster.py): throughput, the data
+wait, each train node's figures, the preprocessing cost per image, nodes lost or
 preempted, retried tasks, CPU use per node type, and the diagnosis (diagnosis.py). In the
 driver, after trainer.fit():
 
@@ -25,6 +26,7 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
 
     images_per_step = batch_size * workers
     preempted = preempted_nodes(shape["nodes"])
+    types = node_types(shape["nodes"])
     mean_step = metrics["mean_step_s"] or float("nan")
     return {
         "job": job, "workers": workers, "batch_size": batch_size, **(extra or {}),
@@ -45,6 +47,12 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
         "trainer_utilization": (metrics["gpu_utilization"] if metrics["gpu_utilization"] is not None
                                 else 1 - metrics["mean_data_wait_s"] / mean_step),
         "trainer_utilization_source": "nvml" if metrics["gpu_utilization"] is not None else "busy share",
+        # each train node's workers: their wait and throughput (DDP steps in lockstep, so
+        # a node that waits more holds every rank back), and whether the replicas agree
+        "train_nodes": {ip: {"type": types.get(ip)} | node for ip, node
+                        in train_nodes(metrics.get("ranks") or [], batch_size).items()},
+        "node_types": types,
+        "ranks_in_sync": ranks_in_sync(metrics.get("ranks") or []),
         "cpu_use_by_node_type": cpu_use_by_node_type(shape["nodes"], metrics),
         "preprocess_cpus": shape["preprocess_cpus"],
         "preprocess_shares_trainer_cpus": shape["preprocess_shares_trainer_cpus"],
@@ -132,6 +140,41 @@ def retried_tasks(job_id: str) -> int | None:
     return sum(1 for task in tasks if task.attempt_number > 0 and "Map" in task.name)
 
 
+def node_types(nodes: dict) -> dict[str, str]:
+    """Every node's type by address: those of the start (cluster_shape) and those that
+    joined since, such as a lost node's replacement (its raykit-node-type label)."""
+    import ray
+
+    from raykit.placement import NODE_TYPE
+
+    types = {ip: node["type"] for ip, node in nodes.items()}
+    for n in ray.nodes():
+        types.setdefault(n["NodeManagerAddress"], n.get("Labels", {}).get(NODE_TYPE) or "worker")
+    return dict(sorted(types.items()))
+
+
+def train_nodes(ranks: list[dict], batch_size: int) -> dict:
+    """Per train node (IP): its training workers, their mean step and data wait, and the
+    images/s they train (each worker `batch_size` images a step)."""
+    out = {}
+    for r in ranks:
+        out.setdefault(r["trainer_node"], []).append(r)
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    return {ip: {"workers": len(rs), "mean_step_s": mean([r["mean_step_s"] for r in rs]),
+                 "mean_data_wait_s": mean([r["mean_data_wait_s"] for r in rs]),
+                 "images_per_s": sum(batch_size / r["mean_step_s"] for r in rs if r["mean_step_s"])}
+            for ip, rs in sorted(out.items())}
+
+
+def ranks_in_sync(ranks: list[dict]) -> bool | None:
+    """True where every worker's parameters ended bit for bit equal (DDP's promise), False
+    where they differ; None where the job gave no model to compare or one worker trained."""
+    digests = [r.get("params_digest") for r in ranks]
+    if len(digests) < 2 or None in digests:
+        return None
+    return len(set(digests)) == 1
+
+
 def cpu_use_by_node_type(nodes: dict, metrics: dict) -> dict:
     """Per node type: the share of its cores the job's work kept busy while training
     (preprocessing CPU seconds on its nodes, plus the trainer's own where it ran), out of
@@ -142,8 +185,10 @@ def cpu_use_by_node_type(nodes: dict, metrics: dict) -> dict:
         row["nodes"] += 1
         row["cores"] += node["cores"]
         row["busy_cpu_s"] += metrics["preprocess_cpu_s"].get(ip, 0.0)
-        if ip == metrics["trainer_node"]:
-            row["busy_cpu_s"] += metrics["trainer_cpu_s"]
+        # every training worker's own CPU (rank 0's alone from a job of an older raykit)
+        trainers = metrics.get("ranks") or [{"trainer_node": metrics["trainer_node"],
+                                             "trainer_cpu_s": metrics["trainer_cpu_s"]}]
+        row["busy_cpu_s"] += sum(r["trainer_cpu_s"] for r in trainers if r["trainer_node"] == ip)
     for row in out.values():
         window = row["cores"] * metrics["train_s"]
         row["utilization"] = min(1.0, row["busy_cpu_s"] / window) if window > 0 else 0.0
@@ -170,6 +215,14 @@ def print_summary(s: dict, headline: str = "") -> None:
           "excluded)")
     print(f"trainer idle     {s['data_wait_fraction']:.0%} of each step "
           f"(longest wait {s['max_data_wait_s']:.2f} s)")
+    if len(s.get("train_nodes") or {}) > 1:
+        for ip, node in s["train_nodes"].items():
+            print(f"train node       {ip}: {node['workers']} worker(s), {node['images_per_s']:.1f} "
+                  f"images/s, mean step {node['mean_step_s']:.3f} s (data wait "
+                  f"{node['mean_data_wait_s']:.3f} s)")
+    if s.get("ranks_in_sync") is not None:
+        print("replicas         " + ("in sync: every worker's parameters are equal" if s["ranks_in_sync"]
+                                     else "OUT OF SYNC: the workers' parameters differ"))
     nodes = ", ".join(f"{ip}: {n} images" for ip, n in sorted(s["preprocess_nodes"].items()))
     print(f"preprocessed on  {nodes or '(no measured stage: wrap it in measure.measured)'}")
     if s.get("preprocess_images_measured"):

@@ -83,7 +83,7 @@ def train_loop(config: dict) -> None:
         steps.step_done(batch)
         if len(steps.steps_s) >= config["steps"]:
             break
-    measure.report(steps.metrics(final_loss=float(loss.item())))
+    measure.report(steps.metrics(model, final_loss=float(loss.item())))
 
 
 def main(argv=None) -> int:

@@ -130,7 +130,7 @@ def train_loop(config: dict) -> None:
                   flush=True)
         if step >= config["steps"]:  # after a restart the shard starts over: stop at the total
             break
-    metrics = steps.metrics(restarts=restarts, resumed_from_step=first_step,
+    metrics = steps.metrics(model, restarts=restarts, resumed_from_step=first_step,
                             final_loss=float(loss.item()))
     metrics["steps"] += first_step
     measure.report(metrics)  # the summary only: no model weights

@@ -102,9 +102,10 @@ def template_context(cluster: str, values: dict) -> dict:
         + ["--ulimit nofile=65536:65536"] + docker["extra_run_options"],
         # Only the head needs rights (its autoscaler launches and stops the workers).
         "head": aws_node(HEAD_TYPE, head, preprocess=head["preprocess"], spot=False,
-                         root_device=aws["root_device"])
+                         root_device=aws["root_device"], coordinate=head["role"] == "coordinate")
         | {"iam_instance_profile": iam_profile(head_profile_name(values))},
-        "workers": [aws_node(name, w, preprocess=True, spot=w["spot"], root_device=aws["root_device"])
+        "workers": [aws_node(name, w, preprocess=w["role"] == "preprocess", spot=w["spot"],
+                             root_device=aws["root_device"])
                     | {"min_workers": w["min_workers"], "max_workers": w["max_workers"],
                        "iam_instance_profile": iam_profile(worker_profile_name(values))}
                     for name, w in values["workers"].items()],
@@ -153,13 +154,15 @@ def iam_profile(name_or_arn: str | None) -> dict | None:
     return {"Arn": name_or_arn} if name_or_arn.startswith("arn:") else {"Name": name_or_arn}
 
 
-def aws_node(name: str, node: dict, preprocess: bool, spot: bool, root_device: str) -> dict:
+def aws_node(name: str, node: dict, preprocess: bool, spot: bool, root_device: str,
+             coordinate: bool = False) -> dict:
     spec = catalog.INSTANCE_TYPES[node["instance_type"]]
     disk = node["disk"]
     # Where work runs is the labels' business (placement.py): no custom resources. A node
     # that preprocesses offers Ray the vCPUs the catalog leaves to it (one stays with
-    # Ray's own processes), plus one per GPU for its training workers.
-    resources = {"CPU": (catalog.preprocess_vcpus(node["instance_type"]) + spec.gpus
+    # Ray's own processes), plus one per GPU for its training workers. A coordinating
+    # head offers none (Ray's advice for larger clusters): the job's driver needs none.
+    resources = {"CPU": (0 if coordinate else catalog.preprocess_vcpus(node["instance_type"]) + spec.gpus
                          if preprocess else spec.vcpus)}
     if spec.gpus:
         resources["GPU"] = spec.gpus

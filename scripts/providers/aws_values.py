@@ -136,20 +136,55 @@ def disk_problems(key: str, disk: dict, spec, volume_types: list[str], docker: d
 
 
 def mix_problems(values: dict, nodes: dict, specs: dict) -> list[str]:
+    """Who trains and who preprocesses, by each node type's role: a GPU on every train
+    node, one GPU model across them (DDP steps at the slowest rank's pace, and one job's
+    model preset and batch size fit one memory size), none on a preprocessor; the head
+    trains, or coordinates beside train worker types, never both."""
+    head = values["head"]
+    trains = [k for k in nodes if k != "head" and nodes[k]["role"] == "train"]
     if values["mix"] == "homogeneous":
+        if trains:
+            return [f"{trains[0]}.role: train worker types belong to a heterogeneous mix (train "
+                    "nodes fed by preprocess nodes); set mix: heterogeneous"]
         if not any(spec.gpus for spec in specs.values()):
             return ["head.instance_type: no node type has a GPU to train on; "
                     "pick a GPU type such as g5.xlarge"]
         return []
     problems = []
-    if specs["head"].gpus == 0:
-        problems.append(f"head.instance_type: {values['head']['instance_type']} has no GPU, but "
-                        "a heterogeneous mix trains on the head; pick a GPU type such as g5.xlarge")
-    for key, spec in specs.items():
-        if key != "head" and spec.gpus:
-            problems.append(f"{key}.instance_type: {nodes[key]['instance_type']} has "
-                            f"{spec.gpus} GPU(s), but workers of a heterogeneous mix are CPU-only "
-                            "preprocessors; pick a CPU type such as c5.4xlarge, or set mix: homogeneous")
+    if head["role"] == "train":
+        if specs["head"].gpus == 0:
+            problems.append(f"head.instance_type: {head['instance_type']} has no GPU, but the head "
+                            "has role train; pick a GPU type such as g5.xlarge, or set role: coordinate "
+                            "and add a worker type with role: train")
+        if trains:
+            problems.append(f"head.role: the head trains, and so do {', '.join(trains)}; with train "
+                            "workers set role: coordinate and a CPU head type such as m5.xlarge")
+    else:
+        if specs["head"].gpus:
+            problems.append(f"head.instance_type: {head['instance_type']} has {specs['head'].gpus} "
+                            "GPU(s), but a coordinating head uses none; pick a CPU type such as m5.xlarge")
+        if head["preprocess"]:
+            problems.append("head.preprocess: a coordinating head gives Ray no CPUs for work; "
+                            "set preprocess: false")
+        if not trains:
+            problems.append("head.role: a coordinating head needs train worker types, and none has "
+                            "role: train; add one (a GPU type such as g5.12xlarge), or set role: train")
+    for key in nodes:
+        if key == "head":
+            continue
+        itype, gpus = nodes[key]["instance_type"], specs[key].gpus
+        if key in trains and not gpus:
+            problems.append(f"{key}.instance_type: {itype} has no GPU, but the type has role train; "
+                            "pick a GPU type such as g5.12xlarge, or set role: preprocess")
+        if key not in trains and gpus:
+            problems.append(f"{key}.instance_type: {itype} has {gpus} GPU(s), but the type has role "
+                            "preprocess (CPU-only); pick a CPU type such as c5.4xlarge, or set role: train")
+    train_keys = trains + (["head"] if head["role"] == "train" else [])
+    models = {specs[k].gpu_model for k in train_keys if specs[k].gpus}
+    if len(models) > 1:
+        problems.append(f"{trains[-1]}.instance_type: the train nodes have different GPUs "
+                        f"({', '.join(sorted(models))}); one job trains in lockstep at the slowest "
+                        "GPU's pace: give every train node type the same GPU model")
     return problems
 
 

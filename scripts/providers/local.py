@@ -80,11 +80,8 @@ RECORD_SCHEMA = {
 # --- values -> config ---------------------------------------------------------------
 
 def value_problems(values: dict) -> list[str]:
-    problems = []
     head, workers = values["head"], values["workers"]
-    if values["mix"] == "heterogeneous" and head["trainer_slots"] < 1:
-        problems.append("head.trainer_slots: a heterogeneous mix trains on the head; "
-                        "set trainer_slots: 1 (the stand-in for its GPU)")
+    problems = role_problems(values)
     if head["preprocess"] and head["trainer_slots"] and head["cpus"] <= head["trainer_slots"]:
         # each training worker holds a CPU: none would be left for a preprocessing task
         problems.append(f"head.cpus: a head that trains and preprocesses needs a CPU per "
@@ -103,6 +100,44 @@ def value_problems(values: dict) -> list[str]:
         problems.append(f"pin_cpus: the nodes need {cores_needed(values)} cores of their own at "
                         f"max_workers, this machine has {cores}; lower cpus or max_workers, "
                         "or set pin_cpus: false (nodes then share cores)")
+    return problems
+
+
+def role_problems(values: dict) -> list[str]:
+    """Who trains: the head (role train, its trainer slots standing in for GPUs) or train
+    worker types beside a coordinating head, never both (the planner and the summaries
+    count one kind of train node); preprocess workers hold no trainer slot."""
+    head, workers = values["head"], values["workers"]
+    trains = [name for name, w in workers.items() if w["role"] == "train"]
+    problems = []
+    if head["role"] == "train" and head["trainer_slots"] < 1:
+        problems.append("head.trainer_slots: a head with role train needs a trainer slot; set "
+                        "trainer_slots: 1 (the stand-in for its GPU), or role: coordinate")
+    if head["role"] == "train" and trains:
+        problems.append(f"head.role: the head trains, and so do worker type(s) {', '.join(trains)}; "
+                        "with train workers set role: coordinate (the head then only coordinates)")
+    if head["role"] == "coordinate":
+        if head["trainer_slots"]:
+            problems.append("head.trainer_slots: a coordinating head trains nothing; set trainer_slots: 0")
+        if head["preprocess"]:
+            problems.append("head.preprocess: a coordinating head gives Ray no CPUs for work; "
+                            "set preprocess: false")
+        if not trains:
+            problems.append("head.role: a coordinating head needs train worker types, and none "
+                            "has role: train; add one, or set role: train")
+    if trains and values["mix"] == "homogeneous":
+        problems.append("mix: train worker types belong to a heterogeneous mix (train nodes "
+                        "fed by preprocess nodes); set mix: heterogeneous")
+    for name, w in workers.items():
+        if w["role"] == "train" and w["trainer_slots"] < 1:
+            problems.append(f"workers.{name}.trainer_slots: a train worker needs a trainer slot "
+                            "(the stand-in for a GPU); set trainer_slots: 1")
+        if w["role"] == "train" and w["cpus"] < w["trainer_slots"]:
+            problems.append(f"workers.{name}.cpus: each training worker holds a CPU; set cpus: "
+                            f"{w['trainer_slots']} or more")
+        if w["role"] == "preprocess" and w["trainer_slots"]:
+            problems.append(f"workers.{name}.trainer_slots: a preprocess worker trains nothing; "
+                            "set trainer_slots: 0, or role: train")
     return problems
 
 
@@ -130,12 +165,16 @@ def template_context(cluster: str, values: dict) -> dict:
     head = values["head"]
     return {
         "provider_class": PROVIDER_CLASS,
-        "head": {"name": HEAD_TYPE, "resources": resources(head),
+        # a coordinating head offers no CPU: Ray schedules no task or worker there (the
+        # job's driver needs none)
+        "head": {"name": HEAD_TYPE,
+                 "resources": resources(head) | ({"CPU": 0} if head["role"] == "coordinate" else {}),
                  "labels": head_labels(values)},
         "workers": [
             {"name": name, "min_workers": w["min_workers"], "max_workers": w["max_workers"],
              "resources": resources(w),
-             "labels": placement.node_labels(name, trainer_slots=0, preprocess=True),
+             "labels": placement.node_labels(name, trainer_slots=w["trainer_slots"],
+                                             preprocess=w["role"] == "preprocess"),
              # read by loopback_node_provider.py (Ray's schema leaves node_config alone)
              "node_config": {"cores": cores(w) if values["pin_cpus"] else None}}
             for name, w in values["workers"].items()
@@ -151,8 +190,8 @@ def resources(node: dict) -> dict:
 
 
 def head_labels(values: dict) -> dict[str, str]:
-    """The head's labels: a train node with `trainer_slots` stand-ins for GPUs (or, with
-    none, a preprocessing node), and with pin_cpus the cores it really has."""
+    """The head's labels: a train node with `trainer_slots` stand-ins for GPUs, or a
+    coordinating one (no slots), and with pin_cpus the cores it really has."""
     head = values["head"]
     labels = placement.node_labels("head", head["trainer_slots"], head["preprocess"])
     if values["pin_cpus"]:
@@ -181,11 +220,14 @@ def plan(values: dict, config: dict) -> list[str]:
              + (f"head on cores {cpu_sets.to_text(head_cores)}, workers on cores "
                 f"{cpu_sets.to_text(worker_cores) or '(none)'}" if head_cores is not None
                 else "every node sharing every core (pin_cpus: false)"),
-             f"  {HEAD_TYPE}: 1 x {head['cpus']} CPUs{on_cores(values, head)}, {head['trainer_slots']} trainer slot(s), "
-             f"{head['memory_mb']} MiB + {head['object_store_mb']} MiB object store"]
+             f"  {HEAD_TYPE}: 1 x {head['cpus']} CPUs{on_cores(values, head)}, "
+             + (f"{head['trainer_slots']} trainer slot(s), " if head["role"] == "train"
+                else "coordinates (no Ray CPUs for work), ")
+             + f"{head['memory_mb']} MiB + {head['object_store_mb']} MiB object store"]
     for name, w in values["workers"].items():
         lines.append(f"  {name}: {w['min_workers']}-{w['max_workers']} x {w['cpus']} CPUs{on_cores(values, w)}, "
-                     f"{w['memory_mb']} MiB + {w['object_store_mb']} MiB object store")
+                     + (f"{w['trainer_slots']} trainer slot(s), " if w["role"] == "train" else "")
+                     + f"{w['memory_mb']} MiB + {w['object_store_mb']} MiB object store")
     return lines
 
 

@@ -1,0 +1,64 @@
+"""Several train nodes (local_multi.yaml: a coordinating head, two train nodes, two
+preprocess nodes): the ViT job runs one Ray Train worker on each train node, in DDP
+(gloo here), fed by Ray Data on the preprocess nodes only; one train node killed
+mid-run is replaced, both workers resume from the last checkpoint, and the replicas
+still agree bit for bit."""
+
+import subprocess
+
+import pytest
+
+from conftest import REPO, local_cluster_up, report
+from test_chaos import finish, kill, raylet_trees
+
+CLUSTER = "local_multi"
+STEPS, BATCH, EVERY = 12, 8, 4
+
+
+@pytest.mark.slow
+def test_two_train_nodes_train_one_model_and_survive_losing_one(tmp_path, capsys):
+    results = tmp_path / "vit.json"
+    with local_cluster_up(tmp_path / "build", CLUSTER) as (env, state):
+        types_at_start = node_types(state)
+        train_ips = sorted(ip for ip, t in types_at_start.items() if t == "gpu_worker")
+        assert len(train_ips) == 2 and list(types_at_start.values()).count("cpu_worker") == 2
+        proc = subprocess.Popen(
+            ["make", "--no-print-directory", "submit", f"CLUSTER={CLUSTER}", "JOB=vit_synthetic",
+             f"ARGS=--steps {STEPS} --batch-size {BATCH} --image-size 32 --blur-count 1 "
+             f"--log-every {EVERY} --checkpoint-every {EVERY} --results {results}"],
+            cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        output = []
+        for line in proc.stdout:
+            output.append(line)
+            if f"step 8/{STEPS}:" in line:  # the checkpoints of steps 4 and 8 are on their way
+                break
+        assert "training ViT-tiny on 2 worker(s)" in "".join(output), "".join(output)[-3000:]
+        victim = train_ips[-1]
+        killed = kill(raylet_trees(state)[victim])  # the node: its raylet and its training worker
+        text, s, finished = finish(proc, output, results, since=killed)
+    report(capsys, f"train node {victim} killed after step 8 of {STEPS}: resumed from step "
+                   f"{s['resumed_from_step']}; the job ended {finished:.0f} s after the kill")
+    types = s["node_types"]  # the nodes when the (restarted) run began
+    # one worker per trainer slot: one on the surviving train node, one on the replacement
+    assert s["workers"] == 2 and len(s["train_nodes"]) == 2
+    assert {types[ip] for ip in s["train_nodes"]} == {"gpu_worker"} and victim not in s["train_nodes"]
+    assert all(n["workers"] == 1 and n["images_per_s"] > 0 for n in s["train_nodes"].values())
+    assert s["steps"] == STEPS and s["restarts"] == 1 and s["resumed_from_step"] in (4, 8)
+    assert f"restart 1: resuming from the checkpoint of step {s['resumed_from_step']}" in text
+    # DDP kept the two replicas bit for bit equal, across the restart too
+    assert s["ranks_in_sync"] is True and "replicas         in sync" in text
+    # every preprocessed image came from a preprocess node: none from the head or a train node
+    assert s["preprocess_nodes"] and {types[ip] for ip in s["preprocess_nodes"]} == {"cpu_worker"}
+    assert s["preprocess_cpus"] == 2 and "head" in types.values()
+
+
+def node_types(state: dict) -> dict[str, str]:
+    """The cluster's nodes by address: "head" for the head's (127.0.0.2), each worker's
+    node type (its raylet starts with --labels={..., "raykit-node-type": "<type>"})."""
+    types = {}
+    for ip, tree in raylet_trees(state).items():
+        args = " ".join(tree[0].cmdline()).replace(" ", "")
+        types[ip] = "head" if ip == "127.0.0.2" else next(
+            (t for t in ("gpu_worker", "cpu_worker") if f'"raykit-node-type":"{t}"' in args), "?")
+    return types
