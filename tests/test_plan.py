@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO, USER_VALUES, make
 from scripts import catalog
@@ -124,6 +125,40 @@ def test_a_mix_of_worker_types_is_offered_only_when_cheaper():
     assert mix.usd_per_hour < ranked[0].usd_per_hour and mix.data_wait < planner.MAX_DATA_WAIT
 
 
+def test_several_train_nodes_need_preprocessing_for_all_and_write_a_coordinated_mix():
+    """From one g5.xlarge's profile, two train nodes need twice the preprocessing vCPUs,
+    all on CPU workers (the train nodes' stay with their trainers), beside a coordinating
+    head; the written values file has multi_g5's shape and validates."""
+    one, _ = planner.options(planner.Profile("g5.xlarge", 300, 12), "us-east-1")
+    ranked, alone = planner.options(planner.Profile("g5.xlarge", 300, 12, train_nodes=2), "us-east-1")
+    need = planner.vcpus_to_feed(600, 12)
+    chosen = ranked[0]
+    assert chosen.train_nodes == 2 and chosen.coordinator == planner.COORDINATOR
+    assert chosen.name.startswith(f"{planner.COORDINATOR} + 2 x {chosen.head} + ")
+    assert need >= 2 * planner.vcpus_to_feed(300, 12) - 1 and chosen.preprocess_vcpus >= need
+    # one node's plan counts its head's spare vCPUs; two train nodes' keep theirs
+    assert one[0].preprocess_vcpus >= catalog.preprocess_vcpus(one[0].head) > 0
+    assert sum(w["count"] * catalog.preprocess_vcpus(w["instance_type"]) for w in chosen.workers) \
+        == chosen.preprocess_vcpus
+    assert chosen.data_wait < planner.MAX_DATA_WAIT and 0.95 * 600 < chosen.images_per_s <= 600
+    assert chosen.usd_per_hour == pytest.approx(
+        planner.node_usd(planner.COORDINATOR, "us-east-1") + 2 * planner.node_usd(chosen.head, "us-east-1")
+        + sum(w["count"] * planner.node_usd(w["instance_type"], "us-east-1") for w in chosen.workers))
+    # the baseline: the two GPU nodes alone, each preprocessing on its own spare vCPUs
+    assert alone.name == "2 x g5.xlarge"
+    assert alone.images_per_s == pytest.approx(2 * catalog.preprocess_vcpus("g5.xlarge") * 12)
+    from scripts.build import build_text
+
+    values = build_text("planned", yaml.safe_dump(planner.values_for("planned", chosen, "us-east-1")).encode()).values
+    assert values["head"] | {"disk": None} == {"role": "coordinate", "instance_type": planner.COORDINATOR,
+                                               "preprocess": False, "disk": None}
+    train = values["workers"]["gpu_worker"]
+    assert (train["role"], train["instance_type"], train["min_workers"], train["max_workers"]) == (
+        "train", chosen.head, 2, 2)
+    assert [(w["role"], w["instance_type"], w["min_workers"]) for n, w in values["workers"].items()
+            if n != "gpu_worker"] == [("preprocess", w["instance_type"], w["count"]) for w in chosen.workers]
+
+
 def test_make_plan_json_has_the_documented_shape():
     run = make("plan", "ARGS=--gpu-instance g5.xlarge --trainer-images-per-s 300 --cpu-images-per-s 12 --json")
     assert run.returncode == 0, run.stderr
@@ -203,6 +238,10 @@ BAD_ARGS = [
     ("unknown flag", "--gpus 4", "unrecognized arguments: --gpus 4"),
     ("unpriced region", "--region eu-west-1 --trainer-images-per-s 9 --cpu-images-per-s 1", "has no prices"),
     ("bad write name", "--trainer-images-per-s 9 --cpu-images-per-s 1 --write ../x", "--write"),
+    ("no train node", "--trainer-images-per-s 9 --cpu-images-per-s 1 --train-nodes 0",
+     "--train-nodes must be from 1 to 100 (got 0)"),
+    ("train nodes not a count", "--trainer-images-per-s 9 --cpu-images-per-s 1 --train-nodes 2.5",
+     "invalid int value: '2.5'"),
 ]
 
 

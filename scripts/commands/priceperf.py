@@ -37,20 +37,32 @@ def cmd_plan(a) -> int:
         print(json_text(planner.plan_json(chosen, ranked), indent=None))
         return 0
     reserved = catalog.INSTANCE_TYPES[chosen.head].vcpus - catalog.preprocess_vcpus(chosen.head)
-    print(f"profile: {profile.gpu_instance} trains {profile.trainer_images_per_s:g} images/s "
+    nodes = f"{profile.train_nodes} x " if profile.train_nodes > 1 else ""
+    print(f"profile: {nodes}{profile.gpu_instance} trains{' each' if nodes else ''} "
+          f"{profile.trainer_images_per_s:g} images/s "
           f"when fed; one vCPU preprocesses {profile.cpu_images_per_s:g} images/s "
           f"({options.region} on-demand prices + root EBS; a mix feeds the trainers when the "
           f"predicted data wait is < {planner.MAX_DATA_WAIT:.0%})")
     print(f"choice: {chosen.name}: ${chosen.usd_per_hour:.3f}/h, {chosen.images_per_s:.1f} images/s, "
           f"{chosen.data_wait:.0%} data wait, ${chosen.usd_per_million_images:.2f} per million images")
-    print(f"  {chosen.preprocess_vcpus} vCPUs preprocess; the head keeps {reserved} for the "
-          "training processes (one per GPU) and Ray's own, each worker one for its raylet")
+    if chosen.train_nodes > 1:
+        print(f"  {chosen.preprocess_vcpus} vCPUs preprocess, on the CPU workers (each keeps one for "
+              f"its raylet); the train nodes' vCPUs stay with their training processes, and the "
+              f"head ({chosen.coordinator}) only coordinates")
+    else:
+        print(f"  {chosen.preprocess_vcpus} vCPUs preprocess; the head keeps {reserved} for the "
+              "training processes (one per GPU) and Ray's own, each worker one for its raylet")
+    if nodes and alone.data_wait < planner.MAX_DATA_WAIT \
+            and alone.usd_per_million_images < chosen.usd_per_million_images:
+        print(f"  note: the {profile.train_nodes} GPU nodes alone feed themselves for less "
+              f"(${alone.usd_per_million_images:.2f} per million images): their own vCPUs "
+              "suffice; a homogeneous mix (single.yaml's recipe, GPU workers) needs no CPU worker")
     mix = planner.cheaper_mix_of_types(chosen, profile, options.region)
     if mix:
         print(f"  a mix of worker types would be cheaper still: {mix.name} "
               f"(${mix.usd_per_hour:.3f}/h)")
     print(f"the {min(len(ranked), planner.SHOWN_OPTIONS)} cheapest of {len(ranked)} options "
-          "that feed the trainers, and the GPU instance alone:")
+          f"that feed the trainers, and the GPU instance{'s' if nodes else ''} alone:")
     rows = ranked[:planner.SHOWN_OPTIONS] + ([alone] if alone not in ranked[:planner.SHOWN_OPTIONS] else [])
     print("\n".join("  " + line for line in planner.table(rows, alone)))
     if options.write:

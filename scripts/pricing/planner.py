@@ -15,6 +15,11 @@ Two levers are weighed, alone and together:
     trainers stay as profiled; a different GPU count would be a different training job.
 Options are ranked by $ per million images (a feeding mix trains at 95-100% of T), then
 $/h. Prices are on-demand list prices plus each node's minimal root EBS volume (gp3).
+
+Several train nodes (--train-nodes N, from one node's profile): the trainers consume N x T,
+the mix is the recipe of multi_g5.yaml (a coordinating CPU head, N train nodes whose CPUs
+stay with their training processes, CPU workers that preprocess for all of them), so the
+preprocessing demand, and the CPU workers, scale with N.
 """
 
 import argparse
@@ -28,6 +33,9 @@ from scripts.pricing.formulas import usd_per_million_images
 from scripts.pricing.output import text_table
 
 MAX_DATA_WAIT = 0.05
+# The coordinating head of a mix with several train nodes (multi_g5.yaml's): Ray's own
+# services and the job's driver, no work, so no preprocessing vCPUs counted.
+COORDINATOR = "m6i.xlarge"
 ROOT_VOLUME_TYPE = "gp3"
 MAX_PROFILE_BYTES = 1 << 20
 SHOWN_OPTIONS = 10
@@ -36,8 +44,9 @@ SHOWN_OPTIONS = 10
 @dataclass(frozen=True)
 class Profile:
     gpu_instance: str
-    trainer_images_per_s: float  # all GPUs of gpu_instance together, never waiting
+    trainer_images_per_s: float  # all GPUs of one gpu_instance together, never waiting
     cpu_images_per_s: float      # per vCPU
+    train_nodes: int = 1         # gpu_instance nodes training one job together
 
 
 @dataclass
@@ -49,10 +58,14 @@ class Option:
     images_per_s: float = 0.0
     data_wait: float = 0.0
     usd_per_million_images: float = 0.0
+    train_nodes: int = 1            # of `head`'s type; more than one: beside a coordinator
+    coordinator: str | None = None  # the coordinating head where train_nodes > 1
 
     @property
     def name(self) -> str:
-        return " + ".join([self.head] + [f"{w['count']} x {w['instance_type']}" for w in self.workers])
+        gpus = [self.head] if self.train_nodes == 1 else [f"{self.train_nodes} x {self.head}"]
+        return " + ".join([self.coordinator] * bool(self.coordinator) + gpus
+                          + [f"{w['count']} x {w['instance_type']}" for w in self.workers])
 
 
 def node_usd(instance_type: str, region: str) -> float:
@@ -68,13 +81,30 @@ def predicted_images_per_s(trainer_images_per_s: float, cpu_images_per_s: float,
 
 
 def option(profile: Profile, head: str, workers: list, region: str) -> Option:
-    trainer = profile.trainer_images_per_s
-    vcpus = catalog.preprocess_vcpus(head) + sum(
+    """`head`'s GPUs fed by `workers`: one GPU head that preprocesses on its spare vCPUs,
+    or (profile.train_nodes > 1) that many train nodes of `head`'s type beside the
+    coordinator, the CPU workers alone preprocessing."""
+    n = profile.train_nodes
+    trainer = n * profile.trainer_images_per_s
+    vcpus = (catalog.preprocess_vcpus(head) if n == 1 else 0) + sum(
         w["count"] * catalog.preprocess_vcpus(w["instance_type"]) for w in workers)
     rate = predicted_images_per_s(trainer, profile.cpu_images_per_s, vcpus)
-    usd = node_usd(head, region) + sum(w["count"] * node_usd(w["instance_type"], region) for w in workers)
+    usd = (n * node_usd(head, region) + (node_usd(COORDINATOR, region) if n > 1 else 0)
+           + sum(w["count"] * node_usd(w["instance_type"], region) for w in workers))
     return Option(head, workers, usd, vcpus, rate, 1 - rate / trainer,
-                  usd_per_million_images(usd, rate) if rate else math.inf)
+                  usd_per_million_images(usd, rate) if rate else math.inf,
+                  train_nodes=n, coordinator=COORDINATOR if n > 1 else None)
+
+
+def alone(profile: Profile, region: str) -> Option:
+    """The baseline: the GPU nodes without CPU workers, each preprocessing on its own spare
+    vCPUs (one of them the head)."""
+    n, gpu = profile.train_nodes, profile.gpu_instance
+    vcpus = n * catalog.preprocess_vcpus(gpu)
+    rate = predicted_images_per_s(n * profile.trainer_images_per_s, profile.cpu_images_per_s, vcpus)
+    usd = n * node_usd(gpu, region)
+    return Option(gpu, [], usd, vcpus, rate, 1 - rate / (n * profile.trainer_images_per_s),
+                  usd_per_million_images(usd, rate) if rate else math.inf, train_nodes=n)
 
 
 def vcpus_to_feed(trainer_images_per_s: float, cpu_images_per_s: float) -> int:
@@ -83,9 +113,10 @@ def vcpus_to_feed(trainer_images_per_s: float, cpu_images_per_s: float) -> int:
 
 
 def missing_vcpus(profile: Profile, head: str) -> int:
-    """Preprocessing vCPUs the head lacks to feed its trainers (<= 0: none)."""
-    return (vcpus_to_feed(profile.trainer_images_per_s, profile.cpu_images_per_s)
-            - catalog.preprocess_vcpus(head))
+    """Preprocessing vCPUs the trainers lack (<= 0: none): a GPU head's own spare vCPUs
+    count; several train nodes' do not (theirs stay with the training processes)."""
+    return (vcpus_to_feed(profile.train_nodes * profile.trainer_images_per_s, profile.cpu_images_per_s)
+            - (catalog.preprocess_vcpus(head) if profile.train_nodes == 1 else 0))
 
 
 # A values file holds at most this many workers of a type (worker_count in
@@ -118,13 +149,13 @@ def options(profile: Profile, region: str) -> tuple[list[Option], Option]:
             if count <= MAX_WORKERS_PER_TYPE:
                 feeding.append(option(profile, head, [{"instance_type": cpu, "count": count}], region))
     if not feeding:
-        raise KitError(f"plan: feeding {profile.trainer_images_per_s:g} images/s at "
+        raise KitError(f"plan: feeding {profile.train_nodes * profile.trainer_images_per_s:g} images/s at "
                        f"{profile.cpu_images_per_s:g} images/s per vCPU takes "
-                       f"{vcpus_to_feed(profile.trainer_images_per_s, profile.cpu_images_per_s)} "
+                       f"{vcpus_to_feed(profile.train_nodes * profile.trainer_images_per_s, profile.cpu_images_per_s)} "
                        f"preprocessing vCPUs, more than {MAX_WORKERS_PER_TYPE} workers of any CPU "
                        "type hold; check the profile's figures")
     feeding.sort(key=lambda o: (o.usd_per_million_images, o.usd_per_hour, o.name))
-    return feeding, option(profile, profile.gpu_instance, [], region)
+    return feeding, alone(profile, region)
 
 
 def cheaper_mix_of_types(chosen: Option, profile: Profile, region: str) -> Option | None:
@@ -162,6 +193,8 @@ def parser() -> Parser:
     p.add_argument("--trainer-images-per-s", type=float,
                    help="images/s all GPUs of the instance train when never waiting for data")
     p.add_argument("--cpu-images-per-s", type=float, help="images/s one vCPU preprocesses")
+    p.add_argument("--train-nodes", type=int, default=1, help="GPU nodes of --gpu-instance that train "
+                   "together, each as fast as the profiled one (default 1; more: a coordinating head)")
     p.add_argument("--region", default="us-east-1", help="whose prices (default us-east-1)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--write", metavar="NAME", help="write cluster_templates/NAME.yaml for the choice")
@@ -227,7 +260,10 @@ def profile_from(args: list[str], profile_path: str) -> tuple[Profile | None, ar
     if trainer is None or cpu is None:
         raise KitError("plan needs a profile: PROFILE=build/results/<id>.json, or "
                        "ARGS=\"--trainer-images-per-s N --cpu-images-per-s M\"")
-    return Profile(gpu, positive(trainer, "trainer images/s"), positive(cpu, "CPU images/s per vCPU")), a
+    if not 1 <= a.train_nodes <= MAX_WORKERS_PER_TYPE:
+        raise KitError(f"ARGS: --train-nodes must be from 1 to {MAX_WORKERS_PER_TYPE} (got {a.train_nodes})")
+    return Profile(gpu, positive(trainer, "trainer images/s"), positive(cpu, "CPU images/s per vCPU"),
+                   a.train_nodes), a
 
 
 # --- output ---------------------------------------------------------------------------
@@ -249,15 +285,24 @@ def plan_json(chosen: Option, ranked: list[Option]) -> dict:
 
 
 def values_for(name: str, chosen: Option, region: str) -> dict:
+    def disk(gpu: bool) -> dict:
+        return {"root_gb": catalog.min_root_gb(gpu), "volume_type": ROOT_VOLUME_TYPE, "data_gb": 0}
+
     workers = {f"cpu_worker{'' if i == 0 else i + 1}": {
-        "instance_type": w["instance_type"], "min_workers": w["count"], "max_workers": w["count"],
-        "spot": False,
-        "disk": {"root_gb": catalog.min_root_gb(False), "volume_type": ROOT_VOLUME_TYPE, "data_gb": 0}}
+        "role": "preprocess", "instance_type": w["instance_type"], "min_workers": w["count"],
+        "max_workers": w["count"], "spot": False, "disk": disk(False)}
         for i, w in enumerate(chosen.workers)}
+    if chosen.train_nodes > 1:  # multi_g5.yaml's recipe
+        return {"cluster_name": name, "provider": "aws", "mix": "heterogeneous",
+                "aws": {"region": region},
+                "head": {"role": "coordinate", "instance_type": chosen.coordinator,
+                         "preprocess": False, "disk": disk(False)},
+                "workers": {"gpu_worker": {"role": "train", "instance_type": chosen.head,
+                                           "min_workers": chosen.train_nodes,
+                                           "max_workers": chosen.train_nodes, "spot": False,
+                                           "disk": disk(True)}} | workers}
     return {"cluster_name": name, "provider": "aws",
             "mix": "heterogeneous" if workers else "homogeneous",
             "aws": {"region": region},
-            "head": {"instance_type": chosen.head, "preprocess": True,
-                     "disk": {"root_gb": catalog.min_root_gb(True), "volume_type": ROOT_VOLUME_TYPE,
-                              "data_gb": 0}},
+            "head": {"role": "train", "instance_type": chosen.head, "preprocess": True, "disk": disk(True)},
             "workers": workers}
