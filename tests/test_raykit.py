@@ -204,6 +204,17 @@ def test_diagnosis_a_gpu_seldom_busy_without_waiting_for_data_is_host_bound():
     assert diagnose(**waiting, gpu_busy=0.19)["verdict"] == "pipeline-bound"
 
 
+def test_a_compute_bound_mix_of_train_nodes_is_told_to_add_train_nodes_of_its_type():
+    args = dict(mean_step_s=0.5, mean_wait_s=0.0, mean_compute_s=0.5, images_per_step=64,
+                preprocess_s_per_image=0.01, preprocess_cpus=30, worker_type="cpu_worker",
+                cpus_per_worker=15, gpu_busy=0.95, on_gpu=True)
+    several = diagnose(**args, train_type="gpu_worker")
+    assert several["verdict"] == "compute-bound" and several["add_cpus"] == 0
+    assert "more 'gpu_worker' train nodes would (raise its min_workers" in several["text"]
+    assert "--train-nodes N" in several["text"]
+    assert "train nodes" not in diagnose(**args)["text"]  # a GPU head: a faster GPU, or more
+
+
 def test_diagnosis_on_a_gpu_without_nvml_says_it_cannot_tell_instead_of_compute_bound():
     args = dict(mean_step_s=0.185, mean_wait_s=0.001, mean_compute_s=0.184, images_per_step=64,
                 preprocess_s_per_image=0.02, preprocess_cpus=14, worker_type="cpu_worker",

@@ -25,6 +25,7 @@ def cluster_shape() -> dict:
         slots = placement.trainer_slots(labels)
         nodes[n["NodeManagerAddress"]] = {
             "id": n["NodeID"], "cpus": res.get("CPU", 0), "trainer_slots": slots,
+            "head": "node:__internal_head__" in res,
             "type": labels.get(placement.NODE_TYPE) or ("head" if "node:__internal_head__" in res else "worker"),
             # a train node that preprocesses too keeps a CPU per training worker
             "preprocess_cpus": (max(0, res.get("CPU", 0) - slots) if placement.preprocesses(labels) else 0),
@@ -43,6 +44,8 @@ def cluster_shape() -> dict:
             if n["trainer_slots"] and n["preprocess_cpus"]),
         "cpus_per_worker": max((n["cpus"] for n in workers), default=0),
         "worker_type": workers[0]["type"] if workers else "CPU worker",
+        # the worker type that trains, where the head only coordinates (several train nodes)
+        "train_type": next((n["type"] for n in nodes.values() if n["trainer_slots"] and not n["head"]), None),
         "nodes": nodes,
         "train_selector": placement.train_selector(),
         "data_selector": placement.data_selector(alive),

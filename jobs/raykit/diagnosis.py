@@ -30,7 +30,7 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
              preprocess_s_per_image: float, preprocess_cpus: float,
              worker_type: str, cpus_per_worker: float, gpu_busy: float | None = None,
              on_gpu: bool = False, steps: int | None = None,
-             max_wait_s: float | None = None) -> dict:
+             max_wait_s: float | None = None, train_type: str | None = None) -> dict:
     """mean_step_s: wall time per step (wait + compute); mean_compute_s: the trainer's
     compute per step had it the hardware to itself (GPU: wall time; CPU: its CPU time);
     preprocess_s_per_image: CPU seconds one preprocessing CPU spends per image (0: no stage
@@ -38,7 +38,9 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
     utilization while training (NVML), None without a GPU or where NVML could not be read;
     on_gpu: the trainer ran on a GPU (then a missing gpu_busy leaves compute vs host-bound
     open); steps and max_wait_s: the steps the means cover and the longest single wait
-    (None: unknown), which tell a short run and a stall from a steady shortfall."""
+    (None: unknown), which tell a short run and a stall from a steady shortfall; train_type:
+    the worker node type that trains, where the head does not (a mix of several train
+    nodes), for a remedy that names it."""
     wait_fraction = mean_wait_s / mean_step_s if mean_step_s > 0 else 0.0
     compute_s = max(mean_compute_s, 1e-9)
     demand = images_per_step / compute_s            # images/s the trainer could consume
@@ -86,7 +88,9 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
         text = (f"COMPUTE-BOUND: the trainer waits for data only {wait_fraction:.0%} of each "
                 f"step; preprocessing can deliver {supply:.1f} images/s against the "
                 f"{demand:.1f} images/s the trainer consumes. More CPU workers would not help; "
-                "a faster GPU (or more of them) would.")
+                + (f"more '{train_type}' train nodes would (raise its min_workers; plan the CPU "
+                   "workers for them with `make plan ARGS=\"--train-nodes N ...\"`), or a faster GPU."
+                   if train_type else "a faster GPU (or more of them) would."))
     if verdict != "data-bound":  # the remedy is not more CPUs: the figures say none to add
         more_cpus = more_nodes = 0
     return {

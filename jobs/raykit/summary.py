@@ -70,7 +70,7 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
             preprocess_s_per_image=metrics["preprocess_s_per_image"],
             preprocess_cpus=shape["preprocess_cpus"], worker_type=shape["worker_type"],
             cpus_per_worker=shape["cpus_per_worker"] or 1, gpu_busy=metrics["gpu_utilization"],
-            on_gpu=str(metrics["device"]).startswith("cuda")),
+            on_gpu=str(metrics["device"]).startswith("cuda"), train_type=shape.get("train_type")),
         "warnings": warnings_of(metrics),
     }
 
