@@ -46,6 +46,8 @@ def launch_every_node_type(cluster: str, config: dict | None = None):
     values = build(cluster).values
     if values["aws"]["iam_instance_profile"] == "auto":  # as `make up` does before `ray up`
         aws.ensure_head_role(boto3.client("iam"), values, wait_s=0)
+    # (`make up` makes the placement group of aws.placement_group: cluster here too; moto
+    # has no placement groups and launches into a name as into none: Stubber tests it)
     config = bootstrap_aws(prepare_config(config or build(cluster).config))
     provider = AWSNodeProvider(config["provider"], config["cluster_name"])
     ec2 = boto3.client("ec2", region_name=config["provider"]["region"])
@@ -690,6 +692,61 @@ def allows(policy: dict, action: str, tags: dict | None = None, request_tags: di
                              "ec2:CreateAction")) for k in wanted):
             return True
     return False
+
+
+def test_the_train_nodes_launch_into_the_clusters_placement_group(home):
+    """multi_p4d (aws.placement_group: cluster): Ray's node provider launches the train
+    workers into raykit-multi-p4d and nothing else; the head's policy lets its autoscaler
+    launch into that group (a cluster without one gets no such right)."""
+    from scripts.providers import aws
+
+    with ray_provider_calls_in_moto("multi_p4d") as (config, provider, ec2, calls):
+        for name in ("gpu_worker", "cpu_worker"):
+            provider.create_node(copy.deepcopy(config["available_node_types"][name]["node_config"]),
+                                 {"ray-node-kind": "worker", "ray-user-node-type": name,
+                                  "ray-node-name": "ray-multi-p4d-worker"}, 1)
+    placements = [params.get("Placement", {}).get("GroupName") for name, params in calls if name == "RunInstances"]
+    assert placements == ["raykit-multi-p4d", None]
+    assert allows(aws.head_policy(build("multi_p4d").values), "ec2:RunInstances", resource="placement-group")
+    assert not allows(aws.head_policy(build("multi_g5").values), "ec2:RunInstances", resource="placement-group")
+
+
+def test_make_up_makes_the_placement_group_once_and_purge_deletes_it():
+    """Against EC2's documented answers (botocore's Stubber: moto has no placement groups):
+    the first `make up` makes raykit-<cluster> (cluster strategy, tagged with the cluster),
+    a second reuses it, another's of that name is refused; `make down` notes it, and with
+    PURGE=1 deletes it once no instance is shutting down."""
+    from botocore.stub import Stubber
+
+    from scripts.core.errors import KitError
+    from scripts.providers import aws
+
+    values = build("multi_p4d").values
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    name, tag = "raykit-multi-p4d", {"Key": "ray-kit-cluster", "Value": "multi-p4d"}
+    with Stubber(ec2) as stub:
+        stub.add_client_error("describe_placement_groups", "InvalidPlacementGroup.Unknown",
+                              expected_params={"GroupNames": [name]})
+        stub.add_response("create_placement_group", {}, expected_params={
+            "GroupName": name, "Strategy": "cluster",
+            "TagSpecifications": [{"ResourceType": "placement-group", "Tags": [tag]}]})
+        assert aws.ensure_placement_group(ec2, values) == name
+        stub.add_response("describe_placement_groups", {"PlacementGroups": [
+            {"GroupName": name, "Strategy": "cluster", "State": "available", "Tags": [tag]}]})
+        assert aws.ensure_placement_group(ec2, values) == name  # reused: no create
+        stub.add_response("describe_placement_groups", {"PlacementGroups": [
+            {"GroupName": name, "Strategy": "spread", "State": "available", "Tags": []}]})
+        with pytest.raises(KitError, match=f"a placement group {name} exists and is not this cluster's"):
+            aws.ensure_placement_group(ec2, values)
+
+        record = {"cluster_name": "multi-p4d", "security_group": None, "ray_key_pair": False,
+                  "ray_role": False, "placement_group": name}
+        assert aws.left_behind(ec2, record, purge=False) == [
+            f"placement group {name} (free, `make down PURGE=1` deletes it)"]
+        stub.add_response("describe_instances", {"Reservations": []})  # none shutting down
+        stub.add_response("delete_placement_group", {}, expected_params={"GroupName": name})
+        assert aws.left_behind(ec2, record, purge=True) == [f"nothing of placement group {name} (deleted)"]
+        stub.assert_no_pending_responses()
 
 
 @contextmanager

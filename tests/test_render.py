@@ -114,7 +114,8 @@ def test_defaults_come_from_the_schema():
                                    "root_device": "/dev/sda1", "ebs_kms_key": None,
                                    "key_pair": None, "subnet_ids": [], "security_group_ids": [],
                                    "use_internal_ips": False, "ssh_cidr": "auto",
-                                   "iam_instance_profile": "auto", "data_buckets": [],
+                                   "iam_instance_profile": "auto", "placement_group": "none",
+                                   "data_buckets": [],
                                    "ssh_user": "ubuntu", "tags": {}}
     assert built.values["head"]["disk"] == {"root_gb": 150, "volume_type": "gp3", "data_gb": 0}
     assert built.values["idle_timeout_minutes"] == 10 and built.values["workers"] == {}

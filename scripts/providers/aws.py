@@ -35,6 +35,7 @@ from scripts.providers.aws_names import (
     UP_TO_DATE,
     UPDATE_FAILED,
     head_profile_name,
+    placement_group_name,
     security_group_name,
     worker_profile_name,
 )
@@ -75,6 +76,8 @@ RECORD_SCHEMA = {
         "head_role": {"type": ["string", "null"], "pattern": "^raykit-[a-z][a-z0-9_-]{0,39}-head$"},
         # the workers' role, made where the values name data buckets; the buckets
         "worker_role": {"type": ["string", "null"], "pattern": "^raykit-[a-z][a-z0-9_-]{0,39}-worker$"},
+        # the train nodes' cluster placement group `make up` made (aws.placement_group)
+        "placement_group": {"type": ["string", "null"], "pattern": "^raykit-[a-z][a-z0-9_-]{0,39}$"},
         "data_buckets": {"type": "array", "maxItems": 20, "items": {"type": "string",
                                                                    "pattern": "^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"}},
         "up_at": {"type": "number", "minimum": 0},  # epoch seconds; autostop counts from it
@@ -215,6 +218,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
               "head_role": (head_profile_name(values)
                             if values["aws"]["iam_instance_profile"] == "auto" else None),
               "worker_role": worker_profile_name(values),
+              "placement_group": placement_group_name(values),
               "data_buckets": values["aws"]["data_buckets"],
               "up_at": time.time(), "autostop_minutes": values["autostop_minutes"]}
     state.save(cluster, record, config_text)  # from here on, `make down` can stop it
@@ -223,6 +227,10 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         import boto3
 
         create_ssh_group(boto3.client("ec2", region_name=record["region"]), values)
+    if record["placement_group"]:
+        import boto3
+
+        ensure_placement_group(boto3.client("ec2", region_name=record["region"]), values)
     if record["head_role"] or record["worker_role"]:
         import boto3
 
@@ -277,6 +285,32 @@ def kit_creates_ssh_group(values: dict) -> bool:
         raise KitError("aws.ssh_cidr: auto is resolved by the preflight; run `make up`, "
                        "which runs it first")
     return True
+
+
+def ensure_placement_group(ec2, values: dict) -> str:
+    """The train nodes' cluster placement group (aws.placement_group: cluster), tagged with
+    the cluster: made on the first `make up`, reused after; one of that name that is not
+    this cluster's is refused. Free; `make down PURGE=1` deletes it."""
+    import botocore.exceptions
+
+    name, cluster = placement_group_name(values), values["cluster_name"]
+    try:
+        found = ec2.describe_placement_groups(GroupNames=[name])["PlacementGroups"]
+    except botocore.exceptions.ClientError as e:
+        if e.response["Error"]["Code"] not in ("InvalidPlacementGroup.Unknown", "InvalidGroup.NotFound"):
+            raise
+        found = []
+    if found:
+        group = found[0]
+        tags = {t["Key"]: t["Value"] for t in group.get("Tags", [])}
+        if tags.get(KIT_TAG) != cluster or group["Strategy"] != "cluster":
+            raise KitError(f"aws.placement_group: a placement group {name} exists and is not this "
+                           f"cluster's ({KIT_TAG}={tags.get(KIT_TAG)}, strategy {group['Strategy']}); "
+                           "delete it, or rename cluster_name")
+        return name
+    ec2.create_placement_group(GroupName=name, Strategy="cluster", TagSpecifications=[{
+        "ResourceType": "placement-group", "Tags": [{"Key": KIT_TAG, "Value": cluster}]}])
+    return name
 
 
 def create_ssh_group(ec2, values: dict) -> str:
@@ -453,6 +487,16 @@ def left_behind(ec2, record: dict, purge: bool) -> list[str]:
         else:
             notes.append(f"security group {group} ({g['GroupId']}; free, "
                          "`make down PURGE=1` deletes it)")
+    placement = record.get("placement_group")
+    if placement and purge:
+        # like a security group, it cannot be deleted while an instance is in it
+        deadline = time.monotonic() + 600
+        while cluster_instances(ec2, record, ["shutting-down"]) and time.monotonic() < deadline:
+            time.sleep(READY_POLL_S)
+        ec2.delete_placement_group(GroupName=placement)
+        notes.append(f"nothing of placement group {placement} (deleted)")
+    elif placement:
+        notes.append(f"placement group {placement} (free, `make down PURGE=1` deletes it)")
     if record["ray_key_pair"]:
         notes.append(f"key pair ray-autoscaler_{record['region']} (shared by Ray's clusters "
                      "in the region; free)")

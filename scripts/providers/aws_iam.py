@@ -7,7 +7,7 @@ import os
 import time
 
 from scripts.core.errors import KitError
-from scripts.providers.aws_names import KIT_TAG, head_profile_name, worker_profile_name
+from scripts.providers.aws_names import KIT_TAG, head_profile_name, placement_group_name, worker_profile_name
 
 def head_policy(values: dict) -> dict:
     """A least-privilege IAM policy for the head's instance profile (aws.iam_instance_profile).
@@ -39,6 +39,11 @@ def head_policy(values: dict) -> dict:
          "Resource": f"{arn}:*:instance/*",
          "Condition": {"StringEquals": {f"ec2:ResourceTag/{KIT_TAG}": name}}},
     ]
+    if placement_group_name(values):
+        # Train workers launch into the cluster's placement group (aws.placement_group).
+        statements.append({"Sid": "LaunchIntoTheClustersPlacementGroup", "Effect": "Allow",
+                           "Action": "ec2:RunInstances",
+                           "Resource": f"{arn}:*:placement-group/{placement_group_name(values)}"})
     if values["aws"]["data_buckets"]:
         # The driver lists the job's data files on the head; the head launches workers
         # with their own read-only profile, which it must be allowed to pass.

@@ -1,5 +1,6 @@
 """The names of what the kit makes for an AWS cluster, each written once: the head's node
-type, the tags (Ray's and the kit's own), the security group and the IAM roles."""
+type, the tags (Ray's and the kit's own), the security group, the placement group and the
+IAM roles."""
 
 HEAD_TYPE = "ray.head.default"
 # Tags Ray's autoscaler puts on every instance it launches (ray.autoscaler.tags); a worker
@@ -15,6 +16,12 @@ KIT_TAG = "ray-kit-cluster"
 def security_group_name(values: dict) -> str:
     """The cluster's security group, which `make up` makes (the name Ray would give it)."""
     return f"ray-{values['cluster_name']}"
+
+
+def placement_group_name(values: dict) -> str | None:
+    """The cluster placement group of its train nodes (aws.placement_group: cluster), which
+    `make up` makes; None where the values ask for none."""
+    return f"raykit-{values['cluster_name']}" if values["aws"]["placement_group"] == "cluster" else None
 
 
 def head_profile_name(values: dict) -> str | None:

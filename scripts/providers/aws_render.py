@@ -14,6 +14,7 @@ from scripts.providers.aws_names import (
     HEAD_TYPE,
     KIT_TAG,
     head_profile_name,
+    placement_group_name,
     security_group_name,
     worker_profile_name,
 )
@@ -101,12 +102,16 @@ def template_context(cluster: str, values: dict) -> dict:
                                for v in docker["volumes"]]
         + ["--ulimit nofile=65536:65536"] + docker["extra_run_options"],
         # Only the head needs rights (its autoscaler launches and stops the workers).
+        # the train nodes in the cluster placement group, where there is one: DDP's
+        # gradients then cross the network at the lowest latency EC2 offers
         "head": aws_node(HEAD_TYPE, head, preprocess=head["preprocess"], spot=False,
                          root_device=aws["root_device"], coordinate=head["role"] == "coordinate")
-        | {"iam_instance_profile": iam_profile(head_profile_name(values))},
+        | {"iam_instance_profile": iam_profile(head_profile_name(values)),
+           "placement_group": placement_group_name(values) if head["role"] == "train" else None},
         "workers": [aws_node(name, w, preprocess=w["role"] == "preprocess", spot=w["spot"],
                              root_device=aws["root_device"])
                     | {"min_workers": w["min_workers"], "max_workers": w["max_workers"],
+                       "placement_group": placement_group_name(values) if w["role"] == "train" else None,
                        "iam_instance_profile": iam_profile(worker_profile_name(values))}
                     for name, w in values["workers"].items()],
         "initialization_commands": host_dir_commands(docker, data_volumes),
