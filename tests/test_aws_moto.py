@@ -469,6 +469,18 @@ def test_preflight_counts_spot_workers_against_the_spot_quota(hetero_values):
     assert vcpus_needed(checked(hetero_values)) == {("g", "on-demand"): 4, ("standard", "spot"): 64}
 
 
+def test_preflight_counts_every_train_node_against_its_gpu_familys_quota():
+    """Several train nodes: the P quota must hold both p4d.24xlarge (96 vCPUs each), the
+    standard one the coordinating head and the CPU workers; likewise G for multi_g5."""
+    from scripts.providers.aws_preflight import vcpus_needed
+
+    p4d = build("multi_p4d").values
+    assert vcpus_needed(p4d, "min_workers") == {("p", "on-demand"): 2 * 96, ("standard", "on-demand"): 8 + 2 * 72}
+    assert vcpus_needed(p4d) == {("p", "on-demand"): 2 * 96, ("standard", "on-demand"): 8 + 4 * 72}
+    assert vcpus_needed(build("multi_g5").values, "min_workers") == {
+        ("g", "on-demand"): 2 * 48, ("standard", "on-demand"): 4 + 2 * 16}
+
+
 def test_preflight_notes_a_quota_it_cannot_read_and_goes_on(hetero_values):
     with mock_aws():  # moto answers NoSuchResource for EC2's quota codes
         found = preflight_of(checked(hetero_values))
