@@ -199,7 +199,7 @@ VALUE_CASES = [
      "head.instance_type: g5.xlarge has 1 GPU(s), but a coordinating head uses none"),
     ("a GPU head that trains beside train workers", "multi_g5", lambda v: set_path(v, "head", {
         **v["head"], "role": "train", "instance_type": "g5.xlarge"}),
-     "head.role: the head trains, and so do workers.gpu_worker"),
+     "head.role: the head trains, and so do worker type(s) gpu_worker"),
     ("a train worker type without a GPU", "multi_g5",
      lambda v: set_path(v, "workers.gpu_worker.instance_type", "c5.18xlarge"),
      "workers.gpu_worker.instance_type: c5.18xlarge has no GPU, but the type has role train"),

@@ -6,6 +6,7 @@ import difflib
 import shlex
 
 from scripts import catalog
+from scripts.core import roles
 from scripts.core.errors import short
 from scripts.providers.aws_preflight import driver_problems
 
@@ -136,39 +137,25 @@ def disk_problems(key: str, disk: dict, spec, volume_types: list[str], docker: d
 
 
 def mix_problems(values: dict, nodes: dict, specs: dict) -> list[str]:
-    """Who trains and who preprocesses, by each node type's role: a GPU on every train
-    node, one GPU model across them (DDP steps at the slowest rank's pace, and one job's
-    model preset and batch size fit one memory size), none on a preprocessor; the head
-    trains, or coordinates beside train worker types, never both."""
+    """The roles' rules across node types (scripts/core/roles.py), and what each role needs
+    of its instance type: a GPU on every train node, one GPU model across them (DDP steps
+    at the slowest rank's pace, and one job's model preset and batch size fit one memory
+    size), none on a preprocessor or a coordinating head."""
     head = values["head"]
-    trains = [k for k in nodes if k != "head" and nodes[k]["role"] == "train"]
+    problems = roles.role_problems(values)
     if values["mix"] == "homogeneous":
-        if trains:
-            return [f"{trains[0]}.role: train worker types belong to a heterogeneous mix (train "
-                    "nodes fed by preprocess nodes); set mix: heterogeneous"]
         if not any(spec.gpus for spec in specs.values()):
-            return ["head.instance_type: no node type has a GPU to train on; "
-                    "pick a GPU type such as g5.xlarge"]
-        return []
-    problems = []
-    if head["role"] == "train":
-        if specs["head"].gpus == 0:
-            problems.append(f"head.instance_type: {head['instance_type']} has no GPU, but the head "
-                            "has role train; pick a GPU type such as g5.xlarge, or set role: coordinate "
-                            "and add a worker type with role: train")
-        if trains:
-            problems.append(f"head.role: the head trains, and so do {', '.join(trains)}; with train "
-                            "workers set role: coordinate and a CPU head type such as m5.xlarge")
-    else:
-        if specs["head"].gpus:
-            problems.append(f"head.instance_type: {head['instance_type']} has {specs['head'].gpus} "
-                            "GPU(s), but a coordinating head uses none; pick a CPU type such as m5.xlarge")
-        if head["preprocess"]:
-            problems.append("head.preprocess: a coordinating head gives Ray no CPUs for work; "
-                            "set preprocess: false")
-        if not trains:
-            problems.append("head.role: a coordinating head needs train worker types, and none has "
-                            "role: train; add one (a GPU type such as g5.12xlarge), or set role: train")
+            problems.append("head.instance_type: no node type has a GPU to train on; "
+                            "pick a GPU type such as g5.xlarge")
+        return problems
+    trains = [f"workers.{name}" for name in roles.train_types(values)]
+    if head["role"] == "train" and specs["head"].gpus == 0:
+        problems.append(f"head.instance_type: {head['instance_type']} has no GPU, but the head "
+                        "has role train; pick a GPU type such as g5.xlarge, or set role: coordinate "
+                        "and add a worker type with role: train")
+    if head["role"] == "coordinate" and specs["head"].gpus:
+        problems.append(f"head.instance_type: {head['instance_type']} has {specs['head'].gpus} "
+                        "GPU(s), but a coordinating head uses none; pick a CPU type such as m6i.xlarge")
     for key in nodes:
         if key == "head":
             continue

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from jobs.raykit import placement
-from scripts.core import state
+from scripts.core import roles, state
 from scripts.core.errors import KitError, not_running
 from scripts.core.paths import BUILD, REPO
 from scripts.core.ray_cli import free_ports, ray_cli, ray_env, use_auth_in_this_process
@@ -104,30 +104,15 @@ def value_problems(values: dict) -> list[str]:
 
 
 def role_problems(values: dict) -> list[str]:
-    """Who trains: the head (role train, its trainer slots standing in for GPUs) or train
-    worker types beside a coordinating head, never both (the planner and the summaries
-    count one kind of train node); preprocess workers hold no trainer slot."""
+    """The roles' rules across node types (scripts/core/roles.py), and the trainer slots
+    each role needs: one or more on a node that trains, none on one that does not."""
     head, workers = values["head"], values["workers"]
-    trains = [name for name, w in workers.items() if w["role"] == "train"]
-    problems = []
+    problems = roles.role_problems(values)
     if head["role"] == "train" and head["trainer_slots"] < 1:
         problems.append("head.trainer_slots: a head with role train needs a trainer slot; set "
                         "trainer_slots: 1 (the stand-in for its GPU), or role: coordinate")
-    if head["role"] == "train" and trains:
-        problems.append(f"head.role: the head trains, and so do worker type(s) {', '.join(trains)}; "
-                        "with train workers set role: coordinate (the head then only coordinates)")
-    if head["role"] == "coordinate":
-        if head["trainer_slots"]:
-            problems.append("head.trainer_slots: a coordinating head trains nothing; set trainer_slots: 0")
-        if head["preprocess"]:
-            problems.append("head.preprocess: a coordinating head gives Ray no CPUs for work; "
-                            "set preprocess: false")
-        if not trains:
-            problems.append("head.role: a coordinating head needs train worker types, and none "
-                            "has role: train; add one, or set role: train")
-    if trains and values["mix"] == "homogeneous":
-        problems.append("mix: train worker types belong to a heterogeneous mix (train nodes "
-                        "fed by preprocess nodes); set mix: heterogeneous")
+    if head["role"] == "coordinate" and head["trainer_slots"]:
+        problems.append("head.trainer_slots: a coordinating head trains nothing; set trainer_slots: 0")
     for name, w in workers.items():
         if w["role"] == "train" and w["trainer_slots"] < 1:
             problems.append(f"workers.{name}.trainer_slots: a train worker needs a trainer slot "
