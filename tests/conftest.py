@@ -99,6 +99,11 @@ def stop_like_ctrl_c(signum, frame):
 # A test run stopped with SIGTERM (a CI time-out, `kill`) ends like Ctrl-C: pytest then
 # tears its fixtures down, so every cluster a test started is stopped (`make down`).
 signal.signal(signal.SIGTERM, stop_like_ctrl_c)
+# Ctrl-C too, where the run was started with SIGINT ignored (a background job of a shell
+# without job control: nohup, some CI steps), which every process it starts would inherit;
+# a handled signal is reset at exec, so each `make` a test runs takes Ctrl-C as a user's does
+# (the teardown tests send it). Measured: a `make run` that ignored it ran its job to the end.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_unconfigure(config):  # after every fixture's teardown
