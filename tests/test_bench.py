@@ -4,12 +4,14 @@ a small real bench of local_single vs local_hetero, and the CPU sets that make i
 import csv
 import json
 import os
+import subprocess
+import time
 
 import psutil
 import pytest
 import yaml
 
-from conftest import load_example, make
+from conftest import REPO, load_example, make
 from scripts import kit
 from scripts.build import build, build_text
 from scripts.core.errors import KitError
@@ -121,37 +123,40 @@ def marked(build_dir, clusters=("local_single", "local_hetero")):
     return found
 
 
-@pytest.mark.cluster
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="local_hetero needs 2 cores")
-def test_each_pinned_node_runs_on_cores_of_its_own(tmp_path):
-    build_dir = tmp_path / "build"
-    env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir))
-    try:
-        up = make("up", "CLUSTER=local_hetero", env=env, timeout=300)
-        assert up.returncode == 0, up.stdout + up.stderr
-        cores = sorted(os.sched_getaffinity(0))
-        by_address = {}
-        for proc in marked(build_dir.resolve()):
-            try:
-                args = " ".join(proc.cmdline())
-                if "raylet" in proc.name() and "--node_ip_address=" in args:
-                    address = args.split("--node_ip_address=")[1].split()[0]
-                    by_address[address] = proc.cpu_affinity()
-            except psutil.NoSuchProcess:
-                pass
-        assert by_address == {"127.0.0.2": [cores[0]], "127.0.0.3": [cores[1]]}
-    finally:
-        down = make("down", "CLUSTER=local_hetero", env=env, timeout=120)
-    assert down.returncode == 0 and not marked(build_dir.resolve())
+def raylet_cores(build_dir, cluster: str) -> dict[str, list[int]]:
+    """The cores each node's raylet of `cluster` (started from build_dir) may run on, by
+    the node's address."""
+    found = {}
+    for proc in marked(build_dir, [cluster]):
+        try:
+            args = " ".join(proc.cmdline())
+            if "raylet" in proc.name() and "--node_ip_address=" in args:
+                found[args.split("--node_ip_address=")[1].split()[0]] = proc.cpu_affinity()
+        except psutil.NoSuchProcess:
+            pass
+    return found
 
 
 @pytest.mark.slow
-def test_a_small_bench_runs_each_mix_and_tears_each_down(tmp_path):
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="local_hetero needs 2 cores")
+def test_a_small_bench_runs_each_mix_on_cores_of_its_own_and_tears_each_down(tmp_path):
     build_dir = tmp_path / "build"
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir))
-    run = make("bench", "CLUSTERS=local_single local_hetero",
-               "ARGS=--steps 4 --batch-size 8 --image-size 64 --blur-count 2", env=env, timeout=900)
+    proc = subprocess.Popen(["make", "--no-print-directory", "bench", "CLUSTERS=local_single local_hetero",
+                             "ARGS=--steps 4 --batch-size 8 --image-size 64 --blur-count 2"],
+                            cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # while local_hetero runs, each of its pinned nodes has a core of its own
+    hetero_cores, seen = {}, set()
+    while proc.poll() is None:
+        now = raylet_cores(build_dir.resolve(), "local_hetero")
+        hetero_cores |= now
+        seen |= set(now)
+        time.sleep(1)
+    stdout, stderr = proc.communicate(timeout=900)
+    run = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr
+    cores = sorted(os.sched_getaffinity(0))
+    assert hetero_cores == {"127.0.0.2": [cores[0]], "127.0.0.3": [cores[1]]}, seen
     assert run.stdout.count("tearing down") == 2
     assert not marked(build_dir.resolve()) and not list(build_dir.glob("launched/*.json"))
     (saved,) = (build_dir / "bench").iterdir()
