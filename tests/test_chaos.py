@@ -144,26 +144,6 @@ def test_a_cpu_worker_killed_mid_job_costs_no_step_and_is_replaced(cluster, tmp_
     assert alive_workers(env) == 2
 
 
-def test_a_killed_training_worker_resumes_from_its_last_checkpoint(cluster, tmp_path, capsys):
-    env, state = cluster
-    results = tmp_path / "summary.json"
-    steps, every = 30, 5
-    proc, output = start_job(env, "vit_synthetic", f"--steps {steps} --batch-size 8 --image-size 64 "
-                             f"--blur-count 20 --log-every 5 --checkpoint-every {every} "
-                             f"--results {results}",
-                             until=f"step 10/{steps}:")  # checkpoints of steps 5 and 10 are saved
-    killed = kill(the_one_running(state, "RayTrainWorker", output))
-    text, summary, finished = finish(proc, output, results, since=killed)
-    resumed = summary["resumed_from_step"]
-    assert summary["steps"] == steps and summary["restarts"] == 1
-    # the last checkpoint Ray Train had registered when the worker died (the one of step
-    # 10 may still have been on its way)
-    assert every <= resumed <= 10 and resumed % every == 0
-    assert f"restart 1: resuming from the checkpoint of step {resumed}" in text
-    report(capsys, f"training worker killed after step 10 of {steps}: resumed from step {resumed}, "
-          f"{10 - resumed}+ steps redone; the job ended {finished:.0f} s after the kill")
-
-
 def preprocessing_tasks(state: dict, submission_id: str) -> list[tuple[str, float]]:
     """(node ID, start time in epoch s) of each preprocessing task attempt the job ran, from
     Ray's state API (asked from a process with the cluster's token)."""
