@@ -1,14 +1,12 @@
 """One pass from a values file to a checked cluster config, the only way the kit makes one.
 
     values file --read strictly--> values --schema (+ defaults)--> --provider's rules-->
-    --template--> config text --Ray's own checks + provider's checks--> Built
+    --template--> config text --provider's checks (Ray's own for an autoscaler config)--> Built
 
 Nothing is written here: `render` writes the result to build/clusters/<cluster>.yaml,
 `up` to build/launched/ (state.py), `validate` nowhere.
 """
 
-import copy
-import logging
 from dataclasses import dataclass
 
 import jinja2
@@ -53,7 +51,7 @@ def build_text(cluster: str, data: bytes) -> Built:
     } | chosen.template_context(cluster, values)
     text = render_template(chosen.NAME, context)
     config = yaml.safe_load(text)
-    problems = ray_schema_problems(config) + chosen.config_problems(config)
+    problems = chosen.config_problems(config)
     if problems:
         raise KitError(joined(f"the config rendered from {where}", problems))
     return Built(cluster, chosen, values, text, config)
@@ -98,19 +96,3 @@ def render_template(provider_name: str, context: dict) -> str:
     except jinja2.UndefinedError as e:
         raise KitError(f"cluster_templates/{provider_name}.yaml.j2: {e}; "
                        f"scripts/providers/{provider_name}.py must provide that value") from None
-
-
-def ray_schema_problems(config: dict) -> list[str]:
-    """Ray's own checks, exactly as `ray up` runs them (defaults filled in first)."""
-    from ray.autoscaler._private.util import prepare_config, validate_config
-
-    ray_logger = logging.getLogger("ray.autoscaler")
-    level = ray_logger.level
-    ray_logger.setLevel(logging.ERROR)  # its notes on filled-in defaults are noise here
-    try:
-        validate_config(prepare_config(copy.deepcopy(config)))
-    except Exception as e:  # jsonschema.ValidationError, ValueError: Ray's own messages
-        return [f"Ray rejects the config: {str(e).splitlines()[0]}"]
-    finally:
-        ray_logger.setLevel(level)
-    return []

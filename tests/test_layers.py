@@ -26,7 +26,8 @@ LAYERS = {"core": 0, "node": 0, "catalog": 1, "providers": 2, "build": 3, "prici
 # Which provider each module of scripts/providers/ belongs to (the registry, __init__,
 # belongs to none and may import each).
 PROVIDER_OF = {"aws": "aws", "aws_preflight": "aws", "aws_names": "aws", "aws_values": "aws",
-               "aws_render": "aws", "aws_iam": "aws", "local": "local",
+               "aws_render": "aws", "aws_iam": "aws", "local": "local", "kuberay": "kuberay",
+               "kuberay_crd": "kuberay", "kuberay_job": "kuberay", "kuberay_kubectl": "kuberay",
                "local_autostop": "local", "loopback_node_provider": "local", "cpu_sets": "local"}
 
 

@@ -19,8 +19,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from conftest import CHECKIP_ADDRESS, REPO, make, publish_dlami
-from scripts.providers import local
-from scripts.core.ray_cli import free_port, ray_cli, ray_env
+from scripts.core.ray_cli import free_port
 
 
 @pytest.fixture
@@ -30,39 +29,6 @@ def moto_server():
     server.start()
     yield f"http://127.0.0.1:{port}"
     server.stop()
-
-
-@pytest.fixture
-def standin_head(tmp_path):
-    """A real Ray head on loopback standing in for the one on EC2: auth off, as the kit
-    runs it on AWS, with the resources the head and a worker of `hetero` offer. Its
-    processes carry a marker of their own, by which they are stopped afterwards."""
-    import subprocess
-    import tempfile
-
-    import shutil
-
-    dashboard = free_port()
-    private = tempfile.mkdtemp(prefix="raykit-")
-    marker = local.cluster_id("standin-head", tmp_path)
-    env = ray_env(None, {local.MARKER: marker,
-                         "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"})
-    subprocess.run([ray_cli(), "start", "--head", "--disable-usage-stats",
-                    "--node-ip-address=127.0.0.2", f"--port={free_port()}",
-                    "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
-                    f"--ray-client-server-port={free_port()}",
-                    f"--dashboard-agent-listen-port={free_port()}",
-                    f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
-                    f"--temp-dir={private}/ray", "--num-cpus=3",
-                    "--labels=ray-subcluster=train,raykit-trainer-slots=1,raykit-preprocess=true",
-                    "--object-store-memory=500000000"],
-                   env=env, check=True, capture_output=True, timeout=120, start_new_session=True)
-    try:
-        yield dashboard
-    finally:
-        local.stop_processes(local.cluster_processes("standin-head", build=tmp_path))
-        assert local.cluster_processes("standin-head", build=tmp_path) == []
-        shutil.rmtree(private, ignore_errors=True)
 
 
 def stand_in_autoscaler(endpoint: str, stop: threading.Event) -> None:

@@ -1,6 +1,6 @@
 """Where a job's work runs on the kit's clusters: Ray's node labels, one mechanism.
 
-Every node the kit starts, on AWS and on the local cluster, carries these labels (the
+Every node the kit starts, on AWS, on the local cluster and on KubeRay, carries these labels (the
 providers render them from the values file, scripts/providers/):
 
   ray-subcluster        "train" on a node whose GPUs (locally: trainer slots) train,

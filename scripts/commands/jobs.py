@@ -10,15 +10,15 @@ from scripts.commands.lifecycle import (
     print_plan,
     refuse_if_up,
     require_record,
-    signals_deferred,
     teardown,
 )
 from scripts.core import state, submit
 from scripts.core.errors import KitError, not_running
 from scripts.core.inputs import flag, job_id, job_requirements, parse_timeout, split_args
-from scripts.core.submit import JobPackages
 from scripts.core.paths import RESULTS
 from scripts.core.ray_cli import use_auth_in_this_process
+from scripts.core.signals import signals_deferred
+from scripts.core.submit import JobPackages
 from scripts.providers import PROVIDERS, load_record
 
 
@@ -137,6 +137,10 @@ def running_or_started(built, *, reuse: bool = True):
 def run_once(built, job: str, args: list[str], timeout: float | None,
              verbose: bool = False) -> tuple[int, dict | None]:
     """Up, submit, down: the job's exit code and summary. Down runs whatever happens; a
-    cluster this run did not start is refused, never torn down."""
+    cluster this run did not start is refused, never torn down. Where the platform runs
+    the job and deletes its cluster itself (a RayJob), the provider does it all."""
+    ran = built.provider.run_job(built, job, args, timeout, verbose)
+    if ran is not None:
+        return ran
     with running_or_started(built, reuse=False) as record:
         return submit_to(record, job, args, timeout, verbose)

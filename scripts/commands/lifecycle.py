@@ -2,8 +2,6 @@
 command groups share about a cluster's record (require_record, teardown)."""
 
 import shutil
-import signal
-from contextlib import contextmanager
 
 import yaml
 
@@ -156,18 +154,6 @@ def require_record(cluster: str) -> dict:
         raise KitError(f"cluster '{cluster}' is not up; run `make up CLUSTER={cluster}`")
     return record
 
-
-
-@contextmanager
-def signals_deferred():
-    """Teardown runs to the end through any number of Ctrl-C, SIGTERM and SIGHUP."""
-    caught = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in caught}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def cmd_clean(a) -> int:

@@ -37,9 +37,10 @@ def aws_hourly_cost(values: dict) -> tuple[float, float] | None:
 
 def hourly_cost(built: Built) -> tuple[float, float] | None:
     """What running the cluster bills per hour, with min_workers and with max_workers:
-    (0, 0) for a local cluster (it runs on this machine), None for an unpriced region."""
+    (0, 0) for a local cluster (it runs on this machine), None for an unpriced region or a
+    KubeRay cluster (its Kubernetes node groups bill, whatever runs: not the kit's to price)."""
     if not built.provider.BILLS:
-        return 0.0, 0.0
+        return (0.0, 0.0) if "prices_as" in built.values else None
     return aws_hourly_cost(built.values)
 
 
@@ -86,6 +87,10 @@ def cost_table(built: Built) -> list[str]:
     aws_mix = check_prices_as(built)
     if built.provider.BILLS:
         return aws_cost_table(values)
+    if "prices_as" not in values:  # KubeRay: no prices_as (its group names are not AWS's)
+        return [f"'{values['cluster_name']}' runs on a Kubernetes cluster's nodes: its node groups "
+                "bill whatever runs on them, and the kit launches none; `make cost` prices the AWS "
+                "mix of the same shape (e.g. CLUSTER=hetero for k8s_hetero)"]
     if not values["prices_as"]:
         return [f"'{values['cluster_name']}' runs on this machine: no cloud cost "
                 "(set prices_as to price it like an AWS values file)"]
@@ -129,6 +134,9 @@ def priced(built: Built) -> tuple[str, float]:
     values, name = built.values, built.cluster
     aws_mix = check_prices_as(built)
     if not built.provider.BILLS:
+        if "prices_as" not in values:  # KubeRay: the node groups bill, at prices the kit cannot see
+            raise KitError(f"CLUSTERS: cluster_templates/{name}.yaml runs on Kubernetes node groups, "
+                           "which the kit cannot price; bench the AWS mix of its shape (e.g. hetero)")
         if not values["prices_as"]:
             raise KitError(f"CLUSTERS: cluster_templates/{name}.yaml sets no prices_as; set it "
                            "to the AWS values file it stands for, e.g. prices_as: hetero")

@@ -12,7 +12,7 @@ from typing import Protocol
 from scripts.core import state
 from scripts.core.errors import KitError, short
 from scripts.core.submit import JobFiles, JobPackages
-from scripts.providers import aws, local
+from scripts.providers import aws, kuberay, local
 
 
 class Provider(Protocol):
@@ -42,7 +42,9 @@ class Provider(Protocol):
         """Everything the template lays out, computed from checked values."""
 
     def config_problems(self, config: dict) -> list[str]:
-        """The provider's own checks on the rendered config (Ray's schema is checked for all)."""
+        """Every check of the rendered config: Ray's own schema for a Ray autoscaler config
+        (scripts/core/ray_config.py), the provider's rules; KubeRay's CRD and operator rules
+        for a RayCluster."""
 
     def companion_files(self, cluster: str, values: dict) -> dict[str, str]:
         """{file name suffix: text} that `make render` writes beside the config (AWS: the
@@ -89,11 +91,18 @@ class Provider(Protocol):
         """What a job's ARGS name that the cluster's nodes cannot read (AWS: s3:// buckets
         outside aws.data_buckets), one 'problem; fix' each; [] when all is readable."""
 
+    def run_job(self, built, job: str, args: list[str], timeout_s: float | None,
+                verbose: bool) -> tuple[int, dict | None] | None:
+        """`make run` as the platform's own job, whose cluster the platform deletes when the
+        job ends (KubeRay's RayJob): its exit code and summary. None where the platform has
+        no such job: the kit then runs up, submit and down itself (scripts/commands/jobs.py).
+        built: the checked config (scripts/build.py's Built); the provider preflights it."""
+
     def job_address(self, record: dict) -> AbstractContextManager:
         """Context yielding (dashboard URL, python, auth token) for job submission."""
 
 
-PROVIDERS: dict[str, Provider] = {aws.NAME: aws, local.NAME: local}
+PROVIDERS: dict[str, Provider] = {aws.NAME: aws, kuberay.NAME: kuberay, local.NAME: local}
 
 
 def provider(name, where: str) -> Provider:

@@ -6,7 +6,7 @@ import difflib
 import shlex
 
 from scripts import catalog
-from scripts.core import roles
+from scripts.core import ray_config, roles
 from scripts.core.errors import short
 from scripts.providers.aws_preflight import driver_problems
 
@@ -181,7 +181,7 @@ def did_you_mean(word: str, choices) -> str:
 
 
 def config_problems(config: dict) -> list[str]:
-    problems = []
+    problems = ray_config.schema_problems(config)
     for name, node_type in config["available_node_types"].items():
         problems += [f"available_node_types.{name}.node_config{p}"
                      for p in run_instances_problems(node_type["node_config"])]

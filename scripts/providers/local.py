@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from jobs.raykit import placement
-from scripts.core import roles, state
+from scripts.core import ray_config, roles, state
 from scripts.core.errors import KitError, not_running
 from scripts.core.paths import BUILD, REPO
 from scripts.core.ray_cli import free_ports, ray_cli, ray_env, use_auth_in_this_process
@@ -185,9 +185,10 @@ def head_labels(values: dict) -> dict[str, str]:
 
 
 def config_problems(config: dict) -> list[str]:
+    problems = ray_config.schema_problems(config)
     if config["provider"].get("module") != PROVIDER_CLASS:
-        return [f"provider.module: must be {PROVIDER_CLASS}"]
-    return []
+        problems.append(f"provider.module: must be {PROVIDER_CLASS}")
+    return problems
 
 
 def companion_files(cluster: str, values: dict) -> dict[str, str]:
@@ -507,3 +508,8 @@ def stop_processes(procs: list[psutil.Process], grace_s: float = 3) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(still, timeout=5)
+
+
+def run_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool) -> None:
+    """None: this machine has no job manager of its own; `make run` is the kit's up, submit and down (down guaranteed)."""
+    return None

@@ -1,0 +1,448 @@
+"""The KubeRay provider: the kit's mixes as a RayCluster on a Kubernetes cluster that runs
+the KubeRay operator (>= 1.5), driven through `kubectl`.
+
+The kit launches no machines here: the cluster's node groups (EKS managed node groups,
+Karpenter, GKE node pools) hold the pods, and the operator starts Ray in them. A values file
+says what each group's pods ask for (CPUs, memory, GPUs), where they may run (node
+selectors, tolerations) and their role; the rendered RayCluster is checked offline against
+the pinned release's CRD and the operator's own rules (kuberay_crd.py) before `kubectl`
+sees it. `make run` is a RayJob instead (kuberay_job.py): the operator tears its cluster
+down when the job ends, whatever happens to this machine.
+
+`up` labels the RayCluster with a launch id of its own and records it; `down` deletes only
+a RayCluster carrying that id, then waits until none of its pods is left.
+"""
+
+import base64
+import json
+import secrets
+import subprocess
+import time
+from contextlib import contextmanager
+
+import yaml
+
+from jobs.raykit import placement
+from scripts import catalog
+from scripts.core import roles, state
+from scripts.core.errors import KitError, not_running, short
+from scripts.core.ray_cli import free_port, port_open
+from scripts.core.signals import signals_deferred
+from scripts.core.submit import JobFiles, JobPackages
+from scripts.providers import kuberay_crd, kuberay_job
+from scripts.providers.kuberay_kubectl import (
+    DELETE_WAIT_S,
+    MANAGED_BY,
+    get_json,
+    kubectl,
+    kubectl_error,
+    pods,
+    poll_s,
+    run_kubectl,
+    target,
+)
+
+NAME = "kuberay"
+HEAD_TYPE = "headgroup"  # KubeRay's group name for the head (its pods' ray.io/group label)
+DEFAULT_JOB_TIMEOUT_S = 6 * 3600.0  # GPU pods hold their nodes (and the node groups bill) until it ends
+JOB_PACKAGES = JobPackages.PIP  # Ray's pip runtime_env, over the image's packages
+JOB_FILES = JobFiles.UPLOAD  # through the dashboard; each pod unpacks its own copy
+BILLS = False  # the Kubernetes cluster's node groups bill, not the kit: it launches no machine
+STOPS_WITHOUT_RECORD = False  # without the record's launch id, no RayCluster is the kit's to delete
+DASHBOARD_PORT = 8265  # the head service's dashboard port (KubeRay's default)
+MAX_TUNNEL_WAIT_S = 60
+LAUNCH_ID = "raykit.dev/launch-id"  # a label on the RayCluster: `down` deletes only that one
+SHM_VOLUME = "dshm"  # Ray's object store lives in /dev/shm: the container default is 64 MiB
+
+RECORD_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["cluster", "provider", "name", "namespace", "context", "launch_id",
+                 "expected_pods", "ready_timeout_minutes"],
+    "properties": {
+        "cluster": {"type": "string"},
+        "provider": {"const": NAME},
+        "name": {"type": "string", "pattern": "^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"},
+        "namespace": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
+        "context": {"type": ["string", "null"], "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,252}$"},
+        "launch_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+        "expected_pods": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+        "ready_timeout_minutes": {"type": "integer", "minimum": 1, "maximum": 120},
+    },
+}
+
+
+# --- values -> RayCluster -----------------------------------------------------------
+
+def value_problems(values: dict) -> list[str]:
+    """The roles' rules across groups (scripts/core/roles.py), and what each role needs of
+    its pods: GPUs on every train group, one GPU count per train pod, none elsewhere."""
+    head, workers = values["head"], values["workers"]
+    problems = roles.role_problems(values)
+    if head["role"] == "train" and head["pod"]["gpus"] < 1:
+        problems.append("head.pod.gpus: a head with role train needs a GPU; set gpus: 1 or more, "
+                        "or role: coordinate")
+    if head["role"] == "coordinate" and head["pod"]["gpus"]:
+        problems.append("head.pod.gpus: a coordinating head trains nothing; set gpus: 0")
+    for name, w in workers.items():
+        if w["role"] == "train" and w["pod"]["gpus"] < 1:
+            problems.append(f"workers.{name}.pod.gpus: a train group needs GPUs; set gpus: 1 or more")
+        if w["role"] == "preprocess" and w["pod"]["gpus"]:
+            problems.append(f"workers.{name}.pod.gpus: a preprocess group trains nothing, and its "
+                            "GPUs would idle; set gpus: 0, or role: train")
+    for where, node in [("head", head)] + [(f"workers.{n}", w) for n, w in workers.items()]:
+        for key in node["node_selector"]:
+            problems += [f"{where}.node_selector: key '{key}': {p}"
+                         for p in kuberay_crd.qualified_name_problems(key)]
+        if node["pod"]["shm_gb"] >= node["pod"]["memory_gb"]:
+            problems.append(f"{where}.pod.shm_gb: /dev/shm counts against the pod's memory "
+                            f"({node['pod']['memory_gb']} GiB); set shm_gb below it")
+    mounts = [v["mount"] for v in values["volumes"]]
+    if len(set(mounts)) < len(mounts) or "/dev/shm" in mounts:
+        problems.append("volumes: two volumes share a mount, or one is mounted on /dev/shm (Ray's "
+                        "object store); give each its own path")
+    return problems
+
+
+def template_context(cluster: str, values: dict) -> dict:
+    head = values["head"]
+    kube = values["kubernetes"]
+    return {
+        "namespace": kube["namespace"],
+        "service_account": kube["service_account"],
+        "image_pull_secrets": [{"name": s} for s in kube["image_pull_secrets"]],
+        "resource_labels": MANAGED_BY | {"raykit.dev/cluster": values["cluster_name"]},
+        "pod_labels": MANAGED_BY,
+        "ray_version": catalog.RAY_VERSION,
+        "idle_timeout_s": values["idle_timeout_minutes"] * 60,
+        # a coordinating head offers Ray no CPU: no task or training worker lands there
+        "head": group(values, head, placement.node_labels(
+                    "head", head["pod"]["gpus"] if head["role"] == "train" else 0, head["preprocess"]),
+                    {"CPU": "0"} if head["role"] == "coordinate" else {}, is_head=True),
+        "workers": [
+            {"name": name, "min_workers": w["min_workers"], "max_workers": w["max_workers"]}
+            | group(values, w, placement.node_labels(
+                name, w["pod"]["gpus"] if w["role"] == "train" else 0, w["role"] == "preprocess"))
+            for name, w in values["workers"].items()
+        ],
+    }
+
+
+def group(values: dict, node: dict, labels: dict, resources: dict | None = None,
+          is_head: bool = False) -> dict:
+    """One group's pod, as the template lays it out."""
+    pod = node["pod"]
+    container = {"cpu": str(pod["cpus"]), "memory": f"{pod['memory_gb']}Gi"}
+    if pod["gpus"]:
+        container["nvidia.com/gpu"] = str(pod["gpus"])
+    claims = [{"name": f"data-{i}", "persistentVolumeClaim": {"claimName": v["claim"], "readOnly": v["read_only"]}}
+              for i, v in enumerate(values["volumes"])]
+    return {
+        "labels": labels,
+        "resources": resources or {},
+        "image": values["images"]["gpu" if pod["gpus"] else "cpu"],
+        "container_resources": container,
+        "node_selector": node["node_selector"],
+        "tolerations": node["tolerations"],
+        # only the head's autoscaler talks to the Kubernetes API
+        "service_account_token": is_head,
+        "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{pod['shm_gb']}Gi"}}]
+                   + claims,
+        "volume_mounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+                         + [{"name": f"data-{i}", "mountPath": v["mount"], "readOnly": v["read_only"]}
+                            for i, v in enumerate(values["volumes"])],
+    }
+
+
+def config_problems(config: dict) -> list[str]:
+    """The pinned KubeRay release's CRD schema, then the operator's rules."""
+    return kuberay_crd.problems(config)
+
+
+def companion_files(cluster: str, values: dict) -> dict[str, str]:
+    return {}
+
+
+def plan(values: dict, config: dict) -> list[str]:
+    kube = values["kubernetes"]
+    lines = [f"a RayCluster '{values['cluster_name']}' in namespace {kube['namespace']} of "
+             f"{kube['context'] or 'kubectl’s current context'}; the pods run on the node groups "
+             "their selectors match (those bill, not the kit)"]
+    for name, node, count in [(HEAD_TYPE, values["head"], "1")] + [
+            (n, w, f"{w['min_workers']}-{w['max_workers']}") for n, w in values["workers"].items()]:
+        pod = node["pod"]
+        where = ", ".join(f"{k}={v}" for k, v in node["node_selector"].items()) or "any node"
+        lines.append(f"  {name}: {count} pod(s) x {pod['cpus']} CPUs, {pod['memory_gb']} GiB"
+                     + (f", {pod['gpus']} GPU(s)" if pod["gpus"] else "")
+                     + f" ({node['role']}) on {where}")
+    return lines
+
+
+def run_job(built, job: str, args: list[str], timeout_s: float | None,
+            verbose: bool) -> tuple[int, dict | None]:
+    """`make run` as a RayJob (kuberay_job.py): the operator deletes its cluster."""
+    with state.lock(built.cluster):
+        for line in preflight(built.values)[1]:
+            print(line, flush=True)
+        return kuberay_job.run(built, job, args, timeout_s or DEFAULT_JOB_TIMEOUT_S, verbose,
+                               JOB_PACKAGES, JOB_FILES)
+
+
+def data_problems(record: dict, args: list[str]) -> list[str]:
+    """The pods read what their service account may (e.g. S3 through EKS Pod Identity);
+    the kit cannot see that from here, so it refuses nothing."""
+    return []
+
+
+# --- preflight ----------------------------------------------------------------------
+
+def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
+    """Read-only: the API server answers, the installed CRD is a KubeRay that knows the
+    groups' `labels` (>= 1.5), the namespace exists, and this identity may create
+    RayClusters there."""
+    where = target(values)
+    version = run_kubectl(where, "version", "-o", "json", check=False)
+    if version.returncode != 0:
+        raise KitError(f"kubectl cannot reach the cluster: {kubectl_error(version)}; check "
+                       "kubernetes.context and `kubectl cluster-info`")
+    server = (json.loads(version.stdout or "{}").get("serverVersion") or {}).get("gitVersion", "?")
+    crd = run_kubectl(where, "get", "crd", "rayclusters.ray.io", "-o", "json", check=False)
+    if crd.returncode != 0:
+        raise KitError("the RayCluster CRD is not installed; install the KubeRay operator "
+                       f"{kuberay_crd.KUBERAY_VERSION} (docs/kubernetes.md)")
+    if not crd_knows_group_labels(json.loads(crd.stdout)):
+        raise KitError("the installed KubeRay is older than 1.5 (its RayCluster has no group "
+                       f"`labels`, which the jobs place their work by); upgrade the operator to "
+                       f"{kuberay_crd.KUBERAY_VERSION} (docs/kubernetes.md)")
+    namespace = run_kubectl(where, "get", "namespace", where["namespace"], "-o", "name", check=False)
+    if namespace.returncode != 0:
+        raise KitError(f"kubernetes.namespace: {where['namespace']} does not exist; "
+                       f"`kubectl create namespace {where['namespace']}` or name another")
+    allowed = run_kubectl(where, "auth", "can-i", "create", "rayclusters.ray.io", check=False)
+    if allowed.stdout.strip() != "yes":
+        raise KitError(f"this identity may not create RayClusters in namespace {where['namespace']}; "
+                       "ask for the KubeRay user role there")
+    return values, [f"preflight: Kubernetes {server}, KubeRay CRD with group labels, namespace "
+                    f"{where['namespace']}"]
+
+
+def crd_knows_group_labels(crd: dict) -> bool:
+    for version in crd.get("spec", {}).get("versions", []):
+        spec = version.get("schema", {}).get("openAPIV3Schema", {}).get("properties", {}).get("spec", {})
+        head = spec.get("properties", {}).get("headGroupSpec", {}).get("properties", {})
+        if version.get("name") == "v1" and "labels" in head:
+            return True
+    return False
+
+
+# --- lifecycle ----------------------------------------------------------------------
+
+def up(cluster: str, config_text: str, values: dict) -> dict:
+    """Record, apply the RayCluster with a launch id of its own, wait until its head and
+    min_workers pods are Ready. On any failure, Ctrl-C included, delete it again."""
+    record = target(values) | {
+        "cluster": cluster, "provider": NAME, "name": values["cluster_name"],
+        "launch_id": secrets.token_hex(8),
+        "expected_pods": {HEAD_TYPE: 1} | {n: w["min_workers"] for n, w in values["workers"].items()},
+        "ready_timeout_minutes": values["ready_timeout_minutes"],
+    }
+    resource = yaml.safe_load(config_text)
+    resource["metadata"]["labels"][LAUNCH_ID] = record["launch_id"]
+    existing = run_kubectl(record, "get", "raycluster", record["name"], "-o", "name", check=False)
+    if existing.returncode == 0 and existing.stdout.strip():
+        raise KitError(f"a RayCluster '{record['name']}' already exists in namespace "
+                       f"{record['namespace']}, not launched from this checkout; give cluster_name "
+                       "another name")
+    state.save(cluster, record, json.dumps(resource, indent=2) + "\n")
+    try:
+        run_kubectl(record, "apply", "-f", "-", stdin=json.dumps(resource))
+        print(f"applied RayCluster {record['name']} in namespace {record['namespace']}", flush=True)
+        wait_until_ready(record)
+    except BaseException:
+        with signals_deferred():
+            try:
+                print(down(cluster, record), flush=True)
+            except KitError as e:  # the first error is the one to report; say what stays
+                print(f"could not delete RayCluster {record['name']}: {e}", flush=True)
+        raise
+    return record
+
+
+def group_of(pod: dict) -> str:
+    labels = pod.get("metadata", {}).get("labels", {})
+    return HEAD_TYPE if labels.get("ray.io/node-type") == "head" else labels.get("ray.io/group", "?")
+
+
+def ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in pod.get("status", {}).get("conditions", []))
+
+
+STUCK = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
+         "CrashLoopBackOff")
+
+
+def stuck(pod: dict) -> str | None:
+    """Why a pod cannot start without someone's help, or None."""
+    for status in pod.get("status", {}).get("containerStatuses", []):
+        reason = status.get("state", {}).get("waiting", {}).get("reason")
+        if reason in STUCK:
+            return reason
+    return None
+
+
+def wait_until_ready(record: dict) -> None:
+    deadline = time.monotonic() + record["ready_timeout_minutes"] * 60
+    shown = None
+    while True:
+        current = pods(record)
+        counts = {g: sum(1 for p in current if group_of(p) == g and ready(p)) for g in record["expected_pods"]}
+        line = "pods ready: " + ", ".join(f"{g} {counts[g]}/{n}" for g, n in record["expected_pods"].items())
+        if line != shown:
+            print(line, flush=True)
+            shown = line
+        if all(counts[g] >= n for g, n in record["expected_pods"].items()):
+            return
+        blocked = [(p["metadata"]["name"], stuck(p)) for p in current if stuck(p)]
+        if blocked or time.monotonic() > deadline:
+            print_events(record, [p["metadata"]["name"] for p in current])
+            why = (f"pod {blocked[0][0]} is stuck in {blocked[0][1]}" if blocked else
+                   f"not ready within {record['ready_timeout_minutes']} min")
+            raise KitError(f"RayCluster {record['name']}: {why}; the pods' events are above "
+                           "(`kubectl describe pod` says more)")
+        time.sleep(poll_s())
+
+
+def print_events(record: dict, pod_names: list[str], last: int = 20) -> None:
+    """The last events of the cluster's pods and of the RayCluster itself."""
+    events = get_json(record, "events").get("items", [])
+    ours = [e for e in events if e.get("involvedObject", {}).get("name") in {*pod_names, record["name"]}]
+    ours.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    for e in ours[-last:]:
+        print(f"  event {e['involvedObject'].get('kind', '?')}/{e['involvedObject'].get('name')}: "
+              f"{e.get('reason', '?')}: {short(e.get('message', ''), 200)[1:-1]}", flush=True)
+
+
+def ours(record: dict) -> dict | None:
+    """The RayCluster if it exists and carries the record's launch id; None if it is gone.
+    One of the same name with another launch id is someone else's: refused."""
+    result = run_kubectl(record, "get", "raycluster", record["name"], "-o", "json", check=False)
+    if result.returncode != 0:
+        if "NotFound" in result.stderr or "not found" in result.stderr:
+            return None
+        raise KitError(f"could not read RayCluster {record['name']}: {kubectl_error(result)}")
+    found = json.loads(result.stdout)
+    if found.get("metadata", {}).get("labels", {}).get(LAUNCH_ID) != record["launch_id"]:
+        raise KitError(f"RayCluster {record['name']} in namespace {record['namespace']} is not the one "
+                       "this checkout launched (another launch id); it is left alone")
+    return found
+
+
+def down(cluster: str, record: dict | None, purge: bool = False) -> str:
+    if record is None:
+        return f"cluster '{cluster}' has no record: nothing of it is the kit's to delete"
+    if ours(record) is not None:
+        run_kubectl(record, "delete", "raycluster", record["name"], "--wait=true",
+                    f"--timeout={DELETE_WAIT_S}s", timeout=DELETE_WAIT_S + 30)
+    deadline = time.monotonic() + DELETE_WAIT_S
+    while left := [p["metadata"]["name"] for p in pods(record)]:
+        if time.monotonic() > deadline:
+            raise KitError(f"RayCluster {record['name']} is deleted but pods remain: {', '.join(left[:5])}; "
+                           f"`kubectl -n {record['namespace']} get pods -l ray.io/cluster={record['name']}`")
+        time.sleep(poll_s())
+    state.forget(cluster)
+    return (f"RayCluster {record['name']} deleted from namespace {record['namespace']}; none of its pods "
+            "is left (the node groups scale their nodes down on their own)")
+
+
+def is_running(record: dict) -> bool:
+    """Whether the RayCluster exists; where the API cannot be asked, it stands."""
+    try:
+        result = run_kubectl(record, "get", "raycluster", record["name"], "-o", "name", check=False)
+    except KitError:
+        return True
+    return result.returncode == 0 or not ("NotFound" in result.stderr or "not found" in result.stderr)
+
+
+def require_running(record: dict) -> None:
+    if not is_running(record):
+        raise KitError(not_running(record["cluster"]))
+
+
+def head_pod(record: dict) -> str:
+    require_running(record)
+    heads = [p["metadata"]["name"] for p in pods(record)
+             if group_of(p) == HEAD_TYPE and p.get("status", {}).get("phase") == "Running"]
+    if not heads:
+        raise KitError(f"RayCluster {record['name']} has no running head pod; `make status` shows its pods")
+    return heads[0]
+
+
+def status(record: dict) -> int:
+    require_running(record)
+    for args in (("get", "raycluster", record["name"]),
+                 ("get", "pods", "-l", f"ray.io/cluster={record['name']}", "-o", "wide")):
+        result = run_kubectl(record, *args)
+        print(result.stdout, end="", flush=True)
+    return 0
+
+
+def dashboard(record: dict) -> int:
+    with job_address(record) as (address, _, _):
+        print(f"dashboard of '{record['cluster']}': {address} (kubectl port-forward to the head; "
+              "Ctrl-C closes it)", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            return 0
+
+
+def attach(record: dict) -> int:
+    return subprocess.call(kubectl(record, "exec", "-it", head_pod(record), "-c", "ray-head", "--", "bash"))
+
+
+def monitor(record: dict, follow: bool) -> int:
+    # KubeRay runs the autoscaler as a container of its own beside the head's
+    return subprocess.call(kubectl(record, "logs", head_pod(record), "-c", "autoscaler",
+                                   *(["--follow"] if follow else ["--tail=100"])))
+
+
+def auth_token(record: dict) -> str:
+    """Ray's token, which the operator keeps in the Secret named after the cluster."""
+    secret = get_json(record, "secret", record["name"])
+    try:
+        return base64.b64decode(secret["data"]["auth_token"], validate=True).decode()
+    except (KeyError, ValueError, TypeError):
+        raise KitError(f"Secret {record['name']} holds no auth_token; is the operator "
+                       f">= 1.5 with authOptions.mode token?") from None
+
+
+@contextmanager
+def job_address(record: dict):
+    """`kubectl port-forward` to the head service's dashboard while we use it."""
+    require_running(record)
+    token = auth_token(record)
+    port = free_port()
+    tunnel = subprocess.Popen(
+        kubectl(record, "port-forward", f"service/{record['name']}-head-svc",
+                f"{port}:{DASHBOARD_PORT}", "--address", "127.0.0.1"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + MAX_TUNNEL_WAIT_S
+        while not port_open(port):
+            if tunnel.poll() is not None:
+                last = (tunnel.stderr.read().strip().splitlines() or ["no output"])[-1]
+                raise KitError(f"`kubectl port-forward` exited: {short(last, 200)}; `make status` "
+                               "shows whether the head is up")
+            if time.monotonic() > deadline:
+                raise KitError(f"the dashboard's port-forward did not open within {MAX_TUNNEL_WAIT_S} s")
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}", "python", token
+    finally:
+        tunnel.terminate()
+        try:
+            tunnel.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            tunnel.kill()
+            tunnel.wait()

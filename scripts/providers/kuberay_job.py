@@ -1,0 +1,221 @@
+"""`make run` on KubeRay: the job as a RayJob, whose cluster the operator deletes when the
+job ends, or when its time limit passes, whatever happens to this machine.
+
+The job's folder and the kit's job library travel in a ConfigMap, mounted in the RayJob's
+submitter pod: its `ray job submit` uploads them as the job's working_dir and py_modules,
+as `make submit` does from here. The ConfigMap is owned by the RayJob (Kubernetes deletes
+it with it). This machine follows the submitter's log, keeps the job's summary, then
+deletes the RayJob and checks that none of its cluster's pods is left; on Ctrl-C it
+deletes the RayJob at once (the operator then deletes its cluster).
+"""
+
+import base64
+import fnmatch
+import json
+import shlex
+import subprocess
+import time
+
+from scripts.core import submit
+from scripts.core.errors import KitError
+from scripts.core.signals import signals_deferred
+from scripts.core.inputs import job_dir, job_requirements
+from scripts.core.paths import JOB_LIBRARY, RESULTS
+from scripts.core.submit import JobFiles, JobPackages
+from scripts.providers import kuberay_crd
+from scripts.providers import kuberay_kubectl as kube
+
+FILES_MOUNT = "/home/ray/raykit-job"  # in the submitter pod: the job's folder and the library
+MAX_FILES_BYTES = 900 * 1024  # a ConfigMap holds 1 MiB at most, its keys and paths included
+TTL_AFTER_FINISHED_S = 0  # the operator deletes the cluster as soon as the job ends
+FINISHED = ("Complete", "Failed")  # RayJob status.jobDeploymentStatus once it is over
+
+
+def files(job: str) -> dict[str, tuple[str, bytes]]:
+    """{ConfigMap key: (path under FILES_MOUNT, content)}: the job's folder and the job
+    library, regular files only (a symlink could lead anywhere on this machine), without
+    what submit.EXCLUDES leaves out."""
+    found = {}
+    for root, prefix in ((job_dir(job), job), (JOB_LIBRARY, "raykit")):
+        for path in sorted(root.rglob("*")):
+            relative = path.relative_to(root)
+            if any(fnmatch.fnmatch(part, pattern) for part in relative.parts for pattern in submit.EXCLUDES):
+                continue
+            if path.is_symlink():
+                raise KitError(f"{path}: a symlink; a RayJob carries regular files only, copy it in")
+            if path.is_file():
+                key = f"{prefix}/{relative}".replace("/", "__")
+                found[key] = (f"{prefix}/{relative}", path.read_bytes())
+    size = sum(len(k) + len(p) + len(c) for k, (p, c) in found.items())
+    if size > MAX_FILES_BYTES:
+        raise KitError(f"JOB={job}: its folder and the job library are {size // 1024} KiB; a RayJob "
+                       f"carries them in a ConfigMap (at most {MAX_FILES_BYTES // 1024} KiB): read "
+                       "data from a volume, or bake large files into the image")
+    return found
+
+
+def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
+              job_packages: JobPackages, job_files: JobFiles) -> tuple[dict, dict]:
+    """(the ConfigMap of the job's files, the RayJob), checked against the CRD and the
+    operator's rules."""
+    cluster = built.config
+    name = cluster["metadata"]["name"]
+    carried = files(job)
+    text = {k: c.decode() for k, (_, c) in carried.items() if is_text(c)}
+    config_map = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-job-files", "namespace": cluster["metadata"]["namespace"],
+                     "labels": kube.MANAGED_BY},
+        "data": text,
+        "binaryData": {k: base64.b64encode(c).decode() for k, (_, c) in carried.items() if k not in text},
+    }
+    # as `make submit` sends it, with the folders where the submitter pod has them
+    runtime_env = submit.job_runtime_env(job, job_requirements(job), job_packages, job_files, verbose)
+    runtime_env |= {"working_dir": f"{FILES_MOUNT}/{job}", "py_modules": [f"{FILES_MOUNT}/raykit"]}
+    head_pod = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    submitter = {
+        "metadata": {"labels": kube.MANAGED_BY},
+        "spec": {
+            "restartPolicy": "Never",
+            "serviceAccountName": head_pod.get("serviceAccountName", "default"),
+            "automountServiceAccountToken": False,
+            "imagePullSecrets": head_pod["imagePullSecrets"],
+            "containers": [{
+                "name": "ray-job-submitter",
+                "image": built.values["images"]["cpu"],
+                "resources": {"requests": {"cpu": "500m", "memory": "1Gi"},
+                              "limits": {"cpu": "1", "memory": "2Gi"}},
+                "securityContext": {"allowPrivilegeEscalation": False},
+                "volumeMounts": [{"name": "job-files", "mountPath": FILES_MOUNT, "readOnly": True}],
+            }],
+            "volumes": [{"name": "job-files", "configMap": {
+                "name": config_map["metadata"]["name"],
+                "items": [{"key": k, "path": p} for k, (p, _) in carried.items()]}}],
+        },
+    }
+    if "serviceAccountName" not in head_pod:
+        del submitter["spec"]["serviceAccountName"]
+    ray_job = {
+        "apiVersion": kuberay_crd.API_VERSION, "kind": "RayJob",
+        "metadata": {"name": name, "namespace": cluster["metadata"]["namespace"],
+                     "labels": kube.MANAGED_BY | {"raykit.dev/job": job}},
+        "spec": {
+            "entrypoint": shlex.join(["python", submit.ENTRYPOINT, *args]),
+            "runtimeEnvYAML": json.dumps(runtime_env),  # JSON is YAML: no string becomes structure
+            "submissionMode": "K8sJobMode",
+            "shutdownAfterJobFinishes": True,
+            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
+            "activeDeadlineSeconds": max(1, int(timeout_s)),
+            "backoffLimit": 0,
+            "submitterPodTemplate": submitter,
+            "rayClusterSpec": cluster["spec"],
+        },
+    }
+    problems = kuberay_crd.problems(ray_job)
+    if problems:
+        raise KitError(f"the RayJob for JOB={job}: " + "; ".join(problems[:3]))
+    return config_map, ray_job
+
+
+def is_text(content: bytes) -> bool:
+    try:
+        content.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def run(built, job: str, args: list[str], timeout_s: float, verbose: bool,
+        job_packages: JobPackages, job_files: JobFiles) -> tuple[int, dict | None]:
+    """Apply the ConfigMap and the RayJob, follow the job to its end, keep its summary,
+    delete the RayJob (and with it what the operator has not deleted yet)."""
+    config_map, ray_job = resources(built, job, args, timeout_s, verbose, job_packages, job_files)
+    where = kube.target(built.values)
+    name = ray_job["metadata"]["name"]
+    existing = kube.run_kubectl(where, "get", "rayjob", name, "-o", "name", check=False)
+    if existing.returncode == 0 and existing.stdout.strip():
+        raise KitError(f"a RayJob '{name}' already exists in namespace {where['namespace']}; "
+                       f"wait for it, or `kubectl -n {where['namespace']} delete rayjob {name}`")
+    applied = False
+    try:
+        kube.run_kubectl(where, "apply", "-f", "-", stdin=json.dumps(config_map))
+        applied = True
+        created = json.loads(kube.run_kubectl(where, "create", "-f", "-", "-o", "json",
+                                                 stdin=json.dumps(ray_job)).stdout)
+        own(where, config_map, created)
+        print(f"RayJob {name} created in namespace {where['namespace']} (the operator deletes its "
+              f"cluster when the job ends, or after {timeout_s:g} s)", flush=True)
+        code, summary, job_id = follow(where, name, verbose)
+        if summary is not None:
+            submit.keep_result(RESULTS, job_id, job, args, code, summary)
+        return code, summary
+    finally:
+        if applied:
+            print(f"deleting RayJob {name}", flush=True)
+            with signals_deferred():
+                print(delete(where, name, config_map["metadata"]["name"]), flush=True)
+
+
+def own(where: dict, config_map: dict, ray_job: dict) -> None:
+    """Make the RayJob the ConfigMap's owner: Kubernetes deletes the files with the job."""
+    owner = [{"apiVersion": kuberay_crd.API_VERSION, "kind": "RayJob", "name": ray_job["metadata"]["name"],
+              "uid": ray_job["metadata"]["uid"], "blockOwnerDeletion": False}]
+    kube.run_kubectl(where, "patch", "configmap", config_map["metadata"]["name"], "--type", "merge",
+                        "-p", json.dumps({"metadata": {"ownerReferences": owner}}))
+
+
+def follow(where: dict, name: str, verbose: bool) -> tuple[int, dict | None, str]:
+    """Wait for the submitter, stream its log (the job's), then read how the job ended:
+    (exit code, summary or None, the job's submission id)."""
+    seen, shown, logs = [], None, False
+    while True:
+        status = kube.get_json(where, "rayjob", name).get("status", {})
+        line = f"RayJob {name}: {status.get('jobDeploymentStatus') or 'New'}" + (
+            f", job {status['jobStatus']}" if status.get("jobStatus") else "")
+        if line != shown:
+            print(line, flush=True)
+            shown = line
+        if not logs and status.get("jobDeploymentStatus") in ("Running", *FINISHED):
+            logs = stream(where, name, seen, verbose)  # False: no submitter pod yet, again
+        if status.get("jobDeploymentStatus") in FINISHED:
+            break
+        time.sleep(kube.poll_s())
+    try:
+        summary = submit.result_line("".join(seen))
+    except KitError:
+        summary = None
+    if status.get("jobStatus") == "SUCCEEDED":
+        return 0, summary, status.get("jobId", name)
+    reason = status.get("reason") or status.get("jobStatus") or "failed"
+    print(f"RayJob {name} {reason}: {status.get('message', '')[:300]}", flush=True)
+    return 1, summary, status.get("jobId", name)
+
+
+def stream(where: dict, name: str, seen: list[str], verbose: bool) -> bool:
+    """The submitter Job's log, followed to its end (it ends with the job); False where
+    kubectl could not follow it (its pod not yet started)."""
+    command = kube.kubectl(where, "logs", "--follow", f"job/{name}")
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            if verbose or not submit.noise(line, name):
+                print(line, end="", flush=True)
+            if line.startswith(submit.RESULT_PREFIX):
+                seen.append(line)
+    return proc.returncode == 0
+
+
+def delete(where: dict, name: str, config_map: str) -> str:
+    """Delete the RayJob (its cluster and ConfigMap go with it), and check no pod of it is left."""
+    status = kube.run_kubectl(where, "get", "rayjob", name, "-o", "json", check=False)
+    cluster = json.loads(status.stdout).get("status", {}).get("rayClusterName") if status.returncode == 0 else None
+    kube.run_kubectl(where, "delete", "rayjob", name, "--ignore-not-found", "--wait=true",
+                        f"--timeout={kube.DELETE_WAIT_S}s", timeout=kube.DELETE_WAIT_S + 30)
+    kube.run_kubectl(where, "delete", "configmap", config_map, "--ignore-not-found")
+    if cluster:
+        deadline = time.monotonic() + kube.DELETE_WAIT_S
+        while left := kube.pods(where | {"name": cluster}):
+            if time.monotonic() > deadline:
+                raise KitError(f"RayJob {name} is deleted but pods of {cluster} remain: "
+                               f"{', '.join(p['metadata']['name'] for p in left[:5])}")
+            time.sleep(kube.poll_s())
+    return f"RayJob {name} deleted" + (f"; none of its cluster {cluster}'s pods is left" if cluster else "")

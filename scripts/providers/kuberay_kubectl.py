@@ -1,0 +1,64 @@
+"""`kubectl` for the KubeRay provider (kuberay.py) and its RayJob (kuberay_job.py): the
+command line for a cluster's context and namespace, one error line where it fails, and
+the few reads both make."""
+
+import json
+import os
+import shutil
+import subprocess
+
+from scripts.core.errors import KitError, short
+
+POLL_S = 5.0  # between two looks at pods or a RayJob; RAYKIT_KUBECTL_POLL_S overrides it (tests)
+DELETE_WAIT_S = 300  # for the operator to remove every pod of a deleted RayCluster
+MANAGED_BY = {"app.kubernetes.io/managed-by": "raykit"}  # on everything the kit applies
+
+
+def kubectl(record: dict, *args: str) -> list[str]:
+    """The kubectl command line for the record's (or values') context and namespace."""
+    found = shutil.which("kubectl")
+    if found is None:
+        raise KitError("kubectl is not on PATH; install it (https://kubernetes.io/docs/tasks/tools/) "
+                       "and point it at the cluster running the KubeRay operator")
+    context = ["--context", record["context"]] if record.get("context") else []
+    return [found, *context, "--namespace", record["namespace"], *args]
+
+
+def run_kubectl(record: dict, *args: str, stdin: str | None = None, check: bool = True,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+    command = kubectl(record, *args)
+    try:
+        result = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise KitError(f"`kubectl {' '.join(args[:3])}` did not answer within {timeout:g} s; "
+                       "is the cluster reachable (`kubectl cluster-info`)?") from None
+    if check and result.returncode != 0:
+        raise KitError(f"`kubectl {' '.join(args[:3])}` failed: {kubectl_error(result)}")
+    return result
+
+
+def kubectl_error(result: subprocess.CompletedProcess) -> str:
+    lines = (result.stderr or result.stdout or "").strip().splitlines()
+    return short(lines[-1] if lines else f"exit code {result.returncode}", 300)[1:-1]
+
+
+def get_json(record: dict, *args: str) -> dict:
+    result = run_kubectl(record, "get", *args, "-o", "json")
+    try:
+        return json.loads(result.stdout)
+    except ValueError:
+        raise KitError(f"`kubectl get {' '.join(args)}` did not print JSON") from None
+
+
+def target(values: dict) -> dict:
+    """What kubectl needs of a values file: its context and namespace."""
+    return {"context": values["kubernetes"]["context"], "namespace": values["kubernetes"]["namespace"]}
+
+
+def pods(record: dict) -> list[dict]:
+    return get_json(record, "pods", "-l", f"ray.io/cluster={record['name']}").get("items", [])
+
+
+def poll_s() -> float:
+    text = os.environ.get("RAYKIT_KUBECTL_POLL_S", "")
+    return float(text) if text.replace(".", "", 1).isdigit() else POLL_S

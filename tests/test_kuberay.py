@@ -1,0 +1,379 @@
+"""The KubeRay target, offline: the rendered RayCluster against KubeRay v1.7.0's CRD and the
+operator's rules ported from validation.go (each rule broken once, by a test that fails if
+the rule is dropped), where each value lands, and `make up/status/down/run` against a
+stand-in `kubectl` (tests/standins/kubectl) that records every call and answers as kubectl
+and the operator would. `make submit` through `kubectl port-forward` to a real Ray
+dashboard is in test_own_job.py (it needs the shared local cluster)."""
+
+import copy
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from conftest import REPO, USER_JOBS, load_example
+from jobs.raykit import placement
+from scripts.build import build, build_text
+from scripts.providers import kuberay_crd, kuberay_job
+
+import yaml
+
+KUBERAY_FILES = sorted(p.stem for p in (REPO / "cluster_templates").glob("*.yaml")
+                       if "provider: kuberay" in p.read_text())
+
+
+def test_the_vendored_crds_are_the_pinned_release_byte_for_byte():
+    table = (kuberay_crd.CRD_DIR / "SOURCE.md").read_text()
+    for name in kuberay_crd.CRD_FILES.values():
+        digest = hashlib.sha256((kuberay_crd.CRD_DIR / name).read_bytes()).hexdigest()
+        assert re.search(rf"\| {re.escape(name)} \| \S+ \| {digest} \|", table), name
+    assert kuberay_crd.KUBERAY_VERSION in table
+
+
+def test_kuberay_mixes_exist():
+    assert {"k8s_hetero", "k8s_multi"} <= set(KUBERAY_FILES)
+
+
+@pytest.mark.parametrize("cluster", KUBERAY_FILES)
+def test_every_kuberay_mix_passes_the_crd_and_the_operators_rules(cluster):
+    resource = build(cluster).config
+    assert kuberay_crd.schema_problems(resource) == []
+    assert kuberay_crd.rule_problems(resource) == []
+
+
+@pytest.mark.parametrize("cluster", KUBERAY_FILES)
+def test_the_jobs_selectors_match_the_rendered_groups(cluster):
+    """Ray Train's selector picks exactly the train groups (or a training head), Ray Data's
+    exactly the preprocess groups: jobs/ runs unchanged on KubeRay."""
+    values, spec = build(cluster).values, build(cluster).config["spec"]
+    labels = {"head": spec["headGroupSpec"]["labels"]} | {
+        g["groupName"]: g["labels"] for g in spec["workerGroupSpecs"]}
+    matches = lambda selector: {n for n, lab in labels.items()  # noqa: E731
+                                if all(lab.get(k) == v for k, v in selector.items())}
+    trains = {n for n, w in values["workers"].items() if w["role"] == "train"}
+    assert matches(placement.train_selector()) == (trains or {"head"})
+    assert matches(placement.data_selector([])) == {n for n, w in values["workers"].items()
+                                                    if w["role"] == "preprocess"}
+    for name, group_labels in labels.items():  # one trainer slot per GPU of a train pod
+        pod = values["head"]["pod"] if name == "head" else values["workers"][name]["pod"]
+        assert placement.trainer_slots(group_labels) == (pod["gpus"] if name in trains or
+                                                         (name == "head" and not trains) else 0)
+
+
+def test_values_land_where_kuberay_reads_them():
+    spec = build("k8s_multi").config["spec"]
+    head, (gpu, cpu) = spec["headGroupSpec"], spec["workerGroupSpecs"]
+    assert spec["autoscalerOptions"] == {"version": "v2", "upscalingMode": "Default", "idleTimeoutSeconds": 600}
+    assert spec["enableInTreeAutoscaling"] is True and spec["authOptions"] == {"mode": "token"}
+    assert head["resources"] == {"CPU": "0"}  # a coordinating head: Ray schedules nothing there
+    assert "resources" not in gpu and gpu["rayStartParams"] == {}  # GPUs from the container's limits
+    container = gpu["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"cpu": "44", "memory": "176Gi", "nvidia.com/gpu": "4"}
+    assert container["resources"]["requests"] == container["resources"]["limits"]
+    assert container["image"].endswith("-cu128")
+    assert cpu["template"]["spec"]["containers"][0]["image"].endswith("-cpu")
+    assert gpu["template"]["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "g5.12xlarge"}
+    assert gpu["template"]["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert (gpu["minReplicas"], gpu["maxReplicas"], cpu["minReplicas"], cpu["maxReplicas"]) == (2, 2, 2, 8)
+    # only the head's autoscaler talks to the API server
+    assert head["template"]["spec"]["automountServiceAccountToken"] is True
+    assert gpu["template"]["spec"]["automountServiceAccountToken"] is False
+    shm = gpu["template"]["spec"]["volumes"][0]
+    assert shm == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"}}
+    assert {"name": "data-1", "mountPath": "/data", "readOnly": True} not in container["volumeMounts"]
+    assert {"name": "data-0", "mountPath": "/data", "readOnly": True} in container["volumeMounts"]
+
+
+def test_a_hostile_string_stays_one_value():
+    values = load_example("k8s_hetero")
+    values["workers"]["cpu-worker"]["node_selector"] = {"team": "a\nb"}
+    with pytest.raises(Exception) as refused:
+        build_text("k8s_hetero", yaml.safe_dump(values).encode())
+    assert "workers.cpu-worker.node_selector.team" in str(refused.value)
+
+
+# --- the operator's rules, one broken at a time --------------------------------------
+
+def broken(change) -> dict:
+    resource = copy.deepcopy(build("k8s_multi").config)
+    change(resource["spec"], resource["metadata"])
+    return resource
+
+
+def head_env(spec, env):
+    spec["headGroupSpec"]["template"]["spec"]["containers"][0]["env"] = env
+
+
+RULES = [
+    ("RayCluster name longer than 53", lambda s, m: m.update(name="a" * 54), "no more than 53 characters"),
+    ("RayCluster name not DNS-1035", lambda s, m: m.update(name="9lives"), "valid DNS1035 label"),
+    ("head without containers", lambda s, m: s["headGroupSpec"]["template"]["spec"].update(containers=[]),
+     "headGroupSpec should have at least one container"),
+    ("worker group without containers",
+     lambda s, m: s["workerGroupSpecs"][0]["template"]["spec"].update(containers=[]),
+     "workerGroupSpec should have at least one container"),
+    ("minReplicas above maxReplicas", lambda s, m: s["workerGroupSpecs"][1].update(minReplicas=9),
+     "worker group cpu-worker has minReplicas 9 greater than maxReplicas 8"),
+    ("negative minReplicas", lambda s, m: s["workerGroupSpecs"][1].update(minReplicas=-1),
+     "negative minReplicas -1"),
+    ("replicas unset with autoscaling off",
+     lambda s, m: (s.update(enableInTreeAutoscaling=False), s["workerGroupSpecs"][1].pop("maxReplicas")),
+     "must set both minReplicas and maxReplicas when autoscaling is disabled"),
+    ("resources in rayStartParams and top-level", lambda s, m: s["headGroupSpec"]["rayStartParams"].update(
+        {"num-cpus": "0"}), "should not be set in both rayStartParams and Resources for Head group"),
+    ("labels in rayStartParams", lambda s, m: s["workerGroupSpecs"][0]["rayStartParams"].update(
+        labels="ray-subcluster=train"), "rayStartParams['labels'] is not supported for gpu-worker group"),
+    ("label key not a qualified name", lambda s, m: s["workerGroupSpecs"][0]["labels"].update({"bad key": "x"}),
+     "invalid label key for gpu-worker group: 'bad key'"),
+    ("label value with a slash", lambda s, m: s["workerGroupSpecs"][0]["labels"].update({"ray-subcluster": "a/b"}),
+     "invalid label value for key 'ray-subcluster' in gpu-worker group"),
+    ("idleTimeoutSeconds without autoscaler v2",
+     lambda s, m: (s["autoscalerOptions"].pop("version"), s["workerGroupSpecs"][0].update(idleTimeoutSeconds=60)),
+     "idleTimeoutSeconds is set, but autoscaler v2 is not enabled"),
+    ("negative group idleTimeoutSeconds", lambda s, m: s["workerGroupSpecs"][0].update(idleTimeoutSeconds=-5),
+     "idleTimeoutSeconds must be non-negative, got -5"),
+    ("v2 env with autoscaling off", lambda s, m: (s.update(enableInTreeAutoscaling=False),
+                                                 head_env(s, [{"name": "RAY_enable_autoscaler_v2", "value": "1"}])),
+     "cannot be set to '1' when enableInTreeAutoscaling is false"),
+    ("v2 env beside autoscalerOptions.version",
+     lambda s, m: head_env(s, [{"name": "RAY_enable_autoscaler_v2", "value": "true"}]),
+     "both .spec.autoscalerOptions.version and head Pod env var RAY_enable_autoscaler_v2 are set"),
+    ("suspended group with autoscaling", lambda s, m: s["workerGroupSpecs"][1].update(suspend=True),
+     "worker group cpu-worker cannot be suspended with Autoscaler enabled"),
+    ("restartPolicy Always under v2 (head)",
+     lambda s, m: s["headGroupSpec"]["template"]["spec"].update(restartPolicy="Always"),
+     "restartPolicy for head Pod should be Never or unset when using autoscaler V2"),
+    ("restartPolicy OnFailure under v2 (worker)",
+     lambda s, m: s["workerGroupSpecs"][1]["template"]["spec"].update(restartPolicy="OnFailure"),
+     "restartPolicy for worker group cpu-worker should be Never or unset"),
+    ("negative autoscaler idle timeout", lambda s, m: s["autoscalerOptions"].update(idleTimeoutSeconds=-1),
+     "autoscalerOptions.idleTimeoutSeconds must be non-negative, got -1"),
+    ("autoscaler env shadows KubeRay's command",
+     lambda s, m: s["autoscalerOptions"].update(env=[{"name": "KUBERAY_GEN_AUTOSCALER_START_CMD", "value": "x"}]),
+     "autoscalerOptions.env must not contain KUBERAY_GEN_AUTOSCALER_START_CMD"),
+    ("token auth on Ray older than 2.52", lambda s, m: s.update(rayVersion="2.51.0"),
+     "minimum Ray version is 2.52.0, got 2.51.0"),
+    ("token auth without rayVersion", lambda s, m: s.pop("rayVersion"), "RayVersion was not specified"),
+    ("k8s token auth without token mode", lambda s, m: s.update(authOptions={"enableK8sTokenAuth": True}),
+     "enableK8sTokenAuth is enabled but authOptions.mode not set to 'token'"),
+    ("priority on Ray older than 2.56", lambda s, m: (s.update(rayVersion="2.55.0"),
+                                                      s["workerGroupSpecs"][0].update(priority=5)),
+     "priority is set, but minimum Ray version is 2.56.0"),
+    ("priority without autoscaler v2", lambda s, m: (s["autoscalerOptions"].pop("version"),
+                                                     s["workerGroupSpecs"][0].update(priority=5)),
+     "priority is set to 5, but autoscaler v2 is not enabled"),
+]
+
+
+@pytest.mark.parametrize("name,change,message", RULES, ids=[r[0] for r in RULES])
+def test_each_operator_rule_refuses_what_it_should(name, change, message):
+    problems = kuberay_crd.rule_problems(broken(change))
+    assert any(message in p for p in problems), problems
+
+
+def test_the_crd_schema_refuses_unknown_fields_and_wrong_types():
+    resource = broken(lambda s, m: (s["workerGroupSpecs"][0].update(minReplica=1),
+                                    s["headGroupSpec"]["template"]["spec"].update(nodeSelector="gpu")))
+    problems = kuberay_crd.schema_problems(resource)
+    assert any("spec.workerGroupSpecs.0" in p and "'minReplica' was unexpected" in p for p in problems), problems
+    assert any("spec.headGroupSpec.template.spec.nodeSelector: 'gpu' is not of type 'object'" in p
+               for p in problems), problems
+    assert kuberay_crd.schema_problems({"apiVersion": "v1", "kind": "Pod"})[0].startswith("apiVersion/kind")
+
+
+RAYJOB_RULES = [
+    ("suspend without shutdown", {"suspend": True, "shutdownAfterJobFinishes": False, "ttlSecondsAfterFinished": 0},
+     "shutdownAfterJobFinishes set to false is not allowed to be suspended"),
+    ("ttl without shutdown", {"shutdownAfterJobFinishes": False, "ttlSecondsAfterFinished": 60},
+     "cannot have TTLSecondsAfterFinished"),
+    ("negative ttl", {"ttlSecondsAfterFinished": -1}, "TTLSecondsAfterFinished must be a non-negative integer"),
+    ("no cluster", {"rayClusterSpec": None}, "one of RayClusterSpec or ClusterSelector must be set"),
+    ("zero deadline", {"activeDeadlineSeconds": 0}, "activeDeadlineSeconds must be a positive integer"),
+    ("negative backoff", {"backoffLimit": -1}, "backoffLimit must be a positive integer"),
+    ("runtime env not a mapping", {"runtimeEnvYAML": "- a\n- b"}, "runtimeEnvYAML is not a YAML mapping"),
+    ("deletion strategy without its gate", {"deletionStrategy": {"onSuccess": {"policy": "DeleteCluster"}}},
+     "RayJobDeletionPolicy feature gate must be enabled"),
+]
+
+
+@pytest.fixture(scope="module")
+def ray_job():
+    return kuberay_job.resources(build("k8s_hetero"), "smoke", ["--steps", "2"], 600, False, "pip", "upload")
+
+
+@pytest.mark.parametrize("name,change,message", RAYJOB_RULES, ids=[r[0] for r in RAYJOB_RULES])
+def test_each_rayjob_rule_refuses_what_it_should(ray_job, name, change, message):
+    resource = copy.deepcopy(ray_job[1])
+    resource["spec"].update(change)
+    assert kuberay_crd.rule_problems(ray_job[1]) == []
+    assert any(message in p for p in kuberay_crd.rule_problems(resource))
+
+
+def test_the_rayjob_carries_the_job_and_its_cluster(ray_job):
+    config_map, job = ray_job
+    assert kuberay_crd.problems(job) == []
+    assert job["spec"]["rayClusterSpec"] == build("k8s_hetero").config["spec"]
+    assert job["spec"]["entrypoint"] == "python main.py --steps 2"
+    assert job["spec"]["shutdownAfterJobFinishes"] is True and job["spec"]["activeDeadlineSeconds"] == 600
+    runtime_env = json.loads(job["spec"]["runtimeEnvYAML"])
+    assert runtime_env["working_dir"] == f"{kuberay_job.FILES_MOUNT}/smoke"
+    assert runtime_env["py_modules"] == [f"{kuberay_job.FILES_MOUNT}/raykit"]
+    # every file of the job and of the job library, under the paths the runtime env names
+    items = job["spec"]["submitterPodTemplate"]["spec"]["volumes"][0]["configMap"]["items"]
+    paths = {i["path"] for i in items}
+    assert {"smoke/main.py", "raykit/placement.py"} <= paths
+    assert not any("__pycache__" in p for p in paths)
+    assert config_map["data"]["smoke__main.py"] == (REPO / "jobs" / "smoke" / "main.py").read_text()
+
+
+def test_a_hostile_job_arg_stays_one_word(ray_job):
+    _, job = kuberay_job.resources(build("k8s_hetero"), "smoke", ["$(touch /tmp/x)", "a b"], 60, False,
+                                   "pip", "upload")
+    assert job["spec"]["entrypoint"] == "python main.py '$(touch /tmp/x)' 'a b'"
+
+
+# --- make up / status / down / run against the stand-in kubectl ----------------------
+
+@pytest.fixture
+def kube(tmp_path):
+    log = tmp_path / "kubectl.log"
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"), STANDIN_LOG=str(log),
+               STANDIN_KUBE_DIR=str(tmp_path / "kube"), RAYKIT_KUBECTL_POLL_S="0.05",
+               PATH=f"{REPO / 'tests' / 'standins'}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
+
+    def kit(*args, **extra):
+        return subprocess.run([sys.executable, "-m", "scripts.kit", *args], cwd=REPO, env=env | extra,
+                              capture_output=True, text=True, timeout=120)
+
+    def calls():
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    kit.calls, kit.env, kit.tmp = calls, env, tmp_path
+    return kit
+
+
+def verbs(calls) -> list[str]:
+    return [" ".join(c[2:4]) for c in calls]  # past --namespace NS
+
+
+def test_up_status_and_down_through_kubectl(kube):
+    up = kube("up", "--cluster", "k8s_hetero")
+    assert up.returncode == 0, up.stdout + up.stderr
+    calls = kube.calls()
+    assert all(c[:2] == ["--namespace", "ray"] for c in calls)  # its namespace, every call
+    # read-only preflight first, then the apply, then the wait
+    assert verbs(calls)[:6] == ["version -o", "get crd", "get namespace", "auth can-i",
+                                "get raycluster", "apply -f"]
+    assert "preflight: Kubernetes v1.33.5-eks-3cfe0ce" in up.stdout
+    assert "pods ready: headgroup 0/1, cpu-worker 0/2" in up.stdout
+    assert up.stdout.index("pods ready: headgroup 1/1, cpu-worker 2/2") < up.stdout.index("cluster 'k8s_hetero' is up")
+    applied = json.loads((kube.tmp / "kube" / "ray.RayCluster.k8s-hetero.json").read_text())
+    record = json.loads((kube.tmp / "build" / "launched" / "k8s_hetero.json").read_text())
+    assert applied["metadata"]["labels"]["raykit.dev/launch-id"] == record["launch_id"]
+    assert kuberay_crd.problems(applied) == []
+
+    status = kube("status", "--cluster", "k8s_hetero")
+    assert status.returncode == 0 and "k8s-hetero-cpu-worker-worker-00001" in status.stdout
+
+    down = kube("down", "--cluster", "k8s_hetero")
+    assert down.returncode == 0, down.stderr
+    assert "none of its pods is left" in down.stdout
+    assert ["--namespace", "ray", "delete", "raycluster", "k8s-hetero", "--wait=true",
+            "--timeout=300s"] in kube.calls()
+    assert not (kube.tmp / "build" / "launched" / "k8s_hetero.json").exists()
+    assert not list((kube.tmp / "kube").glob("ray.Pod.*"))
+
+
+def test_up_refuses_a_raycluster_it_did_not_launch_and_down_leaves_it(kube):
+    kube.tmp.joinpath("kube").mkdir()
+    foreign = {"kind": "RayCluster", "metadata": {"name": "k8s-hetero", "labels": {}}, "spec": {}}
+    (kube.tmp / "kube" / "ray.RayCluster.k8s-hetero.json").write_text(json.dumps(foreign))
+    up = kube("up", "--cluster", "k8s_hetero")
+    assert up.returncode == 2 and "already exists in namespace ray, not launched from this checkout" in up.stderr
+    assert "apply" not in verbs(kube.calls())[-1]
+    # a record whose launch id is not on the RayCluster: down deletes nothing
+    record = {"cluster": "k8s_hetero", "provider": "kuberay", "name": "k8s-hetero", "namespace": "ray",
+              "context": None, "launch_id": "0123456789abcdef", "expected_pods": {"headgroup": 1},
+              "ready_timeout_minutes": 1}
+    (kube.tmp / "build" / "launched").mkdir(parents=True, exist_ok=True)
+    (kube.tmp / "build" / "launched" / "k8s_hetero.json").write_text(json.dumps(record))
+    down = kube("down", "--cluster", "k8s_hetero")
+    assert down.returncode == 2 and "is not the one this checkout launched" in down.stderr
+    assert not any("delete" in c for c in kube.calls())
+
+
+def test_a_stuck_pod_fails_up_with_its_events_and_deletes_what_was_applied(kube):
+    up = kube("up", "--cluster", "k8s_hetero", STANDIN_POD_STATE="ErrImagePull")
+    assert up.returncode == 2
+    assert "is stuck in ErrImagePull" in up.stderr and len(up.stderr.splitlines()) == 1
+    assert "RayCluster k8s-hetero deleted" in up.stdout
+    assert not (kube.tmp / "kube" / "ray.RayCluster.k8s-hetero.json").exists()
+
+
+@pytest.mark.parametrize("setting,message", [
+    ({"STANDIN_CRD": "old"}, "older than 1.5"),
+    ({"STANDIN_NAMESPACES": "default"}, "kubernetes.namespace: ray does not exist"),
+])
+def test_preflight_refuses_before_anything_is_applied(kube, setting, message):
+    up = kube("up", "--cluster", "k8s_hetero", **setting)
+    assert up.returncode == 2 and message in up.stderr, up.stderr
+    assert not any(c[2] in ("apply", "create") for c in kube.calls())
+
+
+def test_run_is_a_rayjob_the_operator_tears_down(kube):
+    run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", "--args", "--steps 2", "--timeout", "900")
+    assert run.returncode == 0, run.stdout + run.stderr
+    calls = kube.calls()
+    created = [c for c in calls if c[2] == "create"]
+    assert len(created) == 1 and not any(c[2] == "apply" and "raycluster" in c for c in calls)
+    assert "RayJob k8s-hetero: Running, job RUNNING" in run.stdout
+    assert 'RESULT {"job": "smoke", "steps": 2}' in run.stdout
+    kept = list((kube.tmp / "build" / "results").glob("k8s-hetero-q8w3z.json"))
+    assert kept and json.loads(kept[0].read_text())["result"] == {"job": "smoke", "steps": 2}
+    assert ["--namespace", "ray", "patch", "configmap", "k8s-hetero-job-files"] == calls[-6][:5] or any(
+        c[2:4] == ["patch", "configmap"] for c in calls)
+    assert any(c[2:5] == ["delete", "rayjob", "k8s-hetero"] for c in calls)
+    assert not list((kube.tmp / "kube").glob("ray.*"))  # RayJob, ConfigMap and pods: all gone
+
+
+def test_a_failed_rayjob_exits_non_zero_and_is_still_deleted(kube):
+    run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", STANDIN_JOB="fail")
+    assert run.returncode == 1
+    assert "RayJob k8s-hetero AppFailed: Job entrypoint command failed with exit code 1" in run.stdout
+    assert not list((kube.tmp / "kube").glob("ray.*"))
+
+
+def test_submit_reaches_the_head_through_kubectl_port_forward(kube, standin_head):
+    """`make submit` on a KubeRay cluster: Ray's token read from the operator's Secret, the
+    dashboard reached through `kubectl port-forward`, the job's log streamed and its summary
+    kept. Behind the stand-in's port-forward is a real Ray head (conftest's stand-in for a
+    cloud head, `python` on its PATH as in Ray's image)."""
+    name = f"k8s_hello_{uuid.uuid4().hex[:6]}"
+    (USER_JOBS / name).mkdir()
+    (USER_JOBS / name / "main.py").write_text(
+        "import json, sys\nimport ray\nimport raykit\n\nray.init()\n"
+        "print('RESULT ' + json.dumps({'args': sys.argv[1:], 'cpus': ray.cluster_resources()['CPU']}))\n")
+    forward = {"STANDIN_DASHBOARD_PORT": str(standin_head)}
+    try:
+        assert kube("up", "--cluster", "k8s_hetero", **forward).returncode == 0
+        run = kube("submit", "--cluster", "k8s_hetero", "--job", name, "--args", "--steps '2 3'",
+                   "--timeout", "120", **forward)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert 'RESULT {"args": ["--steps", "2 3"]' in run.stdout
+        calls = kube.calls()
+        assert ["--namespace", "ray", "get", "secret", "k8s-hetero", "-o", "json"] in calls
+        forwards = [c for c in calls if c[2] == "port-forward"]
+        assert forwards and forwards[0][3] == "service/k8s-hetero-head-svc"
+        assert forwards[0][4].endswith(":8265") and forwards[0][5:] == ["--address", "127.0.0.1"]
+        listed = kube("jobs", "--cluster", "k8s_hetero", **forward)
+        assert listed.returncode == 0 and f"{name}-" in listed.stdout and "SUCCEEDED" in listed.stdout
+    finally:
+        shutil.rmtree(USER_JOBS / name, ignore_errors=True)
+        assert kube("down", "--cluster", "k8s_hetero").returncode == 0
