@@ -252,10 +252,11 @@ def kube(tmp_path):
         return subprocess.run([sys.executable, "-m", "scripts.kit", *args], cwd=REPO, env=env | extra,
                               capture_output=True, text=True, timeout=120)
 
-    def calls():
+    def logged():
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
-    kit.calls, kit.env, kit.tmp = calls, env, tmp_path
+    kit.calls = lambda: [entry["args"] for entry in logged()]
+    kit.logged, kit.env, kit.tmp = logged, env, tmp_path
     return kit
 
 
@@ -269,8 +270,8 @@ def test_up_status_and_down_through_kubectl(kube):
     calls = kube.calls()
     assert all(c[:2] == ["--namespace", "ray"] for c in calls)  # its namespace, every call
     # read-only preflight first, then the apply, then the wait
-    assert verbs(calls)[:6] == ["version -o", "get crd", "get namespace", "auth can-i",
-                                "get raycluster", "apply -f"]
+    assert verbs(calls)[:6] == ["version -o", "explain rayclusters.spec.headGroupSpec.labels",
+                                "get namespace", "auth can-i", "get raycluster", "apply -f"]
     assert "preflight: Kubernetes v1.33.5-eks-3cfe0ce" in up.stdout
     assert "pods ready: headgroup 0/1, cpu-worker 0/2" in up.stdout
     assert up.stdout.index("pods ready: headgroup 1/1, cpu-worker 2/2") < up.stdout.index("cluster 'k8s_hetero' is up")
@@ -319,7 +320,9 @@ def test_a_stuck_pod_fails_up_with_its_events_and_deletes_what_was_applied(kube)
 
 @pytest.mark.parametrize("setting,message", [
     ({"STANDIN_CRD": "old"}, "older than 1.5"),
+    ({"STANDIN_CRD": "none"}, "the cluster has no RayCluster resource; install the KubeRay operator v1.7.0"),
     ({"STANDIN_NAMESPACES": "default"}, "kubernetes.namespace: ray does not exist"),
+    ({"STANDIN_CAN_I": "no"}, "this identity may not create rayclusters.ray.io in namespace ray"),
 ])
 def test_preflight_refuses_before_anything_is_applied(kube, setting, message):
     up = kube("up", "--cluster", "k8s_hetero", **setting)
@@ -377,3 +380,92 @@ def test_submit_reaches_the_head_through_kubectl_port_forward(kube, standin_head
     finally:
         shutil.rmtree(USER_JOBS / name, ignore_errors=True)
         assert kube("down", "--cluster", "k8s_hetero").returncode == 0
+
+
+def test_a_pod_that_never_schedules_times_up_out_with_its_events(kube):
+    up = kube("up", "--cluster", "k8s_hetero", STANDIN_POD_STATE="Unschedulable", RAYKIT_READY_TIMEOUT_S="1")
+    assert up.returncode == 2 and "not ready within 20 min" in up.stderr
+    assert ("event Pod/k8s-hetero-head-00000: FailedScheduling: 0/3 nodes are available: "
+            "3 Insufficient nvidia.com/gpu.") in up.stdout
+    assert not (kube.tmp / "kube" / "ray.RayCluster.k8s-hetero.json").exists()
+
+
+# --- least privilege: the Role `make render` writes covers every call, and no more ----
+
+def rights_used(entry: dict) -> set[tuple[str, str, str, str | None]]:
+    """(API group, resource, verb, name) each kubectl call needs, as the API server checks
+    them (apply: get, then create; port-forward to a service: the service, its pods, the
+    pod's portforward subresource)."""
+    args, obj = entry["args"][2:], entry["object"]
+    verb = args[0]
+    kinds = {"raycluster": ("ray.io", "rayclusters"), "rayjob": ("ray.io", "rayjobs"),
+             "RayCluster": ("ray.io", "rayclusters"), "RayJob": ("ray.io", "rayjobs"),
+             "configmap": ("", "configmaps"), "ConfigMap": ("", "configmaps"), "secret": ("", "secrets")}
+    if verb in ("version", "explain", "auth") or args[:2] == ["get", "namespace"]:
+        return set()  # discovery, self-review: every identity may; a namespace is read only where allowed
+    if verb in ("apply", "create"):
+        kind, name = obj.split("/")
+        return {(*kinds[kind], "create", None)} | ({(*kinds[kind], "get", name)} if verb == "apply" else set())
+    if verb == "get" and args[1] in ("pods", "events"):
+        return {("", args[1], "list", None)}
+    if verb in ("get", "patch", "delete"):
+        return {(*kinds[args[1]], verb, args[2])}
+    if verb == "port-forward":
+        return {("", "services", "get", args[1].split("/")[1]), ("", "pods", "list", None),
+                ("", "pods/portforward", "create", None)}
+    if verb == "logs" and args[-1].startswith("job/"):
+        return {("batch", "jobs", "get", args[-1][4:]), ("", "pods", "list", None), ("", "pods/log", "get", None)}
+    if verb == "logs":
+        return {("", "pods", "get", args[1]), ("", "pods/log", "get", None)}
+    if verb == "exec":
+        return {("", "pods", "get", args[2]), ("", "pods/exec", "create", None)}
+    raise AssertionError(f"a kubectl call the test does not know: {args}")
+
+
+def granted(role: dict, right) -> list[int]:
+    group, resource, verb, name = right
+    return [i for i, r in enumerate(role["rules"]) if group in r["apiGroups"] and resource in r["resources"]
+            and verb in r["verbs"] and ("resourceNames" not in r or name in r["resourceNames"])]
+
+
+def test_the_rendered_role_allows_every_call_of_every_command_and_nothing_unused(kube, monkeypatch):
+    from scripts.providers import kuberay
+
+    for command in (["up"], ["status"], ["monitor"], ["attach"], ["down"], ["run", "--job", "smoke"]):
+        assert kube(*command, "--cluster", "k8s_hetero").returncode == 0, command
+    # the dashboard's port-forward (make submit/jobs/logs/dashboard), in this process
+    assert kube("up", "--cluster", "k8s_hetero").returncode == 0
+    for key, value in kube.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("STANDIN_DASHBOARD_PORT", "9")  # nothing connects through it here
+    record = json.loads((kube.tmp / "build" / "launched" / "k8s_hetero.json").read_text())
+    with kuberay.job_address(record) as (address, _, token):
+        assert address.startswith("http://127.0.0.1:") and token == "token"
+    assert kube("down", "--cluster", "k8s_hetero").returncode == 0
+    # a failed `up` reads the pods' events
+    assert kube("up", "--cluster", "k8s_hetero", STANDIN_POD_STATE="ErrImagePull").returncode == 2
+
+    render = kube("render", "--cluster", "k8s_hetero")
+    role = yaml.safe_load((kube.tmp / "build" / "clusters" / "k8s_hetero.kubectl-role.yaml").read_text())
+    assert render.returncode == 0 and role["kind"] == "Role" and role["metadata"]["namespace"] == "ray"
+    used = set().union(*(rights_used(entry) for entry in kube.logged()))
+    assert [right for right in used if not granted(role, right)] == []
+    # every verb on every resource the Role grants is needed by some call
+    offered = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    assert offered == {(g, r, v) for g, r, v, _ in used}
+    assert ("", "secrets", "get", "k8s-hetero") in used and granted(role, ("", "secrets", "get", "other")) == []
+
+
+def test_run_is_refused_before_anything_is_created_without_the_right_to_create_rayjobs(kube):
+    run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", STANDIN_CAN_I="no")
+    assert run.returncode == 2 and "may not create rayclusters.ray.io" in run.stderr
+    assert not any(c[2] in ("apply", "create") for c in kube.calls())
+
+
+def test_dry_run_says_what_would_be_applied_and_applies_nothing(kube):
+    dry = kube("up", "--cluster", "k8s_multi", "--dry-run", "1")
+    assert dry.returncode == 0, dry.stderr
+    assert "gpu-worker: 2-2 pod(s) x 44 CPUs, 176 GiB, 4 GPU(s) (train) on node.kubernetes.io/instance-type=g5.12xlarge" in dry.stdout
+    assert "$" not in dry.stdout  # its node groups bill, at prices the kit does not know
+    assert not any(c[2] in ("apply", "create") for c in kube.calls())

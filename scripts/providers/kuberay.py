@@ -15,6 +15,7 @@ a RayCluster carrying that id, then waits until none of its pods is left.
 
 import base64
 import json
+import os
 import secrets
 import subprocess
 import time
@@ -37,6 +38,7 @@ from scripts.providers.kuberay_kubectl import (
     kubectl,
     kubectl_error,
     pods,
+    print_events,
     poll_s,
     run_kubectl,
     target,
@@ -160,7 +162,10 @@ def config_problems(config: dict) -> list[str]:
 
 
 def companion_files(cluster: str, values: dict) -> dict[str, str]:
-    return {}
+    """The Role the kit's users need in the namespace (role_for), for its admin to apply."""
+    return {"kubectl-role.yaml": "# The Role `make` needs in the namespace (scripts/providers/kuberay.py's "
+            "role_for):\n# bind it to the users or CI identity that run the kit.\n"
+            + yaml.safe_dump(role_for(values), sort_keys=False)}
 
 
 def plan(values: dict, config: dict) -> list[str]:
@@ -197,42 +202,70 @@ def data_problems(record: dict, args: list[str]) -> list[str]:
 # --- preflight ----------------------------------------------------------------------
 
 def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
-    """Read-only: the API server answers, the installed CRD is a KubeRay that knows the
-    groups' `labels` (>= 1.5), the namespace exists, and this identity may create
-    RayClusters there."""
+    """Read-only, and with no more rights than the kit's Role (role_for): the API server
+    answers, its KubeRay knows the groups' `labels` (>= 1.5: read from the API's own
+    schema, `kubectl explain`, not from the cluster-scoped CRD), the namespace exists
+    (where this identity may see namespaces), and it may create RayClusters there."""
     where = target(values)
     version = run_kubectl(where, "version", "-o", "json", check=False)
     if version.returncode != 0:
         raise KitError(f"kubectl cannot reach the cluster: {kubectl_error(version)}; check "
                        "kubernetes.context and `kubectl cluster-info`")
     server = (json.loads(version.stdout or "{}").get("serverVersion") or {}).get("gitVersion", "?")
-    crd = run_kubectl(where, "get", "crd", "rayclusters.ray.io", "-o", "json", check=False)
-    if crd.returncode != 0:
-        raise KitError("the RayCluster CRD is not installed; install the KubeRay operator "
+    labels = run_kubectl(where, "explain", "rayclusters.spec.headGroupSpec.labels",
+                         f"--api-version={kuberay_crd.API_VERSION}", check=False)
+    if "doesn't have a resource type" in labels.stderr:
+        raise KitError("the cluster has no RayCluster resource; install the KubeRay operator "
                        f"{kuberay_crd.KUBERAY_VERSION} (docs/kubernetes.md)")
-    if not crd_knows_group_labels(json.loads(crd.stdout)):
+    if labels.returncode != 0:
         raise KitError("the installed KubeRay is older than 1.5 (its RayCluster has no group "
                        f"`labels`, which the jobs place their work by); upgrade the operator to "
                        f"{kuberay_crd.KUBERAY_VERSION} (docs/kubernetes.md)")
     namespace = run_kubectl(where, "get", "namespace", where["namespace"], "-o", "name", check=False)
-    if namespace.returncode != 0:
+    if namespace.returncode != 0 and "NotFound" in namespace.stderr:
         raise KitError(f"kubernetes.namespace: {where['namespace']} does not exist; "
                        f"`kubectl create namespace {where['namespace']}` or name another")
-    allowed = run_kubectl(where, "auth", "can-i", "create", "rayclusters.ray.io", check=False)
-    if allowed.stdout.strip() != "yes":
-        raise KitError(f"this identity may not create RayClusters in namespace {where['namespace']}; "
-                       "ask for the KubeRay user role there")
-    return values, [f"preflight: Kubernetes {server}, KubeRay CRD with group labels, namespace "
+    for resource in needed_rights(values):
+        allowed = run_kubectl(where, "auth", "can-i", "create", resource, check=False)
+        if allowed.stdout.strip() != "yes":
+            raise KitError(f"this identity may not create {resource} in namespace {where['namespace']}; "
+                           f"ask for the Role `make render CLUSTER=...` writes (docs/kubernetes.md)")
+    return values, [f"preflight: Kubernetes {server}, KubeRay with group labels, namespace "
                     f"{where['namespace']}"]
 
 
-def crd_knows_group_labels(crd: dict) -> bool:
-    for version in crd.get("spec", {}).get("versions", []):
-        spec = version.get("schema", {}).get("openAPIV3Schema", {}).get("properties", {}).get("spec", {})
-        head = spec.get("properties", {}).get("headGroupSpec", {}).get("properties", {})
-        if version.get("name") == "v1" and "labels" in head:
-            return True
-    return False
+def needed_rights(values: dict) -> list[str]:
+    """What `make up` creates; `make run` (a RayJob) checks its own (kuberay_job.py)."""
+    return ["rayclusters.ray.io"]
+
+
+def role_for(values: dict) -> dict:
+    """A namespaced Role with what the kit's kubectl calls need, and nothing more: the
+    RayCluster and RayJob of this values file, their pods (read, logs, port-forward, exec
+    for `make attach`), events, the head service, the submitter Job, the job-files
+    ConfigMap and Ray's token Secret by name. Discovery, `kubectl version` and `auth
+    can-i` need no Role. Bind it to the users or CI identity that run the kit."""
+    name = values["cluster_name"]
+    rule = lambda groups, resources, verbs, names=None: (  # noqa: E731
+        {"apiGroups": groups, "resources": resources, "verbs": verbs} | ({"resourceNames": names} if names else {}))
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": f"raykit-{name}", "namespace": values["kubernetes"]["namespace"],
+                     "labels": MANAGED_BY},
+        "rules": [
+            rule(["ray.io"], ["rayclusters", "rayjobs"], ["create"]),
+            rule(["ray.io"], ["rayclusters", "rayjobs"], ["get", "delete"], [name]),
+            rule([""], ["pods"], ["get", "list"]),
+            rule([""], ["events"], ["list"]),
+            rule([""], ["pods/log"], ["get"]),
+            rule([""], ["pods/portforward", "pods/exec"], ["create"]),
+            rule([""], ["services"], ["get"], [f"{name}-head-svc"]),
+            rule([""], ["secrets"], ["get"], [name]),
+            rule([""], ["configmaps"], ["create"]),
+            rule([""], ["configmaps"], ["get", "patch", "delete"], [f"{name}-job-files"]),
+            rule(["batch"], ["jobs"], ["get"], [name]),
+        ],
+    }
 
 
 # --- lifecycle ----------------------------------------------------------------------
@@ -291,8 +324,14 @@ def stuck(pod: dict) -> str | None:
     return None
 
 
+def ready_timeout_s(record: dict) -> float:
+    """ready_timeout_minutes; RAYKIT_READY_TIMEOUT_S (tests) shortens it."""
+    text = os.environ.get("RAYKIT_READY_TIMEOUT_S", "")
+    return float(text) if text.isdigit() else record["ready_timeout_minutes"] * 60
+
+
 def wait_until_ready(record: dict) -> None:
-    deadline = time.monotonic() + record["ready_timeout_minutes"] * 60
+    deadline = time.monotonic() + ready_timeout_s(record)
     shown = None
     while True:
         current = pods(record)
@@ -311,16 +350,6 @@ def wait_until_ready(record: dict) -> None:
             raise KitError(f"RayCluster {record['name']}: {why}; the pods' events are above "
                            "(`kubectl describe pod` says more)")
         time.sleep(poll_s())
-
-
-def print_events(record: dict, pod_names: list[str], last: int = 20) -> None:
-    """The last events of the cluster's pods and of the RayCluster itself."""
-    events = get_json(record, "events").get("items", [])
-    ours = [e for e in events if e.get("involvedObject", {}).get("name") in {*pod_names, record["name"]}]
-    ours.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
-    for e in ours[-last:]:
-        print(f"  event {e['involvedObject'].get('kind', '?')}/{e['involvedObject'].get('name')}: "
-              f"{e.get('reason', '?')}: {short(e.get('message', ''), 200)[1:-1]}", flush=True)
 
 
 def ours(record: dict) -> dict | None:

@@ -12,6 +12,7 @@ deletes the RayJob at once (the operator then deletes its cluster).
 import base64
 import fnmatch
 import json
+import re
 import shlex
 import subprocess
 import time
@@ -28,7 +29,8 @@ from scripts.providers import kuberay_kubectl as kube
 FILES_MOUNT = "/home/ray/raykit-job"  # in the submitter pod: the job's folder and the library
 MAX_FILES_BYTES = 900 * 1024  # a ConfigMap holds 1 MiB at most, its keys and paths included
 TTL_AFTER_FINISHED_S = 0  # the operator deletes the cluster as soon as the job ends
-FINISHED = ("Complete", "Failed")  # RayJob status.jobDeploymentStatus once it is over
+FINISHED = ("Complete", "Failed")
+CONFIGMAP_KEY = re.compile(r"[-._A-Za-z0-9]{1,200}")  # what the API server takes as a key  # RayJob status.jobDeploymentStatus once it is over
 
 
 def files(job: str) -> dict[str, tuple[str, bytes]]:
@@ -44,6 +46,9 @@ def files(job: str) -> dict[str, tuple[str, bytes]]:
             if path.is_symlink():
                 raise KitError(f"{path}: a symlink; a RayJob carries regular files only, copy it in")
             if path.is_file():
+                if not CONFIGMAP_KEY.fullmatch(path.name):
+                    raise KitError(f"{path}: a ConfigMap carries file names of letters, digits, "
+                                   "'-', '_' and '.' only; rename it")
                 key = f"{prefix}/{relative}".replace("/", "__")
                 found[key] = (f"{prefix}/{relative}", path.read_bytes())
     size = sum(len(k) + len(p) + len(c) for k, (p, c) in found.items())
@@ -106,6 +111,8 @@ def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": TTL_AFTER_FINISHED_S,
             "activeDeadlineSeconds": max(1, int(timeout_s)),
+            # pods that cannot be scheduled fail the job here, not at activeDeadlineSeconds
+            "preRunningDeadlineSeconds": built.values["ready_timeout_minutes"] * 60,
             "backoffLimit": 0,
             "submitterPodTemplate": submitter,
             "rayClusterSpec": cluster["spec"],
@@ -132,6 +139,11 @@ def run(built, job: str, args: list[str], timeout_s: float, verbose: bool,
     config_map, ray_job = resources(built, job, args, timeout_s, verbose, job_packages, job_files)
     where = kube.target(built.values)
     name = ray_job["metadata"]["name"]
+    for resource in ("rayjobs.ray.io", "configmaps"):
+        allowed = kube.run_kubectl(where, "auth", "can-i", "create", resource, check=False)
+        if allowed.stdout.strip() != "yes":
+            raise KitError(f"this identity may not create {resource} in namespace {where['namespace']}; "
+                           "ask for the Role `make render CLUSTER=...` writes (docs/kubernetes.md)")
     existing = kube.run_kubectl(where, "get", "rayjob", name, "-o", "name", check=False)
     if existing.returncode == 0 and existing.stdout.strip():
         raise KitError(f"a RayJob '{name}' already exists in namespace {where['namespace']}; "
@@ -188,6 +200,10 @@ def follow(where: dict, name: str, verbose: bool) -> tuple[int, dict | None, str
         return 0, summary, status.get("jobId", name)
     reason = status.get("reason") or status.get("jobStatus") or "failed"
     print(f"RayJob {name} {reason}: {status.get('message', '')[:300]}", flush=True)
+    if status.get("rayClusterName") and status.get("jobStatus") not in ("FAILED", "STOPPED"):
+        # it never ran: the pods' events say why (unschedulable, an image not pulled)
+        cluster = where | {"name": status["rayClusterName"]}
+        kube.print_events(cluster, [p["metadata"]["name"] for p in kube.pods(cluster)])
     return 1, summary, status.get("jobId", name)
 
 
