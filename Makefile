@@ -66,7 +66,7 @@ $(STAMP): requirements.txt jobs/adaptdl_mnist/requirements-nodeps.txt
 validate: $(STAMP) ## check CLUSTER's values file and rendered config; writes nothing, launches nothing
 	@$(KIT) validate
 
-render: $(STAMP) ## the same checks, then write build/clusters/CLUSTER.yaml (AWS: + the head's IAM policy)
+render: $(STAMP) ## the same checks, then write build/clusters/CLUSTER.yaml (AWS: + the head's IAM policy; KubeRay: + the user's Role)
 	@$(KIT) render
 
 preflight: $(STAMP) ## check CLUSTER and, on AWS, the account (read-only: credentials, zone, subnet, key pair, AMI, quotas)
@@ -90,7 +90,7 @@ logs: $(STAMP) ## a job's logs: the latest, or ID=...; FOLLOW=1 follows it
 stop-job: $(STAMP) ## stop the job ID=... on CLUSTER
 	@$(KIT) stop-job
 
-dashboard: $(STAMP) ## CLUSTER's dashboard URL (AWS: opens an SSH tunnel, kept until Ctrl-C)
+dashboard: $(STAMP) ## CLUSTER's dashboard URL (AWS: an SSH tunnel, KubeRay: kubectl port-forward, kept until Ctrl-C)
 	@$(KIT) dashboard
 
 attach: $(STAMP) ## a shell on CLUSTER's head (local: a shell aimed at the cluster)
@@ -102,7 +102,7 @@ monitor: $(STAMP) ## the autoscaler's log of CLUSTER: the last lines; FOLLOW=1 f
 down: $(STAMP) ## stop what `make up` started, check nothing runs (AWS: PURGE=1 deletes its security group)
 	@$(KIT) down
 
-run: $(STAMP) ## up + submit + down; tears down only what it launched, through Ctrl-C too
+run: $(STAMP) ## up + submit + down; tears down only what it launched, through Ctrl-C too (KubeRay: a RayJob)
 	@$(KIT) run
 
 demo: $(STAMP) ## the ViT job end to end on the local simulated cluster

@@ -4,7 +4,8 @@ day2, priceperf).
 
   validate  every check on CLUSTER's values file and its rendered config; writes nothing
   render    the same checks, then write the config to build/clusters/<cluster>.yaml (AWS:
-            also <cluster>.head-policy.json, a least-privilege IAM policy for the head)
+            also <cluster>.head-policy.json, a least-privilege IAM policy for the head;
+            KubeRay: <cluster>.kubectl-role.yaml, the Role the kit's user needs)
   preflight the same checks, then the provider's read-only checks of the account (AWS:
             credentials, a zone offering every type, a usable subnet, key pair, AMI, quotas)
   up        preflight, then start CLUSTER and wait until it is ready (DRY_RUN=1:
@@ -15,12 +16,14 @@ day2, priceperf).
   jobs      the jobs of CLUSTER: id, status, start, duration
   logs      a job's logs (ID=..., default the latest; FOLLOW=1 follows it)
   stop-job  stop the job ID=...
-  dashboard the dashboard's URL (AWS: through an SSH tunnel kept open until Ctrl-C)
+  dashboard the dashboard's URL (AWS: an SSH tunnel, KubeRay: kubectl port-forward, kept
+            open until Ctrl-C)
   attach    a shell on the head (local: a shell aimed at the cluster)
   monitor   the autoscaler's log (FOLLOW=1 follows it)
   down      stop what `up` started (local: its processes; aws: `ray down`, checked; PURGE=1:
             also the cluster's security group)
   run       up + submit + down; down runs, through Ctrl-C and SIGTERM, if this run launched
+            (KubeRay: a RayJob, whose cluster the operator deletes when the job ends)
   images    write a JPEG image set (ARGS: --count, --size, --dir) for a job's --data
   clean     remove build/, keeping the records of clusters that may be running
   cost      CLUSTER's $/h per node type at min and max workers, with EBS, and totals
