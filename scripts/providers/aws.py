@@ -12,7 +12,6 @@ Its concerns, a module each:
 
 import copy
 import json
-import os
 import re
 import signal
 import subprocess
@@ -20,9 +19,9 @@ import time
 from contextlib import contextmanager
 
 from scripts import catalog
-from scripts.core import state
+from scripts.core import state, tunnel
 from scripts.core.errors import CapacityRefused, KitError, short
-from scripts.core.ray_cli import free_port, port_open, ray_cli, ray_env
+from scripts.core.ray_cli import free_port, ray_cli, ray_env
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.providers.aws_iam import delete_role, ensure_head_role, ensure_role, head_policy, worker_policy
 from scripts.providers.aws_names import (
@@ -50,7 +49,6 @@ JOB_PACKAGES = JobPackages.PIP  # a job's requirements.txt: Ray's pip runtime_en
 JOB_FILES = JobFiles.UPLOAD  # each node unpacks its own copy of the job's folder
 BILLS = True  # its nodes are EC2 instances, priced from scripts/catalog.py
 STOPS_WITHOUT_RECORD = False  # the record names what was launched: without it, nothing is touched
-MAX_TUNNEL_WAIT_S = 60
 READY_POLL_S = 10
 
 
@@ -521,13 +519,7 @@ def status(record: dict) -> int:
 
 def dashboard(record: dict) -> int:
     with job_address(record) as (address, _, _):
-        print(f"dashboard of '{record['cluster']}': {address} (an SSH tunnel to the head; "
-              "Ctrl-C closes it)", flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            return 0
+        return tunnel.hold_open(record["cluster"], address, "an SSH tunnel to the head")
 
 
 def attach(record: dict) -> int:
@@ -564,41 +556,13 @@ def job_address(record: dict):
     """`ray dashboard` keeps an SSH port-forward to the head's dashboard open while we
     submit; the dashboard itself listens on the head's 127.0.0.1 only."""
     port = free_port()
-    tunnel = subprocess.Popen(
-        [ray_cli(), "dashboard", "--port", str(port), str(state.config_path(record["cluster"]))],
-        env=ray_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
-    try:
-        deadline = time.monotonic() + MAX_TUNNEL_WAIT_S
-        while not port_open(port):
-            if tunnel.poll() is not None:
-                last = (tunnel.stderr.read().strip().splitlines() or ["no output"])[-1]
-                raise KitError(f"`ray dashboard` exited: {short(last, 200)}; is the cluster up "
-                               "(`make status`) and your SSH key in place?")
-            if time.monotonic() > deadline:
-                raise KitError(f"the dashboard tunnel did not open within {MAX_TUNNEL_WAIT_S} s")
-            time.sleep(0.5)
+    command = [ray_cli(), "dashboard", "--port", str(port), str(state.config_path(record["cluster"]))]
+    with tunnel.forwarded(command, port, "ray dashboard", "is the cluster up (`make status`) and "
+                          "your SSH key in place?", env=ray_env()):
         yield f"http://127.0.0.1:{port}", "python", None
-    finally:
-        # `ray dashboard` runs ssh as its child: stop the whole process group, or the ssh
-        # holding the forwarded port would outlive it.
-        stop_group(tunnel)
-
-
-def stop_group(proc: subprocess.Popen) -> None:
-    """Stop a process started with start_new_session=True, and everything it started."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=10)
-            break
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def run_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool) -> None:
-    """None: EC2 has no job that ends its own instances; `make run` is the kit's up, submit and down (down guaranteed)."""
+    """None: EC2 has no job that ends its own instances; `make run` is the kit's up, submit
+    and down (down guaranteed)."""
     return None

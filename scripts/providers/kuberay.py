@@ -25,9 +25,9 @@ import yaml
 
 from jobs.raykit import placement
 from scripts import catalog
-from scripts.core import roles, state
-from scripts.core.errors import KitError, not_running, short
-from scripts.core.ray_cli import free_port, port_open
+from scripts.core import roles, state, tunnel
+from scripts.core.errors import KitError, not_running
+from scripts.core.ray_cli import free_port
 from scripts.core.signals import signals_deferred
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.providers import kuberay_crd, kuberay_job
@@ -52,7 +52,6 @@ JOB_FILES = JobFiles.UPLOAD  # through the dashboard; each pod unpacks its own c
 BILLS = False  # the Kubernetes cluster's node groups bill, not the kit: it launches no machine
 STOPS_WITHOUT_RECORD = False  # without the record's launch id, no RayCluster is the kit's to delete
 DASHBOARD_PORT = 8265  # the head service's dashboard port (KubeRay's default)
-MAX_TUNNEL_WAIT_S = 60
 LAUNCH_ID = "raykit.dev/launch-id"  # a label on the RayCluster: `down` deletes only that one
 SHM_VOLUME = "dshm"  # Ray's object store lives in /dev/shm: the container default is 64 MiB
 
@@ -418,13 +417,7 @@ def status(record: dict) -> int:
 
 def dashboard(record: dict) -> int:
     with job_address(record) as (address, _, _):
-        print(f"dashboard of '{record['cluster']}': {address} (kubectl port-forward to the head; "
-              "Ctrl-C closes it)", flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            return 0
+        return tunnel.hold_open(record["cluster"], address, "kubectl port-forward to the head")
 
 
 def attach(record: dict) -> int:
@@ -449,29 +442,12 @@ def auth_token(record: dict) -> str:
 
 @contextmanager
 def job_address(record: dict):
-    """`kubectl port-forward` to the head service's dashboard while we use it."""
+    """`kubectl port-forward` to the head service's dashboard while we use it, with Ray's
+    token from the operator's Secret."""
     require_running(record)
     token = auth_token(record)
     port = free_port()
-    tunnel = subprocess.Popen(
-        kubectl(record, "port-forward", f"service/{record['name']}-head-svc",
-                f"{port}:{DASHBOARD_PORT}", "--address", "127.0.0.1"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + MAX_TUNNEL_WAIT_S
-        while not port_open(port):
-            if tunnel.poll() is not None:
-                last = (tunnel.stderr.read().strip().splitlines() or ["no output"])[-1]
-                raise KitError(f"`kubectl port-forward` exited: {short(last, 200)}; `make status` "
-                               "shows whether the head is up")
-            if time.monotonic() > deadline:
-                raise KitError(f"the dashboard's port-forward did not open within {MAX_TUNNEL_WAIT_S} s")
-            time.sleep(0.2)
+    command = kubectl(record, "port-forward", f"service/{record['name']}-head-svc",
+                      f"{port}:{DASHBOARD_PORT}", "--address", "127.0.0.1")
+    with tunnel.forwarded(command, port, "kubectl port-forward", "`make status` shows whether the head is up"):
         yield f"http://127.0.0.1:{port}", "python", token
-    finally:
-        tunnel.terminate()
-        try:
-            tunnel.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            tunnel.kill()
-            tunnel.wait()
