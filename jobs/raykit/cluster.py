@@ -22,11 +22,10 @@ def cluster_shape() -> dict:
     nodes = {}  # ip -> what the summary needs of each node
     for n in alive:
         labels, res = n.get("Labels", {}), n["Resources"]
-        slots = placement.trainer_slots(labels)
+        slots, head = placement.trainer_slots(labels), "node:__internal_head__" in res
         nodes[n["NodeManagerAddress"]] = {
-            "id": n["NodeID"], "cpus": res.get("CPU", 0), "trainer_slots": slots,
-            "head": "node:__internal_head__" in res,
-            "type": labels.get(placement.NODE_TYPE) or ("head" if "node:__internal_head__" in res else "worker"),
+            "id": n["NodeID"], "cpus": res.get("CPU", 0), "trainer_slots": slots, "head": head,
+            "type": labels.get(placement.NODE_TYPE) or ("head" if head else "worker"),
             # a train node that preprocesses too keeps a CPU per training worker
             "preprocess_cpus": (max(0, res.get("CPU", 0) - slots) if placement.preprocesses(labels) else 0),
             # a pinned local node's real cores, where Ray's CPU slots differ from them

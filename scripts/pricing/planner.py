@@ -48,6 +48,11 @@ class Profile:
     cpu_images_per_s: float      # per vCPU
     train_nodes: int = 1         # gpu_instance nodes training one job together
 
+    @property
+    def demand(self) -> float:
+        """Images/s every train node's GPUs take together, never waiting."""
+        return self.train_nodes * self.trainer_images_per_s
+
 
 @dataclass
 class Option:
@@ -85,26 +90,28 @@ def option(profile: Profile, head: str, workers: list, region: str) -> Option:
     or (profile.train_nodes > 1) that many train nodes of `head`'s type beside the
     coordinator, the CPU workers alone preprocessing."""
     n = profile.train_nodes
-    trainer = n * profile.trainer_images_per_s
     vcpus = (catalog.preprocess_vcpus(head) if n == 1 else 0) + sum(
         w["count"] * catalog.preprocess_vcpus(w["instance_type"]) for w in workers)
-    rate = predicted_images_per_s(trainer, profile.cpu_images_per_s, vcpus)
     usd = (n * node_usd(head, region) + (node_usd(COORDINATOR, region) if n > 1 else 0)
            + sum(w["count"] * node_usd(w["instance_type"], region) for w in workers))
-    return Option(head, workers, usd, vcpus, rate, 1 - rate / trainer,
-                  usd_per_million_images(usd, rate) if rate else math.inf,
-                  train_nodes=n, coordinator=COORDINATOR if n > 1 else None)
+    return predicted(profile, head, workers, usd, vcpus, COORDINATOR if n > 1 else None)
 
 
 def alone(profile: Profile, region: str) -> Option:
     """The baseline: the GPU nodes without CPU workers, each preprocessing on its own spare
     vCPUs (one of them the head)."""
     n, gpu = profile.train_nodes, profile.gpu_instance
-    vcpus = n * catalog.preprocess_vcpus(gpu)
-    rate = predicted_images_per_s(n * profile.trainer_images_per_s, profile.cpu_images_per_s, vcpus)
-    usd = n * node_usd(gpu, region)
-    return Option(gpu, [], usd, vcpus, rate, 1 - rate / (n * profile.trainer_images_per_s),
-                  usd_per_million_images(usd, rate) if rate else math.inf, train_nodes=n)
+    return predicted(profile, gpu, [], n * node_usd(gpu, region), n * catalog.preprocess_vcpus(gpu))
+
+
+def predicted(profile: Profile, head: str, workers: list, usd_per_hour: float, vcpus: int,
+              coordinator: str | None = None) -> Option:
+    """An option of this $/h and preprocessing vCPUs, with the rate, wait and $/M images
+    the model predicts for the profile's trainers."""
+    rate = predicted_images_per_s(profile.demand, profile.cpu_images_per_s, vcpus)
+    return Option(head, workers, usd_per_hour, vcpus, rate, 1 - rate / profile.demand,
+                  usd_per_million_images(usd_per_hour, rate) if rate else math.inf,
+                  train_nodes=profile.train_nodes, coordinator=coordinator)
 
 
 def vcpus_to_feed(trainer_images_per_s: float, cpu_images_per_s: float) -> int:
@@ -115,7 +122,7 @@ def vcpus_to_feed(trainer_images_per_s: float, cpu_images_per_s: float) -> int:
 def missing_vcpus(profile: Profile, head: str) -> int:
     """Preprocessing vCPUs the trainers lack (<= 0: none): a GPU head's own spare vCPUs
     count; several train nodes' do not (theirs stay with the training processes)."""
-    return (vcpus_to_feed(profile.train_nodes * profile.trainer_images_per_s, profile.cpu_images_per_s)
+    return (vcpus_to_feed(profile.demand, profile.cpu_images_per_s)
             - (catalog.preprocess_vcpus(head) if profile.train_nodes == 1 else 0))
 
 
@@ -149,9 +156,9 @@ def options(profile: Profile, region: str) -> tuple[list[Option], Option]:
             if count <= MAX_WORKERS_PER_TYPE:
                 feeding.append(option(profile, head, [{"instance_type": cpu, "count": count}], region))
     if not feeding:
-        raise KitError(f"plan: feeding {profile.train_nodes * profile.trainer_images_per_s:g} images/s at "
+        raise KitError(f"plan: feeding {profile.demand:g} images/s at "
                        f"{profile.cpu_images_per_s:g} images/s per vCPU takes "
-                       f"{vcpus_to_feed(profile.train_nodes * profile.trainer_images_per_s, profile.cpu_images_per_s)} "
+                       f"{vcpus_to_feed(profile.demand, profile.cpu_images_per_s)} "
                        f"preprocessing vCPUs, more than {MAX_WORKERS_PER_TYPE} workers of any CPU "
                        "type hold; check the profile's figures")
     feeding.sort(key=lambda o: (o.usd_per_million_images, o.usd_per_hour, o.name))
