@@ -290,6 +290,10 @@ VALUE_CASES = [
     ("two volumes on one mount", "k8s_multi",
      lambda v: v["volumes"].append({"claim": "other", "mount": "/data", "read_only": True}),
      "volumes: two volumes share a mount"),
+    ("a volume over the image's home", "k8s_multi", lambda v: set_path(v, "volumes", [
+        {"claim": "data", "mount": "/home/ray", "read_only": True}]), "volumes[0].mount: /home/ray would hide"),
+    ("a volume under /dev through '..'", "k8s_multi", lambda v: set_path(v, "volumes", [
+        {"claim": "data", "mount": "/data/../dev/shm", "read_only": True}]), "volumes[0].mount"),
     ("KubeRay min_workers above max_workers", "k8s_multi",
      lambda v: set_path(v, "workers.cpu-worker.min_workers", 9), "workers.cpu-worker: min_workers (9) > max_workers (8)"),
     ("a pod field KubeRay does not know", "k8s_hetero",

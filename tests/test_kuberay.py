@@ -311,9 +311,9 @@ def test_up_refuses_a_raycluster_it_did_not_launch_and_down_leaves_it(kube):
 
 
 def test_a_stuck_pod_fails_up_with_its_events_and_deletes_what_was_applied(kube):
-    up = kube("up", "--cluster", "k8s_hetero", STANDIN_POD_STATE="ErrImagePull")
+    up = kube("up", "--cluster", "k8s_hetero", STANDIN_POD_STATE="ImagePullBackOff")
     assert up.returncode == 2
-    assert "is stuck in ErrImagePull" in up.stderr and len(up.stderr.splitlines()) == 1
+    assert "is stuck in ImagePullBackOff" in up.stderr and len(up.stderr.splitlines()) == 1
     assert "RayCluster k8s-hetero deleted" in up.stdout
     assert not (kube.tmp / "kube" / "ray.RayCluster.k8s-hetero.json").exists()
 
@@ -443,7 +443,7 @@ def test_the_rendered_role_allows_every_call_of_every_command_and_nothing_unused
         assert address.startswith("http://127.0.0.1:") and token == "token"
     assert kube("down", "--cluster", "k8s_hetero").returncode == 0
     # a failed `up` reads the pods' events
-    assert kube("up", "--cluster", "k8s_hetero", STANDIN_POD_STATE="ErrImagePull").returncode == 2
+    assert kube("up", "--cluster", "k8s_hetero", STANDIN_POD_STATE="ImagePullBackOff").returncode == 2
 
     render = kube("render", "--cluster", "k8s_hetero")
     role = yaml.safe_load((kube.tmp / "build" / "clusters" / "k8s_hetero.kubectl-role.yaml").read_text())

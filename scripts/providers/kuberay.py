@@ -54,6 +54,8 @@ STOPS_WITHOUT_RECORD = False  # without the record's launch id, no RayCluster is
 DASHBOARD_PORT = 8265  # the head service's dashboard port (KubeRay's default)
 LAUNCH_ID = "raykit.dev/launch-id"  # a label on the RayCluster: `down` deletes only that one
 SHM_VOLUME = "dshm"  # Ray's object store lives in /dev/shm: the container default is 64 MiB
+# a volume mounted on one of these hides what the image needs there
+SYSTEM_PATHS = ("/", "/bin", "/etc", "/home", "/home/ray", "/lib", "/opt", "/root", "/tmp", "/usr", "/var")
 
 RECORD_SCHEMA = {
     "type": "object",
@@ -76,8 +78,9 @@ RECORD_SCHEMA = {
 # --- values -> RayCluster -----------------------------------------------------------
 
 def value_problems(values: dict) -> list[str]:
-    """The roles' rules across groups (scripts/core/roles.py), and what each role needs of
-    its pods: GPUs on every train group, one GPU count per train pod, none elsewhere."""
+    """The roles' rules across groups (scripts/core/roles.py), what each role needs of its
+    pods (GPUs on every train group and on a training head, none elsewhere), and pods that
+    can start: /dev/shm within the pod's memory, volumes on paths of their own."""
     head, workers = values["head"], values["workers"]
     problems = roles.role_problems(values)
     if head["role"] == "train" and head["pod"]["gpus"] < 1:
@@ -98,10 +101,14 @@ def value_problems(values: dict) -> list[str]:
         if node["pod"]["shm_gb"] >= node["pod"]["memory_gb"]:
             problems.append(f"{where}.pod.shm_gb: /dev/shm counts against the pod's memory "
                             f"({node['pod']['memory_gb']} GiB); set shm_gb below it")
-    mounts = [v["mount"] for v in values["volumes"]]
-    if len(set(mounts)) < len(mounts) or "/dev/shm" in mounts:
-        problems.append("volumes: two volumes share a mount, or one is mounted on /dev/shm (Ray's "
-                        "object store); give each its own path")
+    mounts = [v["mount"].rstrip("/") or "/" for v in values["volumes"]]
+    if len(set(mounts)) < len(mounts):
+        problems.append("volumes: two volumes share a mount; give each its own path")
+    for i, mount in enumerate(mounts):
+        parts = mount.split("/")
+        if ".." in parts or "." in parts or mount in SYSTEM_PATHS or parts[1] in ("dev", "proc", "sys"):
+            problems.append(f"volumes[{i}].mount: {mount} would hide the image's own files (or Ray's "
+                            "object store in /dev/shm); mount it on a path of its own, e.g. /data")
     return problems
 
 
@@ -310,8 +317,9 @@ def ready(pod: dict) -> bool:
                for c in pod.get("status", {}).get("conditions", []))
 
 
-STUCK = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
-         "CrashLoopBackOff")
+# a container waiting for one of these needs someone's help (the kubelet's back-off states,
+# not a first ErrImagePull, which a registry's hiccup can cause)
+STUCK = ("ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CrashLoopBackOff")
 
 
 def stuck(pod: dict) -> str | None:

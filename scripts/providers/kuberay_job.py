@@ -82,7 +82,8 @@ def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
         "metadata": {"labels": kube.MANAGED_BY},
         "spec": {
             "restartPolicy": "Never",
-            "serviceAccountName": head_pod.get("serviceAccountName", "default"),
+            # the head's service account, if the values name one (it may read the data)
+            **({"serviceAccountName": head_pod["serviceAccountName"]} if "serviceAccountName" in head_pod else {}),
             "automountServiceAccountToken": False,
             "imagePullSecrets": head_pod["imagePullSecrets"],
             "containers": [{
@@ -98,8 +99,6 @@ def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
                 "items": [{"key": k, "path": p} for k, (p, _) in carried.items()]}}],
         },
     }
-    if "serviceAccountName" not in head_pod:
-        del submitter["spec"]["serviceAccountName"]
     ray_job = {
         "apiVersion": kuberay_crd.API_VERSION, "kind": "RayJob",
         "metadata": {"name": name, "namespace": cluster["metadata"]["namespace"],
