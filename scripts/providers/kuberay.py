@@ -34,14 +34,18 @@ from scripts.providers import kuberay_crd, kuberay_job
 from scripts.providers.kuberay_kubectl import (
     DELETE_WAIT_S,
     MANAGED_BY,
+    exists,
     get_json,
     kubectl,
     kubectl_error,
+    missing,
     pods,
-    print_events,
     poll_s,
+    print_events,
+    require_rights,
     run_kubectl,
     target,
+    wait_until_no_pods,
 )
 
 NAME = "kuberay"
@@ -231,18 +235,9 @@ def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
     if namespace.returncode != 0 and "NotFound" in namespace.stderr:
         raise KitError(f"kubernetes.namespace: {where['namespace']} does not exist; "
                        f"`kubectl create namespace {where['namespace']}` or name another")
-    for resource in needed_rights(values):
-        allowed = run_kubectl(where, "auth", "can-i", "create", resource, check=False)
-        if allowed.stdout.strip() != "yes":
-            raise KitError(f"this identity may not create {resource} in namespace {where['namespace']}; "
-                           f"ask for the Role `make render CLUSTER=...` writes (docs/kubernetes.md)")
+    require_rights(where, ["rayclusters.ray.io"])  # `make run` checks a RayJob's (kuberay_job.py)
     return values, [f"preflight: Kubernetes {server}, KubeRay with group labels, namespace "
                     f"{where['namespace']}"]
-
-
-def needed_rights(values: dict) -> list[str]:
-    """What `make up` creates; `make run` (a RayJob) checks its own (kuberay_job.py)."""
-    return ["rayclusters.ray.io"]
 
 
 def role_for(values: dict) -> dict:
@@ -287,8 +282,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     }
     resource = yaml.safe_load(config_text)
     resource["metadata"]["labels"][LAUNCH_ID] = record["launch_id"]
-    existing = run_kubectl(record, "get", "raycluster", record["name"], "-o", "name", check=False)
-    if existing.returncode == 0 and existing.stdout.strip():
+    if exists(record, "raycluster", record["name"]):
         raise KitError(f"a RayCluster '{record['name']}' already exists in namespace "
                        f"{record['namespace']}, not launched from this checkout; give cluster_name "
                        "another name")
@@ -364,7 +358,7 @@ def ours(record: dict) -> dict | None:
     One of the same name with another launch id is someone else's: refused."""
     result = run_kubectl(record, "get", "raycluster", record["name"], "-o", "json", check=False)
     if result.returncode != 0:
-        if "NotFound" in result.stderr or "not found" in result.stderr:
+        if missing(result):
             return None
         raise KitError(f"could not read RayCluster {record['name']}: {kubectl_error(result)}")
     found = json.loads(result.stdout)
@@ -380,12 +374,7 @@ def down(cluster: str, record: dict | None, purge: bool = False) -> str:
     if ours(record) is not None:
         run_kubectl(record, "delete", "raycluster", record["name"], "--wait=true",
                     f"--timeout={DELETE_WAIT_S}s", timeout=DELETE_WAIT_S + 30)
-    deadline = time.monotonic() + DELETE_WAIT_S
-    while left := [p["metadata"]["name"] for p in pods(record)]:
-        if time.monotonic() > deadline:
-            raise KitError(f"RayCluster {record['name']} is deleted but pods remain: {', '.join(left[:5])}; "
-                           f"`kubectl -n {record['namespace']} get pods -l ray.io/cluster={record['name']}`")
-        time.sleep(poll_s())
+    wait_until_no_pods(record, record["name"], f"RayCluster {record['name']}")
     state.forget(cluster)
     return (f"RayCluster {record['name']} deleted from namespace {record['namespace']}; none of its pods "
             "is left (the node groups scale their nodes down on their own)")
@@ -397,7 +386,7 @@ def is_running(record: dict) -> bool:
         result = run_kubectl(record, "get", "raycluster", record["name"], "-o", "name", check=False)
     except KitError:
         return True
-    return result.returncode == 0 or not ("NotFound" in result.stderr or "not found" in result.stderr)
+    return result.returncode == 0 or not missing(result)
 
 
 def require_running(record: dict) -> None:

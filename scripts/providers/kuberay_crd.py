@@ -28,7 +28,7 @@ CRD_DIR = SCHEMAS / f"kuberay-{KUBERAY_VERSION}"
 CRD_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml"}
 API_VERSION = "ray.io/v1"
 MAX_RAYCLUSTER_NAME = 53  # utils.MaxRayClusterNameLength
-MAX_RAYJOB_NAME = MAX_RAYCLUSTER_NAME - 6  # utils.MaxRayJobNameLength
+MAX_NAME = {"RayCluster": MAX_RAYCLUSTER_NAME, "RayJob": MAX_RAYCLUSTER_NAME - 6}  # utils.MaxRayJobNameLength
 AUTOSCALER_V2_ENV = "RAY_enable_autoscaler_v2"  # utils.RAY_ENABLE_AUTOSCALER_V2
 
 # k8s.io/apimachinery/pkg/util/validation
@@ -108,31 +108,23 @@ def rule_problems(resource: dict) -> list[str]:
     """The operator's rules for a RayCluster or a RayJob (its cluster spec included)."""
     meta, spec = resource.get("metadata") or {}, resource.get("spec") or {}
     if resource.get("kind") == "RayJob":
-        problems = rayjob_metadata(meta) + rayjob_spec(spec)
+        problems = metadata_problems(meta, "RayJob") + rayjob_spec(spec)
         cluster = spec.get("rayClusterSpec")
         if isinstance(cluster, dict):
             problems += [f"The RayJob spec is invalid: {p}"
                          for p in raycluster_spec(cluster, meta.get("annotations") or {})]
         return problems
-    return raycluster_metadata(meta) + raycluster_spec(spec, meta.get("annotations") or {})
+    return metadata_problems(meta, "RayCluster") + raycluster_spec(spec, meta.get("annotations") or {})
 
 
-def raycluster_metadata(meta: dict) -> list[str]:
-    """ValidateRayClusterMetadata."""
-    name = meta.get("name", "")
-    if len(name) > MAX_RAYCLUSTER_NAME:
-        return [f"RayCluster name should be no more than {MAX_RAYCLUSTER_NAME} characters"]
-    return [f"RayCluster name should be a valid DNS1035 label: {p}" for p in dns1035_label_problems(name)]
-
-
-def rayjob_metadata(meta: dict) -> list[str]:
-    """ValidateRayJobMetadata."""
-    name = meta.get("name", "")
-    if len(name) > MAX_RAYJOB_NAME:
-        return [f"The RayJob metadata is invalid: RayJob name should be no more than "
-                f"{MAX_RAYJOB_NAME} characters"]
-    return [f"The RayJob metadata is invalid: RayJob name should be a valid DNS1035 label: {p}"
-            for p in dns1035_label_problems(name)]
+def metadata_problems(meta: dict, kind: str) -> list[str]:
+    """ValidateRayClusterMetadata and ValidateRayJobMetadata: a DNS-1035 name, short enough
+    for what the operator names after it."""
+    name, limit = meta.get("name", ""), MAX_NAME[kind]
+    prefix = "The RayJob metadata is invalid: " if kind == "RayJob" else ""
+    if len(name) > limit:
+        return [f"{prefix}{kind} name should be no more than {limit} characters"]
+    return [f"{prefix}{kind} name should be a valid DNS1035 label: {p}" for p in dns1035_label_problems(name)]
 
 
 def groups(spec: dict) -> list[tuple[str, dict]]:

@@ -138,13 +138,8 @@ def run(built, job: str, args: list[str], timeout_s: float, verbose: bool,
     config_map, ray_job = resources(built, job, args, timeout_s, verbose, job_packages, job_files)
     where = kube.target(built.values)
     name = ray_job["metadata"]["name"]
-    for resource in ("rayjobs.ray.io", "configmaps"):
-        allowed = kube.run_kubectl(where, "auth", "can-i", "create", resource, check=False)
-        if allowed.stdout.strip() != "yes":
-            raise KitError(f"this identity may not create {resource} in namespace {where['namespace']}; "
-                           "ask for the Role `make render CLUSTER=...` writes (docs/kubernetes.md)")
-    existing = kube.run_kubectl(where, "get", "rayjob", name, "-o", "name", check=False)
-    if existing.returncode == 0 and existing.stdout.strip():
+    kube.require_rights(where, ["rayjobs.ray.io", "configmaps"])
+    if kube.exists(where, "rayjob", name):
         raise KitError(f"a RayJob '{name}' already exists in namespace {where['namespace']}; "
                        f"wait for it, or `kubectl -n {where['namespace']} delete rayjob {name}`")
     applied = False
@@ -224,13 +219,8 @@ def delete(where: dict, name: str, config_map: str) -> str:
     status = kube.run_kubectl(where, "get", "rayjob", name, "-o", "json", check=False)
     cluster = json.loads(status.stdout).get("status", {}).get("rayClusterName") if status.returncode == 0 else None
     kube.run_kubectl(where, "delete", "rayjob", name, "--ignore-not-found", "--wait=true",
-                        f"--timeout={kube.DELETE_WAIT_S}s", timeout=kube.DELETE_WAIT_S + 30)
+                     f"--timeout={kube.DELETE_WAIT_S}s", timeout=kube.DELETE_WAIT_S + 30)
     kube.run_kubectl(where, "delete", "configmap", config_map, "--ignore-not-found")
     if cluster:
-        deadline = time.monotonic() + kube.DELETE_WAIT_S
-        while left := kube.pods(where | {"name": cluster}):
-            if time.monotonic() > deadline:
-                raise KitError(f"RayJob {name} is deleted but pods of {cluster} remain: "
-                               f"{', '.join(p['metadata']['name'] for p in left[:5])}")
-            time.sleep(kube.poll_s())
+        kube.wait_until_no_pods(where, cluster, f"RayJob {name}")
     return f"RayJob {name} deleted" + (f"; none of its cluster {cluster}'s pods is left" if cluster else "")

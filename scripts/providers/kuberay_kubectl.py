@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 from scripts.core.errors import KitError, short
 
@@ -55,8 +56,38 @@ def target(values: dict) -> dict:
     return {"context": values["kubernetes"]["context"], "namespace": values["kubernetes"]["namespace"]}
 
 
+def missing(result: subprocess.CompletedProcess) -> bool:
+    """Whether a failed `kubectl get` says the object does not exist (not: could not ask)."""
+    return "NotFound" in result.stderr or "not found" in result.stderr
+
+
+def exists(where: dict, kind: str, name: str) -> bool:
+    found = run_kubectl(where, "get", kind, name, "-o", "name", check=False)
+    return found.returncode == 0 and bool(found.stdout.strip())
+
+
+def require_rights(where: dict, resources: list[str]) -> None:
+    """This identity may create each of `resources` in the namespace (`kubectl auth can-i`)."""
+    for resource in resources:
+        allowed = run_kubectl(where, "auth", "can-i", "create", resource, check=False)
+        if allowed.stdout.strip() != "yes":
+            raise KitError(f"this identity may not create {resource} in namespace {where['namespace']}; "
+                           "ask for the Role `make render CLUSTER=...` writes (docs/kubernetes.md)")
+
+
 def pods(record: dict) -> list[dict]:
     return get_json(record, "pods", "-l", f"ray.io/cluster={record['name']}").get("items", [])
+
+
+def wait_until_no_pods(where: dict, cluster: str, deleted: str) -> None:
+    """Wait (DELETE_WAIT_S at most) until no pod of RayCluster `cluster` is left, after
+    `deleted` (what was deleted, for the error) went."""
+    deadline = time.monotonic() + DELETE_WAIT_S
+    while left := [p["metadata"]["name"] for p in pods(where | {"name": cluster})]:
+        if time.monotonic() > deadline:
+            raise KitError(f"{deleted} is deleted but pods remain: {', '.join(left[:5])}; "
+                           f"`kubectl -n {where['namespace']} get pods -l ray.io/cluster={cluster}`")
+        time.sleep(poll_s())
 
 
 def poll_s() -> float:

@@ -511,5 +511,6 @@ def stop_processes(procs: list[psutil.Process], grace_s: float = 3) -> None:
 
 
 def run_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool) -> None:
-    """None: this machine has no job manager of its own; `make run` is the kit's up, submit and down (down guaranteed)."""
+    """None: this machine has no job manager of its own; `make run` is the kit's up, submit
+    and down (down guaranteed)."""
     return None
