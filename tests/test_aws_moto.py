@@ -10,7 +10,7 @@ import yaml
 from moto import mock_aws
 
 from conftest import load_example, publish_dlami
-from scripts.providers import aws_iam
+from scripts.providers.aws import iam as aws_iam
 from scripts import catalog
 from scripts.build import build, build_text
 
@@ -278,7 +278,7 @@ def test_down_reports_what_ray_left_behind_and_keeps_the_group_without_purge():
 def preflight_of(values, dlami: str | None = "20261020", **clients):
     """The preflight in moto, where AWS's public DLAMI parameter names a release of
     `dlami` (None: the parameter is missing)."""
-    from scripts.providers.aws_preflight import preflight
+    from scripts.providers.aws.preflight import preflight
 
     if dlami and "ec2" not in clients:
         publish_dlami(boto3.client("ec2", region_name=values["aws"]["region"]), dlami)
@@ -409,7 +409,7 @@ def stubbed_quotas(limits: dict[str, float]):
     in the real response shape (moto does not implement EC2's quotas)."""
     from botocore.stub import Stubber
 
-    from scripts.providers.aws_preflight import VCPU_QUOTAS
+    from scripts.providers.aws.preflight import VCPU_QUOTAS
 
     names = {code: name for code, name in VCPU_QUOTAS.values()}
     client = boto3.client("service-quotas", region_name="us-east-1")
@@ -463,7 +463,7 @@ def test_preflight_refuses_a_quota_below_min_workers_and_notes_one_below_max_wor
 
 
 def test_preflight_counts_spot_workers_against_the_spot_quota(hetero_values):
-    from scripts.providers.aws_preflight import vcpus_needed
+    from scripts.providers.aws.preflight import vcpus_needed
 
     hetero_values["workers"]["cpu_worker"]["spot"] = True
     assert vcpus_needed(checked(hetero_values)) == {("g", "on-demand"): 4, ("standard", "spot"): 64}
@@ -472,7 +472,7 @@ def test_preflight_counts_spot_workers_against_the_spot_quota(hetero_values):
 def test_preflight_counts_every_train_node_against_its_gpu_familys_quota():
     """Several train nodes: the P quota must hold both p4d.24xlarge (96 vCPUs each), the
     standard one the coordinating head and the CPU workers; likewise G for multi_g5."""
-    from scripts.providers.aws_preflight import vcpus_needed
+    from scripts.providers.aws.preflight import vcpus_needed
 
     p4d = build("multi_p4d").values
     assert vcpus_needed(p4d, "min_workers") == {("p", "on-demand"): 2 * 96, ("standard", "on-demand"): 8 + 2 * 72}

@@ -735,7 +735,7 @@ def test_a_second_values_file_cannot_take_over_a_running_cluster(hetero_values):
     from moto import mock_aws
 
     from scripts.core.errors import KitError
-    from scripts.providers.aws_preflight import cluster_name_problems
+    from scripts.providers.aws.preflight import cluster_name_problems
 
     with mock_aws():
         ec2 = boto3.client("ec2", region_name="us-east-1")
@@ -747,7 +747,7 @@ def test_a_second_values_file_cannot_take_over_a_running_cluster(hetero_values):
         (problem,) = cluster_name_problems(ec2, "hetero", "us-east-1")
         assert problem.startswith("cluster_name: 'hetero' is in use in us-east-1: 1 instance(s)")
         assert cluster_name_problems(ec2, "hetero2", "us-east-1") == []
-        from scripts.providers.aws_preflight import preflight
+        from scripts.providers.aws.preflight import preflight
         with pytest.raises(KitError, match="cluster_name: 'hetero' is in use"):
             preflight(build_text("mine", yaml.safe_dump(hetero_values).encode()).values)
 

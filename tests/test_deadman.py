@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from conftest import REPO
-from scripts.providers import aws_render
+from scripts.providers.aws import render as aws_render
 from scripts.build import build
 from scripts.node.deadman import raylet_running, should_power_off, watch
 

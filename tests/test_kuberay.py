@@ -20,7 +20,7 @@ import pytest
 from conftest import REPO, USER_JOBS, load_example
 from jobs.raykit import placement
 from scripts.build import build, build_text
-from scripts.providers import kuberay_crd, kuberay_job
+from scripts.providers.kuberay import crd, rayjob
 
 import yaml
 
@@ -29,11 +29,11 @@ KUBERAY_FILES = sorted(p.stem for p in (REPO / "cluster_templates").glob("*.yaml
 
 
 def test_the_vendored_crds_are_the_pinned_release_byte_for_byte():
-    table = (kuberay_crd.CRD_DIR / "SOURCE.md").read_text()
-    for name in kuberay_crd.CRD_FILES.values():
-        digest = hashlib.sha256((kuberay_crd.CRD_DIR / name).read_bytes()).hexdigest()
+    table = (crd.CRD_DIR / "SOURCE.md").read_text()
+    for name in crd.CRD_FILES.values():
+        digest = hashlib.sha256((crd.CRD_DIR / name).read_bytes()).hexdigest()
         assert re.search(rf"\| {re.escape(name)} \| \S+ \| {digest} \|", table), name
-    assert kuberay_crd.KUBERAY_VERSION in table
+    assert crd.KUBERAY_VERSION in table
 
 
 def test_kuberay_mixes_exist():
@@ -43,8 +43,8 @@ def test_kuberay_mixes_exist():
 @pytest.mark.parametrize("cluster", KUBERAY_FILES)
 def test_every_kuberay_mix_passes_the_crd_and_the_operators_rules(cluster):
     resource = build(cluster).config
-    assert kuberay_crd.schema_problems(resource) == []
-    assert kuberay_crd.rule_problems(resource) == []
+    assert crd.schema_problems(resource) == []
+    assert crd.rule_problems(resource) == []
 
 
 @pytest.mark.parametrize("cluster", KUBERAY_FILES)
@@ -174,18 +174,18 @@ RULES = [
 
 @pytest.mark.parametrize("name,change,message", RULES, ids=[r[0] for r in RULES])
 def test_each_operator_rule_refuses_what_it_should(name, change, message):
-    problems = kuberay_crd.rule_problems(broken(change))
+    problems = crd.rule_problems(broken(change))
     assert any(message in p for p in problems), problems
 
 
 def test_the_crd_schema_refuses_unknown_fields_and_wrong_types():
     resource = broken(lambda s, m: (s["workerGroupSpecs"][0].update(minReplica=1),
                                     s["headGroupSpec"]["template"]["spec"].update(nodeSelector="gpu")))
-    problems = kuberay_crd.schema_problems(resource)
+    problems = crd.schema_problems(resource)
     assert any("spec.workerGroupSpecs.0" in p and "'minReplica' was unexpected" in p for p in problems), problems
     assert any("spec.headGroupSpec.template.spec.nodeSelector: 'gpu' is not of type 'object'" in p
                for p in problems), problems
-    assert kuberay_crd.schema_problems({"apiVersion": "v1", "kind": "Pod"})[0].startswith("apiVersion/kind")
+    assert crd.schema_problems({"apiVersion": "v1", "kind": "Pod"})[0].startswith("apiVersion/kind")
 
 
 RAYJOB_RULES = [
@@ -205,26 +205,26 @@ RAYJOB_RULES = [
 
 @pytest.fixture(scope="module")
 def ray_job():
-    return kuberay_job.resources(build("k8s_hetero"), "smoke", ["--steps", "2"], 600, False, "pip", "upload")
+    return rayjob.resources(build("k8s_hetero"), "smoke", ["--steps", "2"], 600, False, "pip", "upload")
 
 
 @pytest.mark.parametrize("name,change,message", RAYJOB_RULES, ids=[r[0] for r in RAYJOB_RULES])
 def test_each_rayjob_rule_refuses_what_it_should(ray_job, name, change, message):
     resource = copy.deepcopy(ray_job[1])
     resource["spec"].update(change)
-    assert kuberay_crd.rule_problems(ray_job[1]) == []
-    assert any(message in p for p in kuberay_crd.rule_problems(resource))
+    assert crd.rule_problems(ray_job[1]) == []
+    assert any(message in p for p in crd.rule_problems(resource))
 
 
 def test_the_rayjob_carries_the_job_and_its_cluster(ray_job):
     config_map, job = ray_job
-    assert kuberay_crd.problems(job) == []
+    assert crd.problems(job) == []
     assert job["spec"]["rayClusterSpec"] == build("k8s_hetero").config["spec"]
     assert job["spec"]["entrypoint"] == "python main.py --steps 2"
     assert job["spec"]["shutdownAfterJobFinishes"] is True and job["spec"]["activeDeadlineSeconds"] == 600
     runtime_env = json.loads(job["spec"]["runtimeEnvYAML"])
-    assert runtime_env["working_dir"] == f"{kuberay_job.FILES_MOUNT}/smoke"
-    assert runtime_env["py_modules"] == [f"{kuberay_job.FILES_MOUNT}/raykit"]
+    assert runtime_env["working_dir"] == f"{rayjob.FILES_MOUNT}/smoke"
+    assert runtime_env["py_modules"] == [f"{rayjob.FILES_MOUNT}/raykit"]
     # every file of the job and of the job library, under the paths the runtime env names
     items = job["spec"]["submitterPodTemplate"]["spec"]["volumes"][0]["configMap"]["items"]
     paths = {i["path"] for i in items}
@@ -234,7 +234,7 @@ def test_the_rayjob_carries_the_job_and_its_cluster(ray_job):
 
 
 def test_a_hostile_job_arg_stays_one_word(ray_job):
-    _, job = kuberay_job.resources(build("k8s_hetero"), "smoke", ["$(touch /tmp/x)", "a b"], 60, False,
+    _, job = rayjob.resources(build("k8s_hetero"), "smoke", ["$(touch /tmp/x)", "a b"], 60, False,
                                    "pip", "upload")
     assert job["spec"]["entrypoint"] == "python main.py '$(touch /tmp/x)' 'a b'"
 
@@ -278,7 +278,7 @@ def test_up_status_and_down_through_kubectl(kube):
     applied = json.loads((kube.tmp / "kube" / "ray.RayCluster.k8s-hetero.json").read_text())
     record = json.loads((kube.tmp / "build" / "launched" / "k8s_hetero.json").read_text())
     assert applied["metadata"]["labels"]["raykit.dev/launch-id"] == record["launch_id"]
-    assert kuberay_crd.problems(applied) == []
+    assert crd.problems(applied) == []
 
     status = kube("status", "--cluster", "k8s_hetero")
     assert status.returncode == 0 and "k8s-hetero-cpu-worker-worker-00001" in status.stdout

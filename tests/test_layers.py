@@ -7,7 +7,7 @@ lower layer's, never a higher one's:
 
   core, node   errors, paths, inputs, values, state, ray_cli, submit; the node-side programs
   catalog      instance facts and prices
-  providers    one module per provider and its helpers; no provider imports another
+  providers    one package per provider; no provider imports another
   build        values file -> checked cluster config (drives the providers)
   pricing      cost, planner, bench table
   commands     the CLI's command groups
@@ -23,12 +23,6 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "scripts"
 LAYERS = {"core": 0, "node": 0, "catalog": 1, "providers": 2, "build": 3, "pricing": 4,
           "commands": 5, "kit": 6, "benchmarks": 6}
-# Which provider each module of scripts/providers/ belongs to (the registry, __init__,
-# belongs to none and may import each).
-PROVIDER_OF = {"aws": "aws", "aws_preflight": "aws", "aws_names": "aws", "aws_values": "aws",
-               "aws_render": "aws", "aws_iam": "aws", "local": "local", "kuberay": "kuberay",
-               "kuberay_crd": "kuberay", "kuberay_job": "kuberay", "kuberay_kubectl": "kuberay",
-               "local_autostop": "local", "loopback_node_provider": "local", "cpu_sets": "local"}
 
 
 def module_name(path: Path) -> str:
@@ -110,15 +104,38 @@ def test_imports_only_point_down_the_layers():
     assert upward == []
 
 
+def provider_of(module: str) -> str | None:
+    """The provider package a module of scripts/providers/ belongs to (scripts.providers.aws.iam
+    -> aws); None for the registry (scripts/providers/__init__.py), which may import each."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else None
+
+
+def test_providers_are_one_package_each():
+    """scripts/providers/ holds the registry and one folder per provider, no loose modules
+    (no aws_*.py families): a reader finds "how AWS works" in providers/aws/."""
+    folder = SCRIPTS / "providers"
+    loose = sorted(p.name for p in folder.glob("*.py") if p.name != "__init__.py")
+    packages = sorted(p.name for p in folder.iterdir() if (p / "__init__.py").is_file())
+    assert loose == []
+    assert packages == ["aws", "kuberay", "local"]
+
+
 def test_no_provider_imports_another():
     crossing = []
     for a, targets in import_graph().items():
-        if layer_of(a) != "providers" or a.endswith(".providers"):
+        own = provider_of(a)
+        if layer_of(a) != "providers" or own is None:
             continue
-        own = PROVIDER_OF[a.rsplit(".", 1)[1]]
-        crossing += [f"{a} -> {b}" for b in targets if layer_of(b) == "providers"
-                     and (b.endswith(".providers") or PROVIDER_OF[b.rsplit(".", 1)[1]] != own)]
+        crossing += [f"{a} -> {b}" for b in targets
+                     if layer_of(b) == "providers" and provider_of(b) != own]
     assert crossing == []
+
+
+def test_the_provider_rule_is_shown_catching_a_crossing():
+    assert provider_of("scripts.providers.aws.iam") == "aws"
+    assert provider_of("scripts.providers") is None
+    assert provider_of("scripts.providers.kuberay") != provider_of("scripts.providers.local.cpu_sets")
 
 
 @pytest.mark.parametrize("path", sorted((SCRIPTS / "node").iterdir()), ids=lambda p: p.name)

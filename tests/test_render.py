@@ -4,8 +4,8 @@ import pytest
 import yaml
 
 from conftest import REPO, load_example
-from scripts.providers import aws_render
-from scripts.providers import aws_values
+from scripts.providers.aws import render as aws_render
+from scripts.providers.aws import values as aws_values
 from scripts import catalog
 from scripts.build import build, build_text, render_template
 from scripts.core.errors import KitError

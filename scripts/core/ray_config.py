@@ -1,5 +1,5 @@
 """Ray's own checks of a Ray autoscaler config, exactly as `ray up` runs them: the AWS and
-local providers' configs are such configs (KubeRay's RayCluster is not: kuberay_crd.py)."""
+local providers' configs are such configs (KubeRay's RayCluster is not: providers/kuberay/crd.py)."""
 
 import copy
 import logging

@@ -21,7 +21,7 @@ last one seen, so a head whose dashboard died does not bill forever either.
 
 `make status` shows the time left, computed by the same seconds_left from the same jobs
 and the same start: the head node's start time as Ray publishes it (head_started_at).
-A local cluster's watchdog (scripts/providers/local_autostop.py) runs this clock with the
+A local cluster's watchdog (scripts/providers/local/autostop.py) runs this clock with the
 local provider's teardown. Like everything in scripts/node/, this file needs nothing of the
 kit: `make up` on AWS ships scripts/node/ alone to the nodes.
 """
@@ -215,7 +215,7 @@ def aws_teardown(cluster_name: str, region: str):
 
 def run(address: str, minutes: float, teardown) -> int:
     """Watch until the limit, then teardown(); the entry of both watchdogs (this one on
-    AWS, scripts/providers/local_autostop.py on a local cluster)."""
+    AWS, scripts/providers/local/autostop.py on a local cluster)."""
     poll_s = float(os.environ.get("RAYKIT_AUTOSTOP_POLL_S") or POLL_S)
     print("autostop: " + (f"the cluster stops after {duration(minutes)} with no job" if minutes
                           else "off; jobs past their time limit are stopped")

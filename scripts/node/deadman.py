@@ -2,7 +2,7 @@
 
 Every AWS node is launched with InstanceInitiatedShutdownBehavior=terminate, so powering off
 terminates the instance and its billing ends. This runs on the host, outside Ray's
-container, as a systemd unit that the node's user data starts at boot (aws_render.py's
+container, as a systemd unit that the node's user data starts at boot (providers/aws/render.py's
 deadman_user_data), before SSH, Docker or Ray, and needs nothing but /proc and `shutdown`:
 no Ray, no kit, no AWS rights. It catches what the watchdog on the head cannot:
 

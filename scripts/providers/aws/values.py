@@ -8,7 +8,7 @@ import shlex
 from scripts import catalog
 from scripts.core import ray_config, roles
 from scripts.core.errors import short
-from scripts.providers.aws_preflight import driver_problems
+from scripts.providers.aws.preflight import driver_problems
 
 # EBS volume sizes per type, GiB (docs.aws.amazon.com/ebs/latest/userguide/ebs-volume-types.html,
 # 2026-11); st1 and sc1 cannot be boot volumes.

@@ -1,13 +1,14 @@
 """The AWS provider: `ray up`/`ray down` of a cluster of EC2 instances, and what the kit
 makes for it (its security group and IAM roles), behind the Provider interface.
 
-Its concerns, a module each:
-  aws_names      the names of what it makes: node type, tags, group, roles
-  aws_values     the rules on values files and on the rendered config
-  aws_render     checked values -> the template's context (cluster_templates/aws.yaml.j2)
-  aws_iam        the head's and the workers' least-privilege policies and roles
-  aws_preflight  read-only checks of the account before anything is created
-  this module    the interface: preflight, plan, up (and what up makes), wait, down, day 2
+Its concerns, a module each in this package:
+  names.py       the names of what it makes: node type, tags, group, roles
+  values.py      the rules on values files and on the rendered config
+  render.py      checked values -> the template's context (cluster_templates/aws.yaml.j2)
+  iam.py         the head's and the workers' least-privilege policies and roles
+  preflight.py   read-only checks of the account before anything is created
+  __init__.py    the provider's face (the interface): preflight, plan, up (and what up
+                 makes), wait, down, day 2
 """
 
 import copy
@@ -23,8 +24,8 @@ from scripts.core import state, tunnel
 from scripts.core.errors import CapacityRefused, KitError, short
 from scripts.core.ray_cli import free_port, ray_cli, ray_env
 from scripts.core.submit import JobFiles, JobPackages
-from scripts.providers.aws_iam import delete_role, ensure_head_role, ensure_role, head_policy, worker_policy
-from scripts.providers.aws_names import (
+from scripts.providers.aws.iam import delete_role, ensure_head_role, ensure_role, head_policy, worker_policy
+from scripts.providers.aws.names import (
     HEAD_TYPE,
     KIT_TAG,
     TAG_CLUSTER,
@@ -38,10 +39,10 @@ from scripts.providers.aws_names import (
     security_group_name,
     worker_profile_name,
 )
-from scripts.providers.aws_preflight import NO_CREDENTIALS
-from scripts.providers.aws_preflight import preflight as check_account
-from scripts.providers.aws_render import template_context  # noqa: F401 (the interface's)
-from scripts.providers.aws_values import config_problems, nodes_of, value_problems  # noqa: F401 (the interface's)
+from scripts.providers.aws.preflight import NO_CREDENTIALS
+from scripts.providers.aws.preflight import preflight as check_account
+from scripts.providers.aws.render import template_context  # noqa: F401 (the interface's)
+from scripts.providers.aws.values import config_problems, nodes_of, value_problems  # noqa: F401 (the interface's)
 
 NAME = "aws"
 DEFAULT_JOB_TIMEOUT_S = 6 * 3600.0  # TIMEOUT= overrides it (up to 7 days)

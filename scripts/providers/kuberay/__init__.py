@@ -5,9 +5,15 @@ The kit launches no machines here: the cluster's node groups (EKS managed node g
 Karpenter, GKE node pools) hold the pods, and the operator starts Ray in them. A values file
 says what each group's pods ask for (CPUs, memory, GPUs), where they may run (node
 selectors, tolerations) and their role; the rendered RayCluster is checked offline against
-the pinned release's CRD and the operator's own rules (kuberay_crd.py) before `kubectl`
-sees it. `make run` is a RayJob instead (kuberay_job.py): the operator tears its cluster
+the pinned release's CRD and the operator's own rules (crd.py) before `kubectl`
+sees it. `make run` is a RayJob instead (rayjob.py): the operator tears its cluster
 down when the job ends, whatever happens to this machine.
+
+Its concerns, a module each in this package:
+  crd.py         the pinned release's CRDs and the operator's rules, ported
+  kubectl.py     the `kubectl` plumbing: calls, JSON answers, rights, waits
+  rayjob.py      `make run` as a RayJob
+  __init__.py    the provider's face (the interface): values, render, preflight, up, down, day 2
 
 `up` labels the RayCluster with a launch id of its own and records it; `down` deletes only
 a RayCluster carrying that id, then waits until none of its pods is left.
@@ -30,8 +36,8 @@ from scripts.core.errors import KitError, not_running
 from scripts.core.ray_cli import free_port
 from scripts.core.signals import signals_deferred
 from scripts.core.submit import JobFiles, JobPackages
-from scripts.providers import kuberay_crd, kuberay_job
-from scripts.providers.kuberay_kubectl import (
+from scripts.providers.kuberay import crd, rayjob
+from scripts.providers.kuberay.kubectl import (
     DELETE_WAIT_S,
     MANAGED_BY,
     exists,
@@ -101,7 +107,7 @@ def value_problems(values: dict) -> list[str]:
     for where, node in [("head", head)] + [(f"workers.{n}", w) for n, w in workers.items()]:
         for key in node["node_selector"]:
             problems += [f"{where}.node_selector: key '{key}': {p}"
-                         for p in kuberay_crd.qualified_name_problems(key)]
+                         for p in crd.qualified_name_problems(key)]
         if node["pod"]["shm_gb"] >= node["pod"]["memory_gb"]:
             problems.append(f"{where}.pod.shm_gb: /dev/shm counts against the pod's memory "
                             f"({node['pod']['memory_gb']} GiB); set shm_gb below it")
@@ -168,12 +174,12 @@ def group(values: dict, node: dict, labels: dict, resources: dict | None = None,
 
 def config_problems(config: dict) -> list[str]:
     """The pinned KubeRay release's CRD schema, then the operator's rules."""
-    return kuberay_crd.problems(config)
+    return crd.problems(config)
 
 
 def companion_files(cluster: str, values: dict) -> dict[str, str]:
     """The Role the kit's users need in the namespace (role_for), for its admin to apply."""
-    return {"kubectl-role.yaml": "# The Role `make` needs in the namespace (scripts/providers/kuberay.py's "
+    return {"kubectl-role.yaml": "# The Role `make` needs in the namespace (scripts/providers/kuberay/'s "
             "role_for):\n# bind it to the users or CI identity that run the kit.\n"
             + yaml.safe_dump(role_for(values), sort_keys=False)}
 
@@ -195,11 +201,11 @@ def plan(values: dict, config: dict) -> list[str]:
 
 def run_job(built, job: str, args: list[str], timeout_s: float | None,
             verbose: bool) -> tuple[int, dict | None]:
-    """`make run` as a RayJob (kuberay_job.py): the operator deletes its cluster."""
+    """`make run` as a RayJob (rayjob.py): the operator deletes its cluster."""
     with state.lock(built.cluster):
         for line in preflight(built.values)[1]:
             print(line, flush=True)
-        return kuberay_job.run(built, job, args, timeout_s or DEFAULT_JOB_TIMEOUT_S, verbose,
+        return rayjob.run(built, job, args, timeout_s or DEFAULT_JOB_TIMEOUT_S, verbose,
                                JOB_PACKAGES, JOB_FILES)
 
 
@@ -223,19 +229,19 @@ def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
                        "kubernetes.context and `kubectl cluster-info`")
     server = (json.loads(version.stdout or "{}").get("serverVersion") or {}).get("gitVersion", "?")
     labels = run_kubectl(where, "explain", "rayclusters.spec.headGroupSpec.labels",
-                         f"--api-version={kuberay_crd.API_VERSION}", check=False)
+                         f"--api-version={crd.API_VERSION}", check=False)
     if "doesn't have a resource type" in labels.stderr:
         raise KitError("the cluster has no RayCluster resource; install the KubeRay operator "
-                       f"{kuberay_crd.KUBERAY_VERSION} (docs/kubernetes.md)")
+                       f"{crd.KUBERAY_VERSION} (docs/kubernetes.md)")
     if labels.returncode != 0:
         raise KitError("the installed KubeRay is older than 1.5 (its RayCluster has no group "
                        f"`labels`, which the jobs place their work by); upgrade the operator to "
-                       f"{kuberay_crd.KUBERAY_VERSION} (docs/kubernetes.md)")
+                       f"{crd.KUBERAY_VERSION} (docs/kubernetes.md)")
     namespace = run_kubectl(where, "get", "namespace", where["namespace"], "-o", "name", check=False)
     if namespace.returncode != 0 and "NotFound" in namespace.stderr:
         raise KitError(f"kubernetes.namespace: {where['namespace']} does not exist; "
                        f"`kubectl create namespace {where['namespace']}` or name another")
-    require_rights(where, ["rayclusters.ray.io"])  # `make run` checks a RayJob's (kuberay_job.py)
+    require_rights(where, ["rayclusters.ray.io"])  # `make run` checks a RayJob's (rayjob.py)
     return values, [f"preflight: Kubernetes {server}, KubeRay with group labels, namespace "
                     f"{where['namespace']}"]
 

@@ -7,7 +7,7 @@ node) then see one node. This subclass starts worker k on 127.0.0.(k+2); 127.0.0
 all loopback on Linux, so nothing leaves the machine.
 
 Ray loads it from the launched config (`provider: {type: external, module: ...}`) inside
-the head's autoscaler process, which inherits the environment that scripts/providers/local.py
+the head's autoscaler process, which inherits the environment that scripts/providers/local/
 sets: RAYKIT_GCS_ADDRESS, RAYKIT_TEMP_DIR, the cluster's marker and its auth token. The
 nodes it starts inherit them in turn, so `down` finds them and they can reach the GCS.
 This module imports Ray; nothing else of the kit imports it but Ray's autoscaler.
@@ -32,7 +32,7 @@ from ray.autoscaler.tags import (
     TAG_RAY_USER_NODE_TYPE,
 )
 
-from scripts.providers import cpu_sets
+from scripts.providers.local import cpu_sets
 from jobs.raykit.placement import CORES
 
 MAX_WORKERS = 250  # 127.0.0.3 .. 127.0.0.252; the local schema allows far fewer
@@ -58,7 +58,7 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
 
     def _free_cores(self, count: int) -> list[int] | None:
         """`count` worker cores no live node holds; None when nodes are not pinned. The
-        values check (local.py) keeps max_workers within the cores, so they are there."""
+        values check (local/__init__.py) keeps max_workers within the cores, so they are there."""
         if not self._worker_cores or not count:
             return None
         held = {core for node in self._nodes.values() for core in node.get("cores", ())}

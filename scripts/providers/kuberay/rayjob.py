@@ -23,8 +23,8 @@ from scripts.core.signals import signals_deferred
 from scripts.core.inputs import job_dir, job_requirements
 from scripts.core.paths import JOB_LIBRARY, RESULTS
 from scripts.core.submit import JobFiles, JobPackages
-from scripts.providers import kuberay_crd
-from scripts.providers import kuberay_kubectl as kube
+from scripts.providers.kuberay import crd
+from scripts.providers.kuberay import kubectl as kube
 
 FILES_MOUNT = "/home/ray/raykit-job"  # in the submitter pod: the job's folder and the library
 MAX_FILES_BYTES = 900 * 1024  # a ConfigMap holds 1 MiB at most, its keys and paths included
@@ -100,7 +100,7 @@ def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
         },
     }
     ray_job = {
-        "apiVersion": kuberay_crd.API_VERSION, "kind": "RayJob",
+        "apiVersion": crd.API_VERSION, "kind": "RayJob",
         "metadata": {"name": name, "namespace": cluster["metadata"]["namespace"],
                      "labels": kube.MANAGED_BY | {"raykit.dev/job": job}},
         "spec": {
@@ -117,7 +117,7 @@ def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
             "rayClusterSpec": cluster["spec"],
         },
     }
-    problems = kuberay_crd.problems(ray_job)
+    problems = crd.problems(ray_job)
     if problems:
         raise KitError(f"the RayJob for JOB={job}: " + "; ".join(problems[:3]))
     return config_map, ray_job
@@ -164,7 +164,7 @@ def run(built, job: str, args: list[str], timeout_s: float, verbose: bool,
 
 def own(where: dict, config_map: dict, ray_job: dict) -> None:
     """Make the RayJob the ConfigMap's owner: Kubernetes deletes the files with the job."""
-    owner = [{"apiVersion": kuberay_crd.API_VERSION, "kind": "RayJob", "name": ray_job["metadata"]["name"],
+    owner = [{"apiVersion": crd.API_VERSION, "kind": "RayJob", "name": ray_job["metadata"]["name"],
               "uid": ray_job["metadata"]["uid"], "blockOwnerDeletion": False}]
     kube.run_kubectl(where, "patch", "configmap", config_map["metadata"]["name"], "--type", "merge",
                         "-p", json.dumps({"metadata": {"ownerReferences": owner}}))

@@ -8,6 +8,12 @@ authentication. Every process it starts carries RAYKIT_CLUSTER_ID in its environ
 marker derived from this checkout's build dir and the cluster's name: `down` stops the
 processes that carry it (and their children), and nothing else; it never runs `ray stop`.
 With `pin_cpus` (the default), each node runs on cores of its own (cpu_sets.py).
+
+Its concerns, a module each in this package:
+  loopback_node_provider.py  the node provider the head's autoscaler loads: one raylet a node
+  cpu_sets.py                which cores each node is pinned to
+  autostop.py                the watchdog beside the head (autostop and job limits)
+  __init__.py                the provider's face (the interface): values, up, down, day 2
 """
 
 import hashlib
@@ -31,7 +37,7 @@ from scripts.core.paths import BUILD, REPO
 from scripts.core.ray_cli import free_ports, ray_cli, ray_env, use_auth_in_this_process
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.node.autostop import duration
-from scripts.providers import cpu_sets
+from scripts.providers.local import cpu_sets
 
 NAME = "local"
 # Ray's fake multi-node provider, which loopback_node_provider.py extends, registers the
@@ -50,7 +56,7 @@ JOB_FILES = JobFiles.IN_PLACE
 # A crashed run may leave processes without a readable record: they carry the cluster's
 # marker, so `down` finds them anyway, and a corrupt record is skipped, not an error.
 STOPS_WITHOUT_RECORD = True
-PROVIDER_CLASS = "scripts.providers.loopback_node_provider.LoopbackNodeProvider"
+PROVIDER_CLASS = "scripts.providers.local.loopback_node_provider.LoopbackNodeProvider"
 # Ray rewrites 127.0.0.1 to the host's network address; any other 127.x address stays on
 # loopback. Workers take 127.0.0.3, 127.0.0.4, ... (loopback_node_provider.py).
 HEAD_IP = "127.0.0.2"
@@ -314,11 +320,11 @@ def autostop_minutes(values: dict) -> float:
 
 
 def start_autostop(record: dict, env: dict) -> None:
-    """The watchdog (local_autostop.py) beside the head: it carries the cluster's marker,
+    """The watchdog (autostop.py) beside the head: it carries the cluster's marker,
     so `down` stops it with the rest; its log sits beside Ray's."""
     log = Path(record["temp_dir"]).parent / "autostop.log"
     with open(log, "w") as out:
-        subprocess.Popen([sys.executable, "-m", "scripts.providers.local_autostop",
+        subprocess.Popen([sys.executable, "-m", "scripts.providers.local.autostop",
                           "--cluster", record["cluster"],
                           "--address", record["dashboard_url"],
                           "--minutes", str(record["autostop_minutes"])],

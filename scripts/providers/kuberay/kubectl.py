@@ -1,4 +1,4 @@
-"""`kubectl` for the KubeRay provider (kuberay.py) and its RayJob (kuberay_job.py): the
+"""`kubectl` for the KubeRay provider (__init__.py) and its RayJob (rayjob.py): the
 command line for a cluster's context and namespace, one error line where it fails, and
 the few reads both make."""
 

@@ -10,7 +10,7 @@ from jobs.raykit import placement
 from scripts import catalog
 from scripts.core.errors import KitError
 from scripts.core.paths import NODE_PROGRAMS, REPO
-from scripts.providers.aws_names import (
+from scripts.providers.aws.names import (
     HEAD_TYPE,
     KIT_TAG,
     head_profile_name,
@@ -18,7 +18,7 @@ from scripts.providers.aws_names import (
     security_group_name,
     worker_profile_name,
 )
-from scripts.providers.aws_values import nodes_of
+from scripts.providers.aws.values import nodes_of
 
 # Ports of the head's GCS and every node's object manager; the cluster's security group
 # opens all traffic between its own nodes, so any fixed ports do.

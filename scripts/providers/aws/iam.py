@@ -7,7 +7,7 @@ import os
 import time
 
 from scripts.core.errors import KitError
-from scripts.providers.aws_names import KIT_TAG, head_profile_name, placement_group_name, worker_profile_name
+from scripts.providers.aws.names import KIT_TAG, head_profile_name, placement_group_name, worker_profile_name
 
 def head_policy(values: dict) -> dict:
     """A least-privilege IAM policy for the head's instance profile (aws.iam_instance_profile).
