@@ -267,3 +267,13 @@ def standin_head(tmp_path):
         local.stop_processes(local.cluster_processes("standin-head", build=tmp_path))
         assert local.cluster_processes("standin-head", build=tmp_path) == []
         shutil.rmtree(private, ignore_errors=True)
+
+
+def kept_summary(output: str) -> dict:
+    """The job's summary as `make submit`/`run` kept it (the path its `summary kept in`
+    line names): the machine-readable record, which the quiet log no longer prints."""
+    import re
+
+    found = re.findall(r"^summary kept in (\S+)$", output, re.M)
+    assert found, "no summary kept: " + output[-2000:]
+    return json.loads(Path(found[-1]).read_text())["result"]

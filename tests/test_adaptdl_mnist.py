@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, adaptdl_replica_dirs, make, processes_of
-from scripts.core.submit import result_line
+from conftest import REPO, adaptdl_replica_dirs, kept_summary, make, processes_of
 
 JOB_DIR = REPO / "jobs" / "adaptdl_mnist"
 
@@ -140,8 +139,7 @@ def test_elastic_run_scales_to_two_replicas_and_learns(cluster, tmp_path):
                env=env, timeout=900)
     assert run.returncode == 0, run.stdout[-6000:]
     summary = json.loads(results.read_text())
-    printed = result_line(run.stdout)
-    assert printed == {k: v for k, v in summary.items() if k != "history"}
+    assert kept_summary(run.stdout) == summary and "RESULT " not in run.stdout
     assert summary["epochs"] == 2 and len(summary["history"]) == 2
     assert summary["final_test_accuracy"] > 0.5  # chance is 0.1
     # Each generation's replica 0 says how many replicas it has. A generation may also end

@@ -249,7 +249,7 @@ def test_a_killed_head_fails_make_submit_and_down_leaves_nothing(cluster, capsys
     then checks that nothing of it is left."""
     env, state = cluster
     # the job runs: its summary is printed, then it sleeps
-    proc, output = start_job(env, "smoke", "--tasks 1 --sleep 300", until="RESULT ")
+    proc, output = start_job(env, "smoke", "--tasks 1 --sleep 300", until="smoke: ")
     head = head_node_processes(state)
     assert any("gcs_server" in " ".join(p.cmdline()) for p in head)
     killed = kill(head)

@@ -13,8 +13,7 @@ import time
 
 import pytest
 
-from conftest import REPO, make, processes_of, remove_private_dir
-from scripts.core.submit import result_line
+from conftest import REPO, kept_summary, make, processes_of, remove_private_dir
 
 
 @pytest.fixture
@@ -39,7 +38,7 @@ def test_tasks_spread_over_workers_and_trainer_lands_on_head(cluster_env):
     env, state = cluster_env
     run = make("submit", "CLUSTER=local", "JOB=smoke", env=env, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:]
-    result = result_line(run.stdout)
+    result = kept_summary(run.stdout)
     assert result["alive_nodes"] == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
     assert result["trainer_task_node"] == "127.0.0.2" == result["driver_node"]
     assert result["preprocess_task_nodes"] == ["127.0.0.3", "127.0.0.4"]
@@ -63,7 +62,10 @@ def test_summaries_are_kept_and_jobs_and_logs_are_listed(cluster_env):
     kept = json.load(open(kept_path))
     assert kept_path.startswith(os.path.join(state["build_dir"], "results"))
     assert kept["job"] == "smoke" and kept["exit_code"] == 0 and kept["args"] == ["--tasks", "2"]
-    assert kept["result"] == result_line(run.stdout)
+    assert kept["result"] == kept_summary(run.stdout)
+    assert "smoke: 2 preprocess task(s)" in run.stdout and "RESULT " not in run.stdout  # for a person
+    verbose = make("submit", "CLUSTER=local", "JOB=smoke", "ARGS=--tasks 1", "VERBOSE=1", env=env, timeout=300)
+    assert verbose.returncode == 0 and "RESULT {" in verbose.stdout  # the machine line, asked for
     submission = kept["submission_id"]
 
     jobs = make("jobs", "CLUSTER=local", env=env)
@@ -86,7 +88,7 @@ def test_stop_job_stops_a_running_job(cluster_env):
         started = re.match(r"job (\S+): ", line)
         if started and submission is None:
             submission = started.group(1)
-        if line.startswith("RESULT "):
+        if line.startswith("smoke: "):
             break
     stop = make("stop-job", "CLUSTER=local", f"ID={submission}", env=env)
     assert stop.returncode == 0 and f"job {submission}: stop requested" in stop.stdout
@@ -151,7 +153,7 @@ def test_run_tears_down_after_a_failing_job(tmp_path):
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path))
     run = make("run", "CLUSTER=local", "JOB=smoke", "ARGS=--fail-with 3", env=env, timeout=400)
     assert run.returncode != 0
-    assert "RESULT " in run.stdout and "tearing down 'local'" in run.stdout
+    assert "summary kept in" in run.stdout and "tearing down 'local'" in run.stdout
     assert re.search(r"logs (/tmp/raykit-\S+)/session_latest", run.stdout)
     assert not (tmp_path / "launched" / "local.json").exists()
     assert processes_of({"cluster": "local", "build_dir": str(tmp_path)}) == []
@@ -169,7 +171,7 @@ def test_teardown_finishes_through_repeated_sigint_and_sigterm(tmp_path):
     deadline = time.monotonic() + 300
     for line in proc.stdout:
         output.append(line)
-        if line.startswith("RESULT "):
+        if line.startswith("smoke: "):
             break
         assert time.monotonic() < deadline, "".join(output)
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the job is stopped, teardown begins

@@ -10,9 +10,8 @@ import uuid
 
 import pytest
 
-from conftest import REPO, USER_JOBS, make
+from conftest import REPO, USER_JOBS, kept_summary, make
 from scripts.build import build
-from scripts.core.submit import result_line
 from test_raykit import images_accounted_for, remedy_problems
 
 
@@ -78,7 +77,7 @@ def test_copied_template_trains_on_the_head_preprocesses_on_workers_and_plans(
                f"ARGS=--data {image_dir} --steps 3 --batch-size 8 --results {results}",
                env=cluster, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    summary = result_line(run.stdout)
+    summary = kept_summary(run.stdout)
     assert summary == json.loads(results.read_text())
     assert summary["trainer_node"] == "127.0.0.2"  # the train subcluster: the head
     assert set(summary["preprocess_nodes"]) <= {"127.0.0.3", "127.0.0.4"}  # decoded there
@@ -257,3 +256,35 @@ def test_quiet_mode_drops_rays_chatter_and_keeps_warnings_errors_and_the_jobs_li
     ]
     assert [line for line in dropped if not noise(line, sid)] == []
     assert [line for line in kept if noise(line, sid)] == []
+
+
+def test_a_person_sees_no_result_line_and_no_colour_where_none_is_wanted(monkeypatch):
+    """The RESULT line is for the kit (kept in build/results/): shown only with VERBOSE=1.
+    Ray's colour escapes reach the screen only on a terminal and never with NO_COLOR set;
+    the job is then told not to colour its log (RAY_COLOR_PREFIX=0) at all."""
+    import io
+
+    from scripts.core import submit
+
+    sid = "vit_synthetic-0b1fe84f"
+    line = "\x1b[36m(RayTrainWorker pid=1)\x1b[0m step 2/6: mean step 0.041 s\n"
+    assert submit.for_a_person("RESULT {}\n", sid, verbose=False, colour=False) == ""
+    assert submit.for_a_person("RESULT {}\n", sid, verbose=True, colour=False) == "RESULT {}\n"
+    assert submit.for_a_person(line, sid, verbose=False, colour=False) == "(RayTrainWorker pid=1) step 2/6: mean step 0.041 s\n"
+    assert submit.for_a_person(line, sid, verbose=False, colour=True) == line
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    assert not submit.colour_wanted()  # a pipe or a file: no colour
+    env = submit.job_runtime_env("smoke", [], submit.JobPackages.PIP, submit.JobFiles.UPLOAD, False)
+    assert env["env_vars"]["RAY_COLOR_PREFIX"] == "0"
+    monkeypatch.setattr("sys.stdout", Terminal())
+    assert submit.colour_wanted()
+    env = submit.job_runtime_env("smoke", [], submit.JobPackages.PIP, submit.JobFiles.UPLOAD, False)
+    assert "RAY_COLOR_PREFIX" not in env["env_vars"]
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not submit.colour_wanted()

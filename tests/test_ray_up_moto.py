@@ -141,7 +141,7 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
     run = make("submit", "CLUSTER=hetero", "JOB=smoke", "ARGS=--tasks 2 --fail-with 3",
                env=env, timeout=300)
     assert run.returncode != 0 and "FAILED" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "RESULT " in run.stdout  # the job ran on the head the tunnel leads to
+    assert "summary kept in" in run.stdout  # the job ran on the head the tunnel leads to
     assert " -L " in log.read_text()
     run = make("submit", "CLUSTER=hetero", "JOB=smoke", "ARGS=--tasks 2", env=env, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

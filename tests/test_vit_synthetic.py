@@ -8,8 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, make
-from scripts.core.submit import result_line
+from conftest import REPO, kept_summary, make
 
 sys.path[:0] = [str(REPO / "jobs" / "vit_synthetic"), str(REPO / "jobs")]
 from raykit.diagnosis import DATA_BOUND_WAIT_FRACTION  # noqa: E402
@@ -108,7 +107,7 @@ def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
                env=cluster, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:]
     summary = json.loads(results.read_text())
-    printed = result_line(run.stdout)
+    printed = kept_summary(run.stdout)
     assert printed == summary
     assert summary["steps"] == 6 and summary["workers"] == 1
     assert summary["trainer_node"] == "127.0.0.2"  # the head, holder of the trainer slot

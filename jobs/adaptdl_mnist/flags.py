@@ -36,8 +36,9 @@ def parse(argv=None) -> argparse.Namespace:
     launch.add_argument("--spot-listener", choices=["auto", "imds", "mock", "off"], default="auto",
                         help="spot-termination notices: imds (AWS IMDSv2), mock (MOCK=true), "
                              "off; auto: mock on the local cluster, imds elsewhere")
-    launch.add_argument("--results", default="~/raykit-results/adaptdl_mnist.json",
-                        help="where the launcher writes the summary JSON")
+    launch.add_argument("--results", default="",
+                        help="also write the summary JSON to this path on the head (the kit "
+                             "keeps a copy in build/results/ on every run)")
 
     train = p.add_argument_group("training (each replica)")
     train.add_argument("--epochs", type=int, default=2, help="epochs to train")

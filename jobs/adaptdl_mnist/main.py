@@ -214,16 +214,19 @@ def remove_replica_dirs(job_id: str) -> None:
 
 
 def write_results(path: str, summary: dict) -> None:
-    target = Path(os.path.expanduser(path))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(summary, indent=2) + "\n")
+    """Say how the run went, write the summary where --results names (nowhere by default:
+    the kit keeps it in build/results/) and print the RESULT line the kit keeps."""
     first, last = summary["history"][0], summary["history"][-1]
     print(f"[launcher] done: {summary['epochs']} epochs in {summary['wall_s']} s; "
           f"replicas per epoch {summary['replicas_per_epoch']}, global batch sizes "
           f"{summary['global_batch_size_per_epoch']}; test accuracy "
-          f"{first['test_accuracy']:.3f} -> {last['test_accuracy']:.3f}; results in {target}",
-          flush=True)
-    print("RESULT " + json.dumps({k: v for k, v in summary.items() if k != "history"}), flush=True)
+          f"{first['test_accuracy']:.3f} -> {last['test_accuracy']:.3f}", flush=True)
+    if path:
+        target = Path(os.path.expanduser(path))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(summary, indent=2) + "\n")
+        print(f"[launcher] summary written to {target}", flush=True)
+    print("RESULT " + json.dumps(summary), flush=True)
 
 
 @ray.remote(num_cpus=0)

@@ -5,13 +5,15 @@ preempted, retried tasks, CPU use per node type, and the diagnosis (diagnosis.py
 driver, after trainer.fit():
 
     s = summary.summarize("my_job", result.metrics, shape, workers=..., batch_size=32, wall_s=...)
-    summary.emit(s, "~/raykit-results/my_job.json")   # prints it and the RESULT line
+    summary.emit(s)   # prints it, and the RESULT line the kit keeps in build/results/
 
 What `make submit` keeps in build/results/, and `make plan PROFILE=` and `make bench` read.
 """
 
 import json
 import os
+import re
+import textwrap
 from pathlib import Path
 
 from raykit.diagnosis import diagnose
@@ -75,15 +77,17 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
     }
 
 
-def emit(summary: dict, results: str, headline: str = "") -> dict:
-    """Print the summary, write it as JSON to `results`, print the RESULT line (what
-    `make submit` keeps in build/results/). Returns the summary as written."""
+def emit(summary: dict, results: str = "", headline: str = "") -> dict:
+    """Print the summary for a person, write it as JSON to `results` where one is named
+    (nothing is written by default: `make submit` keeps every summary in build/results/),
+    and print the RESULT line the kit keeps it from. Returns the summary as written."""
     print_summary(summary, headline)
-    path = Path(os.path.expanduser(results))
-    path.parent.mkdir(parents=True, exist_ok=True)
     summary = finite(summary)  # standard JSON: the kit refuses Infinity when it reads it back
-    path.write_text(json.dumps(summary, indent=2))
-    print(f"summary written to {path}")
+    if results:
+        path = Path(os.path.expanduser(results))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=2))
+        print(f"summary written to {path}")
     print("RESULT " + json.dumps(summary), flush=True)
     return summary
 
@@ -205,42 +209,54 @@ def warnings_of(metrics: dict) -> list[str]:
     return []
 
 
+LABEL_WIDTH, WIDTH = 17, 88  # the table's label column, and a terminal's width
+
+
+def row(label: str, text: str) -> None:
+    """One row of the summary table: its text wrapped under its label, never one line of
+    300 characters, and never a figure apart from its unit ("26.5 s")."""
+    text = re.sub(r"(\d) (?=s\b|ms\b|images\b)", "\\1\u00a0", text)  # textwrap keeps these together
+    print(textwrap.fill(text, WIDTH, initial_indent=f"{label:<{LABEL_WIDTH}}",
+                        subsequent_indent=" " * LABEL_WIDTH, break_on_hyphens=False).replace("\u00a0", " "))
+
+
 def print_summary(s: dict, headline: str = "") -> None:
     print(f"\n=== {s['job']} summary ===")
-    print(f"steps            {s['steps']} x {s['workers']} worker(s) x {s['batch_size']} images "
-          f"({headline + ' on ' if headline else ''}{s['device']}, node {s['trainer_node']})")
-    print(f"throughput       {s['images_per_s']:.1f} images/s")
-    print(f"mean step        {s['mean_step_s']:.3f} s = {s['mean_data_wait_s']:.3f} s waiting "
-          f"for data + {s['mean_compute_s']:.3f} s computing (first step {s['warmup_s']:.1f} s "
-          "excluded)")
-    print(f"trainer idle     {s['data_wait_fraction']:.0%} of each step "
-          f"(longest wait {s['max_data_wait_s']:.2f} s)")
+    row("steps", f"{s['steps']} x {s['workers']} worker(s) x {s['batch_size']} images "
+                 f"({headline + ' on ' if headline else ''}{s['device']}, node {s['trainer_node']})")
+    row("throughput", f"{s['images_per_s']:.1f} images/s")
+    row("mean step", f"{s['mean_step_s']:.3f} s = {s['mean_data_wait_s']:.3f} s waiting "
+                     f"for data + {s['mean_compute_s']:.3f} s computing (first step {s['warmup_s']:.1f} s "
+                     "excluded)")
+    row("trainer idle", f"{s['data_wait_fraction']:.0%} of each step "
+                        f"(longest wait {s['max_data_wait_s']:.2f} s)")
     if len(s.get("train_nodes") or {}) > 1:
         for ip, node in s["train_nodes"].items():
-            print(f"train node       {ip}: {node['workers']} worker(s), {node['images_per_s']:.1f} "
-                  f"images/s, mean step {node['mean_step_s']:.3f} s (data wait "
-                  f"{node['mean_data_wait_s']:.3f} s)")
+            row("train node", f"{ip}: {node['workers']} worker(s), {node['images_per_s']:.1f} "
+                              f"images/s, mean step {node['mean_step_s']:.3f} s (data wait "
+                              f"{node['mean_data_wait_s']:.3f} s)")
     if s.get("ranks_in_sync") is not None:
-        print("replicas         " + ("in sync: every worker's parameters are equal" if s["ranks_in_sync"]
-                                     else "OUT OF SYNC: the workers' parameters differ"))
+        row("replicas", ("in sync: every worker's parameters are equal" if s["ranks_in_sync"]
+                        else "OUT OF SYNC: the workers' parameters differ"))
     nodes = ", ".join(f"{ip}: {n} images" for ip, n in sorted(s["preprocess_nodes"].items()))
-    print(f"preprocessed on  {nodes or '(no measured stage: wrap it in measure.measured)'}")
+    row("preprocessed on", f"{nodes or '(no measured stage: wrap it in measure.measured)'}")
     if s.get("preprocess_images_measured"):
         left_out = (f"each worker process's first batch ({s['preprocess_warmup_images']} images: "
                     "imports, start-up) left out" if not s["preprocess_cost_includes_warmup"]
                     else "every batch was its process's first: start-up included, so it overstates")
-        print(f"preprocess cost  {s['preprocess_s_per_image'] * 1000:.2f} ms CPU per image over "
-              f"{s['preprocess_images_measured']} images ({left_out})")
+        row("preprocess cost", f"{s['preprocess_s_per_image'] * 1000:.2f} ms CPU per image over "
+                               f"{s['preprocess_images_measured']} images ({left_out})")
     if s.get("restarts"):
-        print(f"restarts         {s['restarts']} (the last resumed from the checkpoint of step "
-              f"{s['resumed_from_step']}; its means cover the steps after it)")
+        row("restarts", f"{s['restarts']} (the last resumed from the checkpoint of step "
+                        f"{s['resumed_from_step']}; its means cover the steps after it)")
     if s["preempted_nodes"]:
-        print(f"preempted        {', '.join(s['preempted_nodes'])} (drained on a spot notice: "
-              "no new work went there)")
+        row("preempted", f"{', '.join(s['preempted_nodes'])} (drained on a spot notice: "
+                         "no new work went there)")
     if s["lost_nodes"]:
-        print(f"lost nodes       {', '.join(s['lost_nodes'])} (their preprocessing was re-run)")
+        row("lost nodes", f"{', '.join(s['lost_nodes'])} (their preprocessing was re-run)")
     if s["retried_preprocessing_tasks"]:
-        print(f"retried work     {s['retried_preprocessing_tasks']} preprocessing task(s) re-run")
+        row("retried work", f"{s['retried_preprocessing_tasks']} preprocessing task(s) re-run")
     for warning in s["warnings"]:
-        print(f"WARNING          {warning}")
-    print(f"diagnosis        {s['diagnosis']['text']}\n")
+        row("WARNING", f"{warning}")
+    row("diagnosis", s["diagnosis"]["text"])
+    print()

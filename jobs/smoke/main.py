@@ -2,8 +2,8 @@
 
 Runs tasks that select the preprocess subcluster (the CPU workers) and one that selects
 the train subcluster (the GPU head, or its local stand-in) by node label
-(raykit.placement), then prints one line
-`RESULT {...}` with the node IP each ran on. `--fail-with N` exits with code N after the
+(raykit.placement), then reports where each ran: a line for a person (`smoke: ...`), and
+`RESULT {...}` with the node IPs for the kit (kept in build/results/). `--fail-with N` exits with code N after the
 report, to check that failures reach `make submit`'s exit code; `--sleep S` waits S seconds
 after the report, so that a test can interrupt a running job.
 """
@@ -53,6 +53,8 @@ def main() -> int:
         "preprocess_task_nodes": sorted(set(preprocess_ips)),
         "alive_nodes": sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]),
     }
+    print(f"smoke: {args.tasks} preprocess task(s) ran on {', '.join(result['preprocess_task_nodes'])}, "
+          f"the trainer task on {result['trainer_task_node']}", flush=True)
     print("RESULT " + json.dumps(result), flush=True)
     time.sleep(args.sleep)
     return args.fail_with

@@ -27,7 +27,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=10, help="training steps per worker")
     p.add_argument("--batch-size", type=int, default=16, help="images per step per worker")
     p.add_argument("--image-size", type=int, default=64, help="images are resized to this square")
-    p.add_argument("--results", default="~/raykit-results/template.json", help="the summary JSON")
+    p.add_argument("--results", default="",
+                   help="also write the summary JSON to this path on the head (the kit "
+                        "keeps a copy in build/results/ on every run)")
     args = p.parse_args(argv)
     for name in ("steps", "batch_size", "image_size"):
         if getattr(args, name) < 1:

@@ -55,8 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="where Ray Train keeps the run's checkpoints; a path every training "
                         "node can reach (or s3://...); empty: a fresh private temp dir, removed "
                         "after the run")
-    p.add_argument("--results", default="~/raykit-results/vit_synthetic.json",
-                   help="where the summary JSON is written")
+    p.add_argument("--results", default="",
+                   help="also write the summary JSON to this path on the head (the kit "
+                        "keeps a copy in build/results/ on every run)")
     args = p.parse_args(argv)
     problems = []
     for name in ("steps", "batch_size", "image_size", "blur_kernel", "log_every", "prefetch_batches",

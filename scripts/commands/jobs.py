@@ -74,10 +74,12 @@ def cmd_logs(a) -> int:
     chosen = job_id(a.id) if a.id else None
     with job_client(a.cluster) as client:
         submission_id = chosen or submit.latest_job(client)
+        colour = submit.colour_wanted()  # the whole log (verbose), colour only on a terminal
         if follow:
-            asyncio.run(submit.stream_logs(client, submission_id, []))
+            asyncio.run(submit.stream_logs(client, submission_id, [], True, colour))
         else:
-            print(client.get_job_logs(submission_id), end="")
+            text = client.get_job_logs(submission_id)
+            print(text if colour else submit.ANSI_ESCAPE.sub("", text), end="")
     return 0
 
 

@@ -11,8 +11,10 @@ import datetime
 import enum
 import json
 import logging
+import os
 import re
 import shlex
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -38,7 +40,11 @@ class JobFiles(enum.StrEnum):
 
 
 ENTRYPOINT = "main.py"
-RESULT_PREFIX = "RESULT "  # every job ends by printing its summary as `RESULT {json}`
+# Every job ends by printing its summary as `RESULT {json}`: the kit reads it from the log
+# and keeps it in build/results/<id>.json. It is for machines: the stream shows it only
+# with VERBOSE=1 (a person reads the job's own summary table above it).
+RESULT_PREFIX = "RESULT "
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # The working dir is uploaded to the cluster (Ray caps it at 512 MiB): never caches or data.
 EXCLUDES = [".git", "__pycache__", "*.pyc", ".pytest_cache", "data", "results", "*.ckpt"]
 FINAL_STATUS_WAIT_S = 30
@@ -87,6 +93,7 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     use_auth_in_this_process(auth_token)
     entrypoint = shlex.join([python, ENTRYPOINT, *args])
     runtime_env = job_runtime_env(job, packages, job_packages, job_files, verbose, env_vars)
+    colour = colour_wanted()
     try:
         client = JobSubmissionClient(address)
         # The limit travels with the job: the cluster's watchdog (scripts/node/autostop.py)
@@ -100,7 +107,8 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     print(f"job {submission_id}: {entrypoint}", flush=True)
     seen: list[str] = []
     try:
-        asyncio.run(asyncio.wait_for(stream_logs(client, submission_id, seen, verbose), timeout_s))
+        asyncio.run(asyncio.wait_for(stream_logs(client, submission_id, seen, verbose, colour),
+                                     timeout_s))
     except (TimeoutError, asyncio.TimeoutError):
         stop(client, submission_id)
         raise KitError(f"job {submission_id} ran past its {timeout_s:g} s limit "
@@ -135,7 +143,10 @@ def job_runtime_env(job: str, packages: list[str], job_packages: JobPackages,
     # (uploaded even "in place": Ray unpacks a module once per node and never replaces it)
     folder = ({"working_dir": f"local://{job_dir(job)}"} if JobFiles(job_files) is JobFiles.IN_PLACE
               else {"working_dir": str(job_dir(job)), "excludes": EXCLUDES})
+    # RAY_COLOR_PREFIX=0: Ray colours each worker's "(pid=...)" prefix in the driver's log
+    # whatever reads it; the kit's own stream strips escapes too (colour_wanted).
     runtime_env = folder | {"py_modules": [str(JOB_LIBRARY)]} | {"env_vars": {"RAY_DEDUP_LOGS": "0", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
+                           | ({} if colour_wanted() else {"RAY_COLOR_PREFIX": "0"})
                            | ({"RAYKIT_VERBOSE": "1"} if verbose else QUIET_ENV) | (env_vars or {})}
     if packages and JobPackages(job_packages) is JobPackages.PIP:  # a virtualenv on each node, over the image's packages
         runtime_env["pip"] = {"packages": packages, "pip_check": False}
@@ -170,7 +181,7 @@ def keep_result(results_dir: Path, submission_id: str, job: str, args: list[str]
     path = results_dir / f"{submission_id}.json"
     write_atomic(path, json_text({"submission_id": submission_id, "job": job, "args": args,
                                   "exit_code": code, "result": result}) + "\n", 0o644)
-    print(f"summary kept in {path}", flush=True)
+    print(f"summary kept in {shown(path)}", flush=True)
 
 
 def lost(submission_id: str, error: Exception) -> KitError:
@@ -179,12 +190,27 @@ def lost(submission_id: str, error: Exception) -> KitError:
                     "whether it is still up")
 
 
-async def stream_logs(client, submission_id: str, seen: list[str], verbose: bool = True) -> None:
+async def stream_logs(client, submission_id: str, seen: list[str], verbose: bool = True,
+                      colour: bool = True) -> None:
     async for lines in client.tail_job_logs(submission_id):
         lines = lines.splitlines(keepends=True)
-        shown = lines if verbose else [line for line in lines if not noise(line, submission_id)]
-        print("".join(shown), end="", flush=True)
+        print("".join(for_a_person(line, submission_id, verbose, colour) for line in lines),
+              end="", flush=True)
         seen += [line for line in lines if line.startswith(RESULT_PREFIX)]
+
+
+def colour_wanted() -> bool:
+    """Colour only on a terminal, and never where NO_COLOR is set (no-color.org)."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def for_a_person(line: str, submission_id: str, verbose: bool, colour: bool) -> str:
+    """A line of a job's log as the kit shows it: "" for Ray's chatter (quiet mode) and for
+    the RESULT line (VERBOSE=1 shows both), its colour escapes gone where colour is not
+    wanted."""
+    if not verbose and (noise(line, submission_id) or line.startswith(RESULT_PREFIX)):
+        return ""
+    return line if colour else ANSI_ESCAPE.sub("", line)
 
 
 def noise(line: str, submission_id: str) -> bool:

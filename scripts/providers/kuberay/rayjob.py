@@ -205,10 +205,10 @@ def stream(where: dict, name: str, seen: list[str], verbose: bool) -> bool:
     """The submitter Job's log, followed to its end (it ends with the job); False where
     kubectl could not follow it (its pod not yet started)."""
     command = kube.kubectl(where, "logs", "--follow", f"job/{name}")
+    colour = submit.colour_wanted()
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         for line in proc.stdout:
-            if verbose or not submit.noise(line, name):
-                print(line, end="", flush=True)
+            print(submit.for_a_person(line, name, verbose, colour), end="", flush=True)
             if line.startswith(submit.RESULT_PREFIX):
                 seen.append(line)
     return proc.returncode == 0
