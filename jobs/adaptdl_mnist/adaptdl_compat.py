@@ -8,7 +8,7 @@ The hook is ignored over Ray Client (`ray://`), which is why the kit launches Ad
 Ray job on the head instead. `apply()` is idempotent.
 
 Each fix names what broke; all of them are checked against the installed packages by
-tests/test_adaptdl_compat.py, and adaptdl's own unit tests run under them (`make test-adaptdl`).
+tests/jobs/test_adaptdl_compat.py, and adaptdl's own unit tests run under them (`make test-adaptdl`).
 """
 
 import importlib.abc

@@ -2,8 +2,11 @@
 and PNG charts for the files `make bench` saves. One place for both, so every table lines
 up the same way and every chart is written the same way."""
 
+import os
 from contextlib import contextmanager
 from pathlib import Path
+
+from scripts.core.paths import BUILD
 
 
 def text_table(rows: list[tuple[str, ...]], left: tuple[int, ...] = (0,)) -> list[str]:
@@ -24,6 +27,9 @@ def cell(value, spec: str) -> str:
 def chart_file(path: Path, columns: int, size: tuple[float, float]):
     """Axes of a figure of `columns` side-by-side charts; on leaving, the figure is laid
     out, written to `path` (PNG) and closed. No display is needed: files only."""
+    # matplotlib keeps its font cache in ~/.cache unless told: the kit writes nothing
+    # outside the checkout that the user did not name
+    os.environ.setdefault("MPLCONFIGDIR", str(BUILD / "cache" / "matplotlib"))
     import matplotlib
 
     matplotlib.use("Agg")

@@ -372,7 +372,7 @@ def wait_until_ready(record: dict, joined=joined_workers, poll_s: float = READY_
 
 
 # What the head's autoscaler (v2, `ray up`'s default) logs when a worker cannot be had,
-# as Ray 2.60 writes it (tests/test_aws_moto.py reads each from Ray's installed source):
+# as Ray 2.60 writes it (tests/aws/test_aws_moto.py reads each from Ray's installed source):
 #   v2 node_provider   "Failed to launch {count} nodes of type {node_type}: {e}"   (EC2 refused)
 #   v2 ray installer   "Ray installation failed on instance {cloud_instance_id}: {e}", each
 #                      of its attempts (the instance is terminated after the last, so its
