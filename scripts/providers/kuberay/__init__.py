@@ -37,8 +37,8 @@ from scripts.core.ray_cli import free_port
 from scripts.core.signals import signals_deferred
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.providers.kuberay import crd, rayjob
+from scripts.providers.kuberay.kubectl import delete as kubectl_delete
 from scripts.providers.kuberay.kubectl import (
-    DELETE_WAIT_S,
     MANAGED_BY,
     exists,
     get_json,
@@ -378,8 +378,7 @@ def down(cluster: str, record: dict | None, purge: bool = False) -> str:
     if record is None:
         return f"cluster '{cluster}' has no record: nothing of it is the kit's to delete"
     if ours(record) is not None:
-        run_kubectl(record, "delete", "raycluster", record["name"], "--wait=true",
-                    f"--timeout={DELETE_WAIT_S}s", timeout=DELETE_WAIT_S + 30)
+        kubectl_delete(record, "raycluster", record["name"])
     wait_until_no_pods(record, record["name"], f"RayCluster {record['name']}")
     state.forget(cluster)
     return (f"RayCluster {record['name']} deleted from namespace {record['namespace']}; none of its pods "

@@ -66,6 +66,22 @@ def exists(where: dict, kind: str, name: str) -> bool:
     return found.returncode == 0 and bool(found.stdout.strip())
 
 
+def delete(where: dict, kind: str, name: str) -> None:
+    """Delete one object and wait (DELETE_WAIT_S at most) until it is gone, with the rights
+    the Role grants (delete, get). Not `kubectl delete --wait`: on an object that carries a
+    finalizer (a RayJob's ray.io/rayjob-finalizer) kubectl waits through a list and a watch
+    by field selector, which the API server authorizes as `list` and `watch`."""
+    run_kubectl(where, "delete", kind, name, "--ignore-not-found", "--wait=false")
+    deadline = time.monotonic() + DELETE_WAIT_S
+    while (found := run_kubectl(where, "get", kind, name, "-o", "name", check=False)).returncode == 0:
+        if time.monotonic() > deadline:
+            raise KitError(f"{kind} {name} is still there {DELETE_WAIT_S} s after its deletion "
+                           f"(a finalizer?): `kubectl -n {where['namespace']} get {kind} {name} -o yaml`")
+        time.sleep(poll_s())
+    if not missing(found):
+        raise KitError(f"could not see whether {kind} {name} is gone: {kubectl_error(found)}")
+
+
 def require_rights(where: dict, resources: list[str]) -> None:
     """This identity may create each of `resources` in the namespace (`kubectl auth can-i`)."""
     for resource in resources:

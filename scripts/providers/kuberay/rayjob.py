@@ -218,9 +218,8 @@ def delete(where: dict, name: str, config_map: str) -> str:
     """Delete the RayJob (its cluster and ConfigMap go with it), and check no pod of it is left."""
     status = kube.run_kubectl(where, "get", "rayjob", name, "-o", "json", check=False)
     cluster = json.loads(status.stdout).get("status", {}).get("rayClusterName") if status.returncode == 0 else None
-    kube.run_kubectl(where, "delete", "rayjob", name, "--ignore-not-found", "--wait=true",
-                     f"--timeout={kube.DELETE_WAIT_S}s", timeout=kube.DELETE_WAIT_S + 30)
-    kube.run_kubectl(where, "delete", "configmap", config_map, "--ignore-not-found")
+    kube.delete(where, "rayjob", name)
+    kube.delete(where, "configmap", config_map)
     if cluster:
         kube.wait_until_no_pods(where, cluster, f"RayJob {name}")
     return f"RayJob {name} deleted" + (f"; none of its cluster {cluster}'s pods is left" if cluster else "")
