@@ -270,7 +270,7 @@ def test_up_status_and_down_through_kubectl(kube):
     calls = kube.calls()
     assert all(c[:2] == ["--namespace", "ray"] for c in calls)  # its namespace, every call
     # read-only preflight first, then the apply, then the wait
-    assert verbs(calls)[:6] == ["version -o", "explain rayclusters.spec.headGroupSpec.labels",
+    assert verbs(calls)[:9] == ["version -o", *["explain " + f for f, _, _ in crd.VERSIONED_FIELDS],
                                 "get namespace", "auth can-i", "get raycluster", "apply -f"]
     assert "preflight: Kubernetes v1.33.5-eks-3cfe0ce" in up.stdout
     assert "pods ready: headgroup 0/1, cpu-worker 0/2" in up.stdout
@@ -319,8 +319,13 @@ def test_a_stuck_pod_fails_up_with_its_events_and_deletes_what_was_applied(kube)
 
 
 @pytest.mark.parametrize("setting,message", [
-    ({"STANDIN_CRD": "old"}, "older than 1.5"),
-    ({"STANDIN_CRD": "none"}, "the cluster has no RayCluster resource; install the KubeRay operator v1.7.0"),
+    ({"STANDIN_KUBERAY": "v1.4.2"}, "the installed KubeRay is older than v1.5.0: it has no "
+                                    "spec.headGroupSpec.labels (the groups' labels"),
+    # v1.5.0 has group labels but no authOptions: "KubeRay >= 1.5" was not the floor
+    ({"STANDIN_KUBERAY": "v1.5.0"}, "older than v1.5.1: it has no spec.authOptions (Ray's token "
+                                    "authentication); the kit needs KubeRay >= v1.6.0"),
+    ({"STANDIN_KUBERAY": "v1.5.1"}, "older than v1.6.0: it has no spec.preRunningDeadlineSeconds"),
+    ({"STANDIN_KUBERAY": "none"}, "the cluster has no rayclusters resource; install the KubeRay operator v1.7.0"),
     ({"STANDIN_NAMESPACES": "default"}, "kubernetes.namespace: ray does not exist"),
     ({"STANDIN_CAN_I": "no"}, "this identity may not create rayclusters.ray.io in namespace ray"),
 ])

@@ -1,5 +1,5 @@
 """The KubeRay provider: the kit's mixes as a RayCluster on a Kubernetes cluster that runs
-the KubeRay operator (>= 1.5), driven through `kubectl`.
+the KubeRay operator (>= 1.6: crd.MIN_KUBERAY_VERSION), driven through `kubectl`.
 
 The kit launches no machines here: the cluster's node groups (EKS managed node groups,
 Karpenter, GKE node pools) hold the pods, and the operator starts Ray in them. A values file
@@ -219,31 +219,33 @@ def data_problems(record: dict, args: list[str]) -> list[str]:
 
 def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
     """Read-only, and with no more rights than the kit's Role (role_for): the API server
-    answers, its KubeRay knows the groups' `labels` (>= 1.5: read from the API's own
-    schema, `kubectl explain`, not from the cluster-scoped CRD), the namespace exists
-    (where this identity may see namespaces), and it may create RayClusters there."""
+    answers, its KubeRay knows every field the kit renders (>= MIN_KUBERAY_VERSION: read
+    from the API's own schema, `kubectl explain`, not from the cluster-scoped CRD), the
+    namespace exists (where this identity may see namespaces), and it may create
+    RayClusters there."""
     where = target(values)
     version = run_kubectl(where, "version", "-o", "json", check=False)
     if version.returncode != 0:
         raise KitError(f"kubectl cannot reach the cluster: {kubectl_error(version)}; check "
                        "kubernetes.context and `kubectl cluster-info`")
     server = (json.loads(version.stdout or "{}").get("serverVersion") or {}).get("gitVersion", "?")
-    labels = run_kubectl(where, "explain", "rayclusters.spec.headGroupSpec.labels",
-                         f"--api-version={crd.API_VERSION}", check=False)
-    if "doesn't have a resource type" in labels.stderr:
-        raise KitError("the cluster has no RayCluster resource; install the KubeRay operator "
-                       f"{crd.KUBERAY_VERSION} (docs/kubernetes.md)")
-    if labels.returncode != 0:
-        raise KitError("the installed KubeRay is older than 1.5 (its RayCluster has no group "
-                       f"`labels`, which the jobs place their work by); upgrade the operator to "
-                       f"{crd.KUBERAY_VERSION} (docs/kubernetes.md)")
+    for field, since, what in crd.VERSIONED_FIELDS:
+        known = run_kubectl(where, "explain", field, f"--api-version={crd.API_VERSION}", check=False)
+        if "doesn't have a resource type" in known.stderr:
+            raise KitError(f"the cluster has no {field.split('.')[0]} resource; install the KubeRay "
+                           f"operator {crd.KUBERAY_VERSION} (docs/kubernetes.md)")
+        if known.returncode != 0:
+            raise KitError(f"the installed KubeRay is older than {since}: it has no "
+                           f"{field.split('.', 1)[1]} ({what}); the kit needs KubeRay >= "
+                           f"{crd.MIN_KUBERAY_VERSION}: upgrade the operator to {crd.KUBERAY_VERSION} "
+                           "(docs/kubernetes.md)")
     namespace = run_kubectl(where, "get", "namespace", where["namespace"], "-o", "name", check=False)
     if namespace.returncode != 0 and "NotFound" in namespace.stderr:
         raise KitError(f"kubernetes.namespace: {where['namespace']} does not exist; "
                        f"`kubectl create namespace {where['namespace']}` or name another")
     require_rights(where, ["rayclusters.ray.io"])  # `make run` checks a RayJob's (rayjob.py)
-    return values, [f"preflight: Kubernetes {server}, KubeRay with group labels, namespace "
-                    f"{where['namespace']}"]
+    return values, [f"preflight: Kubernetes {server}, KubeRay >= {crd.MIN_KUBERAY_VERSION}, "
+                    f"namespace {where['namespace']}"]
 
 
 def role_for(values: dict) -> dict:
@@ -439,7 +441,7 @@ def auth_token(record: dict) -> str:
         return base64.b64decode(secret["data"]["auth_token"], validate=True).decode()
     except (KeyError, ValueError, TypeError):
         raise KitError(f"Secret {record['name']} holds no auth_token; is the operator "
-                       f">= 1.5 with authOptions.mode token?") from None
+                       f">= {crd.MIN_KUBERAY_VERSION} with authOptions.mode token?") from None
 
 
 @contextmanager

@@ -23,7 +23,17 @@ import yaml
 
 from scripts.core.paths import SCHEMAS
 
-KUBERAY_VERSION = "v1.7.0"
+KUBERAY_VERSION = "v1.7.0"  # the CRDs vendored and checked against, the newest supported
+MIN_KUBERAY_VERSION = "v1.6.0"  # the oldest operator that knows every field below
+# What the kit renders that older operators' CRDs lack, with the release that added it:
+# an older API server refuses the object (strict field validation) or drops the field.
+# The preflight asks the API's own schema for each (`kubectl explain`).
+VERSIONED_FIELDS = [
+    ("rayclusters.spec.headGroupSpec.labels", "v1.5.0", "the groups' labels, by which the jobs place their work"),
+    ("rayclusters.spec.headGroupSpec.resources", "v1.5.0", "a coordinating head's CPU: 0"),
+    ("rayclusters.spec.authOptions", "v1.5.1", "Ray's token authentication"),
+    ("rayjobs.spec.preRunningDeadlineSeconds", "v1.6.0", "`make run`'s limit for pods that never run"),
+]
 CRD_DIR = SCHEMAS / f"kuberay-{KUBERAY_VERSION}"
 CRD_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml"}
 API_VERSION = "ray.io/v1"
