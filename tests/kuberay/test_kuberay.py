@@ -340,7 +340,7 @@ def test_run_is_a_rayjob_the_operator_tears_down(kube):
     assert run.returncode == 0, run.stdout + run.stderr
     calls = kube.calls()
     created = [c for c in calls if c[2] == "create"]
-    assert len(created) == 1 and not any(c[2] == "apply" and "raycluster" in c for c in calls)
+    assert len(created) == 2 and not any(c[2] == "apply" for c in calls)  # the ConfigMap, the RayJob
     assert "RayJob k8s-hetero: Running, job RUNNING" in run.stdout
     assert "RESULT " not in run.stdout  # for machines: kept, not shown (VERBOSE=1 shows it)
     kept = list((kube.tmp / "build" / "results").glob("k8s-hetero-q8w3z.json"))
@@ -494,6 +494,38 @@ def test_run_is_refused_before_anything_is_created_without_the_right_to_create_r
     run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", STANDIN_CAN_I="no")
     assert run.returncode == 2 and "may not create rayclusters.ray.io" in run.stderr
     assert not any(c[2] in ("apply", "create") for c in kube.calls())
+
+
+def test_a_job_folder_beyond_the_annotation_cap_still_runs_and_one_beyond_a_configmap_is_refused(kube):
+    """A ConfigMap holds 1 MiB; client-side `kubectl apply` would also copy it into an
+    annotation, capped at 256 KiB: 400 KiB of job files must travel (created, not applied),
+    1.2 MiB is refused before anything is created."""
+    import os
+
+    for name, size in (("k8s_big_job", 400 * 1024), ("k8s_huge_job", 1200 * 1024)):
+        (USER_JOBS / name).mkdir()
+        (USER_JOBS / name / "main.py").write_text("print('hello')\n")
+        (USER_JOBS / name / "weights.bin").write_bytes(os.urandom(size))
+    run = kube("run", "--cluster", "k8s_hetero", "--job", "k8s_big_job")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert ["create", "-f", "-"] in [c[2:5] for c in kube.calls()]
+    before = len(kube.calls())
+    huge = kube("run", "--cluster", "k8s_hetero", "--job", "k8s_huge_job")
+    assert huge.returncode == 2 and "JOB=k8s_huge_job: its folder and the job library are" in huge.stderr
+    assert not any(c[2] in ("apply", "create") for c in kube.calls()[before:])
+
+
+def test_run_beside_a_running_cluster_of_the_same_name_is_refused(kube):
+    """`make up` made RayCluster k8s-hetero: a RayJob k8s-hetero would take over its head
+    service (k8s-hetero-head-svc), so `make run` creates nothing and leaves it running."""
+    assert kube("up", "--cluster", "k8s_hetero").returncode == 0
+    before = len(kube.calls())
+    run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke")
+    assert run.returncode == 2 and "a RayCluster 'k8s-hetero' runs in namespace ray" in run.stderr
+    assert "take over its head service k8s-hetero-head-svc" in run.stderr
+    assert not any(c[2] in ("apply", "create", "delete") for c in kube.calls()[before:])
+    assert (kube.tmp / "kube" / "ray.RayCluster.k8s-hetero.json").exists()
+    assert kube("down", "--cluster", "k8s_hetero").returncode == 0
 
 
 def test_dry_run_says_what_would_be_applied_and_applies_nothing(kube):

@@ -142,9 +142,19 @@ def run(built, job: str, args: list[str], timeout_s: float, verbose: bool,
     if kube.exists(where, "rayjob", name):
         raise KitError(f"a RayJob '{name}' already exists in namespace {where['namespace']}; "
                        f"wait for it, or `kubectl -n {where['namespace']} delete rayjob {name}`")
+    if kube.exists(where, "raycluster", name):  # KubeRay would point its service at the job's
+        raise KitError(f"a RayCluster '{name}' runs in namespace {where['namespace']} (`make up`?): "
+                       f"a RayJob of that name would take over its head service {name}-head-svc; "
+                       f"`make submit` to it, or `make down` it first")
+    if kube.exists(where, "configmap", config_map["metadata"]["name"]):
+        raise KitError(f"a ConfigMap '{config_map['metadata']['name']}' already exists in namespace "
+                       f"{where['namespace']} (left by a `make run` that crashed?); `kubectl -n "
+                       f"{where['namespace']} delete configmap {config_map['metadata']['name']}`")
     applied = False
     try:
-        kube.run_kubectl(where, "apply", "-f", "-", stdin=json.dumps(config_map))
+        # created, not applied: client-side `apply` would copy the files into an annotation,
+        # which the API server caps at 256 KiB
+        kube.run_kubectl(where, "create", "-f", "-", stdin=json.dumps(config_map))
         applied = True
         created = json.loads(kube.run_kubectl(where, "create", "-f", "-", "-o", "json",
                                                  stdin=json.dumps(ray_job)).stdout)
