@@ -64,8 +64,6 @@ def test_summaries_are_kept_and_jobs_and_logs_are_listed(cluster_env):
     assert kept["job"] == "smoke" and kept["exit_code"] == 0 and kept["args"] == ["--tasks", "2"]
     assert kept["result"] == kept_summary(run.stdout)
     assert "smoke: 2 preprocess task(s)" in run.stdout and "RESULT " not in run.stdout  # for a person
-    verbose = make("submit", "CLUSTER=local", "JOB=smoke", "ARGS=--tasks 1", "VERBOSE=1", env=env, timeout=300)
-    assert verbose.returncode == 0 and "RESULT {" in verbose.stdout  # the machine line, asked for
     submission = kept["submission_id"]
 
     jobs = make("jobs", "CLUSTER=local", env=env)
@@ -76,6 +74,8 @@ def test_summaries_are_kept_and_jobs_and_logs_are_listed(cluster_env):
     unknown = make("logs", "CLUSTER=local", "ID=smoke-00000000", env=env)
     errors = [line for line in unknown.stderr.splitlines() if line.startswith("error:")]
     assert unknown.returncode != 0 and len(errors) == 1 and "Traceback" not in unknown.stderr
+    verbose = make("submit", "CLUSTER=local", "JOB=smoke", "ARGS=--tasks 1", "VERBOSE=1", env=env, timeout=300)
+    assert verbose.returncode == 0 and "RESULT {" in verbose.stdout  # the machine line, asked for
 
 
 def test_stop_job_stops_a_running_job(cluster_env):
