@@ -252,6 +252,46 @@ def _fix_reschedule_during_startup(controller) -> None:
     job_class.update_workers = _update_workers
 
 
+HINT_INTERVAL_ENV = "RAYKIT_ADAPTDL_HINT_INTERVAL_S"  # the launcher's --hint-interval
+UPSTREAM_HINT_INTERVAL_S = 30.0
+
+
+@fixes("adaptdl.torch._metrics")
+def _fix_hint_interval(metrics) -> None:
+    """Replica 0 fits its performance model and sends the controller scheduling hints every
+    30 s, a number hard-coded in profile_step_commit; the controller rescales only on a
+    hint (and first waits as long as the last generation ran). HINT_INTERVAL_ENV sets the
+    period (default: upstream's 30 s), so that a short job can rescale within its run. The
+    rest of the function is upstream's, line for line; adaptdl/torch/data.py imports it by
+    name after this fix ran."""
+    import adaptdl.env
+
+    def profile_step_commit(accumulation_step=False):
+        state = metrics._metrics_state()
+        step_time = time.time() - state.step_start
+        key = (adaptdl.env.num_nodes(), adaptdl.env.num_replicas(), state.atomic_bsz)
+        if accumulation_step:
+            state.profile[key]["accum_step_time"] += step_time
+            state.profile[key]["accum_count"] += 1
+        else:
+            state.profile[key]["optim_step_time"] += step_time
+            state.profile[key]["optim_sync_time"] += state.sync_time
+            state.profile[key]["optim_count"] += 1
+        del state.atomic_bsz
+        del state.step_start
+        del state.sync_time
+        if not accumulation_step:
+            if metrics._PREV_REPORT is None:
+                metrics._PREV_REPORT = time.time()
+            interval = float(os.environ.get(HINT_INTERVAL_ENV, UPSTREAM_HINT_INTERVAL_S))
+            if adaptdl.env.replica_rank() == 0 and time.time() - metrics._PREV_REPORT > interval:
+                metrics._fit_perf_params()
+                metrics._report_sched_hints()
+                metrics._PREV_REPORT = time.time()
+
+    metrics.profile_step_commit = profile_step_commit
+
+
 @fixes("adaptdl_ray.aws.controller")
 def _fix_replica_failure(controller) -> None:
     """A replica that dies (its process killed, its node lost) or raises. Upstream's other

@@ -28,6 +28,9 @@ def parse(argv=None) -> argparse.Namespace:
                              "from, each by restarting from the latest epoch's checkpoint")
     launch.add_argument("--checkpoint-timeout", type=int, default=120,
                         help="seconds to wait for replica 0's checkpoint at a rescale")
+    launch.add_argument("--hint-interval", type=float, default=30,
+                        help="seconds between replica 0's scheduling hints, on which AdaptDL "
+                             "rescales (upstream's fixed 30); shorter: a short job rescales sooner")
     launch.add_argument("--rescale-timeout", type=int, default=60,
                         help="seconds to wait for the autoscaler before using the nodes there are")
     launch.add_argument("--port-offset", type=int, default=-1,
@@ -62,12 +65,14 @@ def parse(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
 
     problems = []
-    for name in ("cpus", "timeout", "target_accuracy", "lr", "gamma"):
+    for name in ("cpus", "timeout", "target_accuracy", "lr", "gamma", "hint_interval"):
         if not math.isfinite(getattr(args, name)):  # nan passes every comparison below
             problems.append(f"--{name.replace('_', '-')} must be a finite number (got {getattr(args, name)})")
     for name in ("max_replicas", "epochs", "train_samples", "batch_size", "local_bsz_min"):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
+    if not 1 <= args.hint_interval <= 3600:  # each hint refits AdaptDL's model: not every step
+        problems.append(f"--hint-interval must be 1 to 3600 seconds (got {args.hint_interval})")
     if args.max_failures < 0:
         problems.append(f"--max-failures must be 0 or more (got {args.max_failures})")
     if args.cpus <= 0:

@@ -64,6 +64,7 @@ def main(argv) -> int:
 
     # read by the controller's failure handling (adaptdl_compat._fix_replica_failure)
     env_vars = {"RAYKIT_ADAPTDL_MAX_FAILURES": str(args.max_failures),
+                adaptdl_compat.HINT_INTERVAL_ENV: repr(args.hint_interval),
                 JOB_START_ENV: repr(job_start)}
     if listener == "mock":
         env_vars["MOCK"] = "true"

@@ -180,6 +180,39 @@ def test_a_failed_replica_restarts_its_generation_until_the_failures_run_out(mon
     asyncio.run(scenario())
 
 
+def test_the_hint_interval_is_upstreams_30_s_unless_the_launcher_sets_it(monkeypatch):
+    """profile_step_commit reports hints after HINT_INTERVAL_ENV seconds, 30 s unset; data.py
+    (which imports it by name) gets the fixed one; upstream's copy keeps its fixed 30 s."""
+    from types import SimpleNamespace
+
+    import adaptdl.torch._metrics as metrics
+    import adaptdl.torch.data as data
+
+    assert data.profile_step_commit is metrics.profile_step_commit
+    reports = []
+    monkeypatch.setattr(metrics, "_fit_perf_params", lambda: None)
+    monkeypatch.setattr(metrics, "_report_sched_hints", lambda: reports.append(time.time()))
+    state = SimpleNamespace(profile=metrics.collections.defaultdict(metrics.collections.Counter))
+
+    def step():
+        state.step_start, state.sync_time, state.atomic_bsz = time.time(), 0.0, 32
+        metrics.profile_step_commit()
+
+    monkeypatch.setattr(metrics, "_metrics_state", lambda: state)
+    monkeypatch.setattr(metrics, "_PREV_REPORT", time.time() - 10)
+    monkeypatch.delenv(adaptdl_compat.HINT_INTERVAL_ENV, raising=False)
+    step()
+    assert reports == []  # 10 s since the last report: upstream's 30 s not yet up
+    monkeypatch.setenv(adaptdl_compat.HINT_INTERVAL_ENV, "5.0")
+    step()
+    assert len(reports) == 1 and metrics._PREV_REPORT >= reports[0]
+    step()
+    assert len(reports) == 1  # the next one 5 s later, not at every step
+    assert state.profile[(1, 1, 32)]["optim_count"] == 3  # upstream's bookkeeping, kept
+    original = upstream("../adaptdl/torch/_metrics.py", "upstream_metrics")
+    assert "> 30:" in __import__("inspect").getsource(original.profile_step_commit)
+
+
 def test_goodput_optimize_without_accumulation_uses_np_int_alias_only_locally():
     from adaptdl.goodput import GoodputFunction, GradParams, PerfParams
     fn = GoodputFunction(PerfParams(0.1, 0.01, 0.1, 0.01, 0.05, 0.005, 1.0),

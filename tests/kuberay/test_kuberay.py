@@ -351,6 +351,25 @@ def test_run_is_a_rayjob_the_operator_tears_down(kube):
     assert not list((kube.tmp / "kube").glob("ray.*"))  # RayJob, ConfigMap and pods: all gone
 
 
+@pytest.mark.parametrize("job,said,events", [
+    # the operator refuses a RayJob it cannot validate and never moves it on: the kit ends
+    # (it used to wait for ever for Complete or Failed)
+    ("invalid", "RayJob k8s-hetero was refused by the KubeRay operator (ValidationFailed): "
+                "The RayJob spec is invalid", False),
+    # past activeDeadlineSeconds while running: TIMEOUT, not "never ran"
+    ("deadline", "RayJob k8s-hetero ran past its limit, activeDeadlineSeconds 900 s (TIMEOUT), "
+                 "and the operator stopped it", False),
+    ("never-ran", "RayJob k8s-hetero never ran: its pods were not running within "
+                  "preRunningDeadlineSeconds (1200 s, ready_timeout_minutes)", True),
+])
+def test_a_rayjob_that_ends_without_its_job_succeeding_says_how(kube, job, said, events):
+    run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", "--timeout", "900", STANDIN_JOB=job)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert said in run.stdout
+    assert ("the pods' events" in run.stdout) == events  # only where they never ran
+    assert not list((kube.tmp / "kube").glob("ray.*"))  # deleted all the same
+
+
 def test_a_failed_rayjob_exits_non_zero_and_is_still_deleted(kube):
     run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", STANDIN_JOB="fail")
     assert run.returncode == 1

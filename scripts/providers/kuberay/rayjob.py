@@ -29,8 +29,11 @@ from scripts.providers.kuberay import kubectl as kube
 FILES_MOUNT = "/home/ray/raykit-job"  # in the submitter pod: the job's folder and the library
 MAX_FILES_BYTES = 900 * 1024  # a ConfigMap holds 1 MiB at most, its keys and paths included
 TTL_AFTER_FINISHED_S = 0  # the operator deletes the cluster as soon as the job ends
-FINISHED = ("Complete", "Failed")
-CONFIGMAP_KEY = re.compile(r"[-._A-Za-z0-9]{1,200}")  # what the API server takes as a key  # RayJob status.jobDeploymentStatus once it is over
+# RayJob status.jobDeploymentStatus once it is over: the job ended, failed, or the operator
+# refused the RayJob (ValidationFailed: it never creates a cluster, and stays so for ever)
+FINISHED = ("Complete", "Failed", "ValidationFailed")
+NOT_STARTED = ("", "PENDING")  # status.jobStatus of a Ray job that never began to run
+CONFIGMAP_KEY = re.compile(r"[-._A-Za-z0-9]{1,200}")  # what the API server takes as a key
 
 
 def files(job: str) -> dict[str, tuple[str, bytes]]:
@@ -185,13 +188,14 @@ def follow(where: dict, name: str, verbose: bool) -> tuple[int, dict | None, str
     (exit code, summary or None, the job's submission id)."""
     seen, shown, logs = [], None, False
     while True:
-        status = kube.get_json(where, "rayjob", name).get("status", {})
+        found = kube.get_json(where, "rayjob", name)
+        status = found.get("status", {})
         line = f"RayJob {name}: {status.get('jobDeploymentStatus') or 'New'}" + (
             f", job {status['jobStatus']}" if status.get("jobStatus") else "")
         if line != shown:
             print(line, flush=True)
             shown = line
-        if not logs and status.get("jobDeploymentStatus") in ("Running", *FINISHED):
+        if not logs and status.get("jobDeploymentStatus") in ("Running", "Complete", "Failed"):
             logs = stream(where, name, seen, verbose)  # False: no submitter pod yet, again
         if status.get("jobDeploymentStatus") in FINISHED:
             break
@@ -202,13 +206,30 @@ def follow(where: dict, name: str, verbose: bool) -> tuple[int, dict | None, str
         summary = None
     if status.get("jobStatus") == "SUCCEEDED":
         return 0, summary, status.get("jobId", name)
-    reason = status.get("reason") or status.get("jobStatus") or "failed"
-    print(f"RayJob {name} {reason}: {status.get('message', '')[:300]}", flush=True)
-    if status.get("rayClusterName") and status.get("jobStatus") not in ("FAILED", "STOPPED"):
+    print(f"RayJob {name} {ending(found)}", flush=True)
+    if status.get("rayClusterName") and status.get("jobStatus", "") in NOT_STARTED:
         # it never ran: the pods' events say why (unschedulable, an image not pulled)
         cluster = where | {"name": status["rayClusterName"]}
         kube.print_events(cluster, [p["metadata"]["name"] for p in kube.pods(cluster)])
     return 1, summary, status.get("jobId", name)
+
+
+def ending(ray_job: dict) -> str:
+    """How a RayJob that did not succeed ended, in words: refused by the operator, past its
+    time limit while running (TIMEOUT), never running within ready_timeout_minutes, or the
+    job's own failure."""
+    spec, status = ray_job.get("spec", {}), ray_job.get("status", {})
+    message = status.get("message", "")[:300]
+    if status.get("jobDeploymentStatus") == "ValidationFailed":
+        return f"was refused by the KubeRay operator (ValidationFailed): {message}"
+    if status.get("reason") == "DeadlineExceeded":
+        if status.get("jobStatus", "") in NOT_STARTED:
+            return (f"never ran: its pods were not running within preRunningDeadlineSeconds "
+                    f"({spec.get('preRunningDeadlineSeconds')} s, ready_timeout_minutes); the "
+                    "operator deleted it; the pods' events:")
+        return (f"ran past its limit, activeDeadlineSeconds {spec.get('activeDeadlineSeconds')} s "
+                "(TIMEOUT), and the operator stopped it")
+    return f"{status.get('reason') or status.get('jobStatus') or 'failed'}: {message}"
 
 
 def stream(where: dict, name: str, seen: list[str], verbose: bool) -> bool:
