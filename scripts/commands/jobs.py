@@ -98,7 +98,12 @@ def cmd_run(a) -> int:
     built = build(a.cluster)  # a refused config launches nothing and tears nothing down
     checked_job_packages(built.provider, a.job)  # before anything is launched
     if flag("DRY_RUN", a.dry_run):
-        return print_plan(prepared(built))
+        lines = built.provider.run_plan(built, a.job, args, timeout)
+        if lines is None:  # make run is up, submit and down: what up would launch
+            return print_plan(prepared(built))
+        print(f"dry run: make run CLUSTER={built.cluster} JOB={a.job} would create (nothing is created):")
+        print("\n".join(lines))
+        return 0
     return run_once(built, a.job, args, timeout, verbose)[0]
 
 

@@ -98,6 +98,11 @@ class Provider(Protocol):
         no such job: the kit then runs up, submit and down itself (scripts/commands/jobs.py).
         built: the checked config (scripts/build.py's Built); the provider preflights it."""
 
+    def run_plan(self, built, job: str, args: list[str], timeout_s: float | None) -> list[str] | None:
+        """What `make run DRY_RUN=1` says where the platform runs the job itself (KubeRay:
+        the RayJob, its limits and files), in lines a person reads; None where `make run`
+        is up, submit and down (the dry run then says what `up` would launch)."""
+
     def job_address(self, record: dict) -> AbstractContextManager:
         """Context yielding (dashboard URL, python, auth token) for job submission."""
 

@@ -327,6 +327,9 @@ def test_a_stuck_pod_fails_up_with_its_events_and_deletes_what_was_applied(kube)
     ({"STANDIN_KUBERAY": "v1.5.1"}, "older than v1.6.0: it has no spec.preRunningDeadlineSeconds"),
     ({"STANDIN_KUBERAY": "none"}, "the cluster has no rayclusters resource; install the KubeRay operator v1.7.0"),
     ({"STANDIN_NAMESPACES": "default"}, "kubernetes.namespace: ray does not exist"),
+    # no kubeconfig: kubectl's localhost:8080 is no cluster of the user's; say to pick one
+    ({"STANDIN_NO_KUBECONFIG": "1"}, "kubectl has no cluster to talk to (no kubeconfig or no "
+                                     "current context: it tried localhost:8080)"),
     ({"STANDIN_CAN_I": "no"}, "this identity may not create rayclusters.ray.io in namespace ray"),
 ])
 def test_preflight_refuses_before_anything_is_applied(kube, setting, message):
@@ -553,3 +556,19 @@ def test_dry_run_says_what_would_be_applied_and_applies_nothing(kube):
     assert "gpu-worker: 2-2 pod(s) x 44 CPUs, 176 GiB, 4 GPU(s) (train) on node.kubernetes.io/instance-type=g5.12xlarge" in dry.stdout
     assert "$" not in dry.stdout  # its node groups bill, at prices the kit does not know
     assert not any(c[2] in ("apply", "create") for c in kube.calls())
+
+
+def test_run_dry_run_says_what_the_rayjob_would_be_and_creates_nothing(kube):
+    """`make run DRY_RUN=1` on KubeRay is the RayJob's plan (it used to print the
+    RayCluster `make up` would apply): its limits, files, images, then its cluster."""
+    dry = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", "--args", "--tasks 2",
+               "--timeout", "600", "--dry-run", "1")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    assert "a RayJob 'k8s-hetero' in namespace ray of kubectl’s current context, running `python main.py --tasks 2`" in lines
+    assert ("  limits: stopped after 600 s (TIMEOUT: activeDeadlineSeconds); failed if its pods are not "
+            "running within 1200 s (ready_timeout_minutes: preRunningDeadlineSeconds)") in lines
+    assert any(line.startswith("  files: ConfigMap k8s-hetero-job-files, ") for line in lines)
+    assert any("rayproject/ray:2.60.0-py311-cu128" in line for line in lines)
+    assert any(line.startswith("  cpu-worker: 2-4 pod(s)") for line in lines)  # then its cluster
+    assert not any(c[2] in ("apply", "create", "delete") for c in kube.calls())

@@ -563,6 +563,11 @@ def job_address(record: dict):
         yield f"http://127.0.0.1:{port}", "python", None
 
 
+def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> None:
+    """`make run` is up, submit and down here: its dry run is `up`'s."""
+    return None
+
+
 def run_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool) -> None:
     """None: EC2 has no job that ends its own instances; `make run` is the kit's up, submit
     and down (down guaranteed)."""

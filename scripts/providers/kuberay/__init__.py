@@ -209,6 +209,12 @@ def run_job(built, job: str, args: list[str], timeout_s: float | None,
                                JOB_PACKAGES, JOB_FILES)
 
 
+def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> list[str]:
+    """The RayJob `make run` would create: its files, limits and images, then its cluster."""
+    return rayjob.plan(built, job, args, timeout_s or DEFAULT_JOB_TIMEOUT_S, JOB_PACKAGES,
+                       JOB_FILES) + plan(built.values, built.config)[1:]
+
+
 def data_problems(record: dict, args: list[str]) -> list[str]:
     """The pods read what their service account may (e.g. S3 through EKS Pod Identity);
     the kit cannot see that from here, so it refuses nothing."""
@@ -225,6 +231,11 @@ def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
     RayClusters there."""
     where = target(values)
     version = run_kubectl(where, "version", "-o", "json", check=False)
+    if version.returncode != 0 and "localhost:8080" in version.stderr + version.stdout:
+        # kubectl found no kubeconfig (or no current context) and fell back to its default
+        raise KitError("kubectl has no cluster to talk to (no kubeconfig or no current context: "
+                       "it tried localhost:8080); `aws eks update-kubeconfig --name <cluster>`, or "
+                       "set kubernetes.context to one of `kubectl config get-contexts`")
     if version.returncode != 0:
         raise KitError(f"kubectl cannot reach the cluster: {kubectl_error(version)}; check "
                        "kubernetes.context and `kubectl cluster-info`")

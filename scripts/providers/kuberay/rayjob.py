@@ -126,6 +126,30 @@ def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
     return config_map, ray_job
 
 
+def plan(built, job: str, args: list[str], timeout_s: float, job_packages: JobPackages,
+         job_files: JobFiles) -> list[str]:
+    """What `run` would create, in lines a person reads (`make run DRY_RUN=1`): checked as
+    `run` checks it, created nowhere."""
+    config_map, ray_job = resources(built, job, args, timeout_s, False, job_packages, job_files)
+    spec, where = ray_job["spec"], kube.target(built.values)
+    size = len(json.dumps(config_map))
+    images = sorted({c["image"] for group in [spec["rayClusterSpec"]["headGroupSpec"],
+                                              *spec["rayClusterSpec"]["workerGroupSpecs"]]
+                     for c in group["template"]["spec"]["containers"]})
+    return [
+        f"a RayJob '{ray_job['metadata']['name']}' in namespace {where['namespace']} of "
+        f"{where['context'] or 'kubectl’s current context'}, running `{spec['entrypoint']}`",
+        f"  files: ConfigMap {config_map['metadata']['name']}, {size // 1024} KiB "
+        f"({len(config_map['data']) + len(config_map['binaryData'])} files: the job's folder and jobs/raykit)",
+        f"  limits: stopped after {spec['activeDeadlineSeconds']} s (TIMEOUT: activeDeadlineSeconds); "
+        f"failed if its pods are not running within {spec['preRunningDeadlineSeconds']} s "
+        "(ready_timeout_minutes: preRunningDeadlineSeconds)",
+        f"  its cluster is deleted when the job ends (ttlSecondsAfterFinished: "
+        f"{spec['ttlSecondsAfterFinished']}); images: {', '.join(images)}",
+        "  its cluster's pods, on the node groups their selectors match (those bill, not the kit):",
+    ]
+
+
 def is_text(content: bytes) -> bool:
     try:
         content.decode()

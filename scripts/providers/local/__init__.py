@@ -516,6 +516,11 @@ def stop_processes(procs: list[psutil.Process], grace_s: float = 3) -> None:
     psutil.wait_procs(still, timeout=5)
 
 
+def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> None:
+    """`make run` is up, submit and down here: its dry run is `up`'s."""
+    return None
+
+
 def run_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool) -> None:
     """None: this machine has no job manager of its own; `make run` is the kit's up, submit
     and down (down guaranteed)."""
