@@ -129,13 +129,15 @@ def test_elastic_run_scales_to_two_replicas_and_learns(cluster, tmp_path):
     env, state = cluster
     results = tmp_path / "summary.json"
     dirs_before = adaptdl_replica_dirs()
-    # One 1-CPU replica trains ~600 images/s. AdaptDL reports its first measurements after
-    # 30 s of training and rescales some 60-100 s in (a run of 2 x 30000 samples ended
-    # first once; 2 x 40000 take ~130 s on one replica), restoring the second generation
-    # from its checkpoint. That may fall inside epoch 0 (which then goes on with 2
-    # replicas from where it was) or in epoch 1, so the checks below hold either way.
+    # One 1-CPU replica trains ~600 images/s. Its first scheduling hint comes after
+    # --hint-interval s of training (upstream's fixed 30 s made this run ~160 s of 2 x
+    # 40000 samples), and the controller rescales some 15-25 s in (it waits as long as the
+    # first generation has run), restoring the second generation from its checkpoint.
+    # 2 x 16000 samples take ~55 s on one replica. The rescale may fall inside epoch 0
+    # (which then goes on with 2 replicas from where it was) or in epoch 1, so the checks
+    # below hold either way.
     run = make("submit", "CLUSTER=local", "JOB=adaptdl_mnist",
-               f"ARGS=-m 2 --epochs 2 --train-samples 40000 --results {results}",
+               f"ARGS=-m 2 --epochs 2 --train-samples 16000 --hint-interval 5 --results {results}",
                env=env, timeout=900)
     assert run.returncode == 0, run.stdout[-6000:]
     summary = json.loads(results.read_text())
