@@ -310,6 +310,19 @@ def test_up_refuses_a_raycluster_it_did_not_launch_and_down_leaves_it(kube):
     assert not any("delete" in c for c in kube.calls())
 
 
+def test_pods_the_namespaces_pod_security_refuses_fail_up_at_once(kube):
+    """A namespace enforcing Pod Security `restricted`: the operator's pod creations are
+    refused, and it says so in a Warning event on the RayCluster. `up` fails on it at the
+    first look, naming the level, instead of after ready_timeout_minutes."""
+    up = kube("up", "--cluster", "k8s_hetero", STANDIN_POD_STATE="Forbidden", RAYKIT_READY_TIMEOUT_S="600")
+    assert up.returncode == 2 and len(up.stderr.strip().splitlines()) == 1, up.stderr
+    assert ("RayCluster k8s-hetero: the operator cannot create its pods: FailedToCreateHeadPod: "
+            "Failed to create head Pod") in up.stderr
+    assert "violates PodSecurity" in up.stderr and "enforce=baseline" in up.stderr
+    assert "RayCluster k8s-hetero deleted" in up.stdout
+    assert not (kube.tmp / "kube" / "ray.RayCluster.k8s-hetero.json").exists()
+
+
 def test_a_stuck_pod_fails_up_with_its_events_and_deletes_what_was_applied(kube):
     up = kube("up", "--cluster", "k8s_hetero", STANDIN_POD_STATE="ImagePullBackOff")
     assert up.returncode == 2

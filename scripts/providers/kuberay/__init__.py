@@ -32,7 +32,7 @@ import yaml
 from jobs.raykit import placement
 from scripts import catalog
 from scripts.core import roles, state, tunnel
-from scripts.core.errors import KitError, not_running
+from scripts.core.errors import KitError, not_running, short
 from scripts.core.ray_cli import free_port
 from scripts.core.signals import signals_deferred
 from scripts.core.submit import JobFiles, JobPackages
@@ -350,10 +350,32 @@ def ready_timeout_s(record: dict) -> float:
     return float(text) if text.isdigit() else record["ready_timeout_minutes"] * 60
 
 
+# Warning events KubeRay records on a RayCluster whose pods it cannot create: no wait helps
+OPERATOR_REFUSALS = ("FailedToCreateHeadPod", "FailedToCreateWorkerPod", "InvalidRayClusterSpec",
+                     "InvalidRayClusterMetadata")
+
+
+def operator_refusal(record: dict) -> str | None:
+    """Why the operator cannot create the cluster's pods (its Warning event), or None."""
+    for event in get_json(record, "events").get("items", []):
+        if (event.get("involvedObject", {}).get("name") == record["name"]
+                and event.get("involvedObject", {}).get("kind") == "RayCluster"
+                and event.get("type") == "Warning" and event.get("reason") in OPERATOR_REFUSALS):
+            message = event.get("message", "")
+            hint = ("; the namespace's Pod Security admission refuses Ray's pods: label it "
+                    "pod-security.kubernetes.io/enforce=baseline (docs/kubernetes.md)"
+                    if "PodSecurity" in message else "")
+            return f"{event['reason']}: {short(message, 240)[1:-1]}{hint}"
+    return None
+
+
 def wait_until_ready(record: dict) -> None:
     deadline = time.monotonic() + ready_timeout_s(record)
     shown = None
     while True:
+        refused = operator_refusal(record)  # fail fast: not after ready_timeout_minutes
+        if refused:
+            raise KitError(f"RayCluster {record['name']}: the operator cannot create its pods: {refused}")
         current = pods(record)
         counts = {g: sum(1 for p in current if group_of(p) == g and ready(p)) for g in record["expected_pods"]}
         line = "pods ready: " + ", ".join(f"{g} {counts[g]}/{n}" for g, n in record["expected_pods"].items())
