@@ -74,7 +74,7 @@ def test_values_land_where_kuberay_reads_them():
     assert head["resources"] == {"CPU": "0"}  # a coordinating head: Ray schedules nothing there
     assert "resources" not in gpu and gpu["rayStartParams"] == {}  # GPUs from the container's limits
     container = gpu["template"]["spec"]["containers"][0]
-    assert container["resources"]["limits"] == {"cpu": "44", "memory": "176Gi", "nvidia.com/gpu": "4"}
+    assert container["resources"]["limits"] == {"cpu": "44", "memory": "160Gi", "nvidia.com/gpu": "4"}
     assert container["resources"]["requests"] == container["resources"]["limits"]
     assert container["image"].endswith("-cu128")
     assert cpu["template"]["spec"]["containers"][0]["image"].endswith("-cpu")
@@ -566,7 +566,7 @@ def test_run_beside_a_running_cluster_of_the_same_name_is_refused(kube):
 def test_dry_run_says_what_would_be_applied_and_applies_nothing(kube):
     dry = kube("up", "--cluster", "k8s_multi", "--dry-run", "1")
     assert dry.returncode == 0, dry.stderr
-    assert "gpu-worker: 2-2 pod(s) x 44 CPUs, 176 GiB, 4 GPU(s) (train) on node.kubernetes.io/instance-type=g5.12xlarge" in dry.stdout
+    assert "gpu-worker: 2-2 pod(s) x 44 CPUs, 160 GiB, 4 GPU(s) (train) on node.kubernetes.io/instance-type=g5.12xlarge" in dry.stdout
     assert "$" not in dry.stdout  # its node groups bill, at prices the kit does not know
     assert not any(c[2] in ("apply", "create") for c in kube.calls())
 

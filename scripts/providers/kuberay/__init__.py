@@ -108,6 +108,7 @@ def value_problems(values: dict) -> list[str]:
         for key in node["node_selector"]:
             problems += [f"{where}.node_selector: key '{key}': {p}"
                          for p in crd.qualified_name_problems(key)]
+        problems += fit_problems(where, node)
         if node["pod"]["shm_gb"] >= node["pod"]["memory_gb"]:
             problems.append(f"{where}.pod.shm_gb: /dev/shm counts against the pod's memory "
                             f"({node['pod']['memory_gb']} GiB); set shm_gb below it")
@@ -119,6 +120,40 @@ def value_problems(values: dict) -> list[str]:
         if ".." in parts or "." in parts or mount in SYSTEM_PATHS or parts[1] in ("dev", "proc", "sys"):
             problems.append(f"volumes[{i}].mount: {mount} would hide the image's own files (or Ray's "
                             "object store in /dev/shm); mount it on a path of its own, e.g. /data")
+    return problems
+
+
+INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+# What a node keeps from its pods: the kubelet's reservation grows with the pods a node may
+# hold (EKS: 255 MiB + 11 MiB per pod), plus eviction headroom and the DaemonSets (CNI,
+# kube-proxy, the NVIDIA device plugin, log agents). On EKS a c5.4xlarge has ~28.0 of its
+# 32 GiB allocatable, a g5.12xlarge ~178 of 192: a pod asking for more than 85% of the
+# type's memory, or for all its vCPUs but one, waits Pending for ever, or until one
+# DaemonSet more takes the rest.
+POD_MEMORY_SHARE = 0.85
+NODE_RESERVED_VCPUS = 1
+
+
+def fit_problems(where: str, node: dict) -> list[str]:
+    """The pod fits the instance type its node selector names (one the catalog knows),
+    with room left for the kubelet and the DaemonSets; nothing is said of other selectors."""
+    names = [node["node_selector"][k] for k in INSTANCE_TYPE_LABELS if k in node["node_selector"]]
+    if not names or names[0] not in catalog.INSTANCE_TYPES:
+        return []
+    name, pod = names[0], node["pod"]
+    spec = catalog.INSTANCE_TYPES[name]
+    memory = int(spec.memory_gib * POD_MEMORY_SHARE)
+    problems = []
+    if pod["gpus"] > spec.gpus:
+        problems.append(f"{where}.pod.gpus: {pod['gpus']} GPU(s), but a {name} has {spec.gpus}; "
+                        "ask for at most that, or select a larger type")
+    if pod["cpus"] > spec.vcpus - NODE_RESERVED_VCPUS:
+        problems.append(f"{where}.pod.cpus: {pod['cpus']} of a {name}'s {spec.vcpus} vCPUs leaves "
+                        f"none for the kubelet and DaemonSets; ask for at most {spec.vcpus - NODE_RESERVED_VCPUS}")
+    if pod["memory_gb"] > memory:
+        problems.append(f"{where}.pod.memory_gb: {pod['memory_gb']} GiB of a {name}'s "
+                        f"{spec.memory_gib} GiB leaves too little for the kubelet and DaemonSets "
+                        f"(about 85% is allocatable); ask for at most {memory}")
     return problems
 
 
