@@ -11,6 +11,7 @@ import yaml
 from conftest import REPO, USER_VALUES, make
 from scripts import catalog
 from scripts.pricing import cost, planner
+from scripts.providers import kuberay
 from scripts.pricing.formulas import cost_change, usd_per_100_steps, usd_per_million_images
 
 
@@ -44,6 +45,30 @@ def test_make_cost_for_every_values_file(cluster, tmp_path):
     (line,) = total
     low, high = map(float, line.split()[-2:])
     assert 0 < low <= high
+
+
+def test_a_kuberay_mix_is_priced_by_the_nodes_its_pods_need():
+    """`make cost CLUSTER=k8s_hetero`: one node per pod where a pod fills its node (the
+    head's g5.xlarge, each c5.4xlarge), two pods a node where two fit; a group whose
+    selector names no known instance type is shown unpriced, and then no total is given."""
+    import copy
+
+    from scripts.build import build
+
+    values = build("k8s_hetero").values
+    lines = cost.kuberay_cost_table(values)
+    assert lines[1].split() == ["node", "group", "instance", "pods", "nodes", "$/h", "each",
+                                "$/h", "at", "min", "$/h", "at", "max"]
+    assert lines[3].split() == ["cpu-worker", "c5.4xlarge", "2-4", "2-4", "0.6800", "1.36", "2.72"]
+    assert lines[4].split() == ["total", "2.37", "3.73"]  # 1.006 + 2 x 0.68, 1.006 + 4 x 0.68
+    halves = copy.deepcopy(values)
+    halves["workers"]["cpu-worker"]["pod"] |= {"cpus": 7, "memory_gb": 13, "shm_gb": 4}
+    assert [g["nodes"] for g in kuberay.node_groups(halves)] == [(1, 1), (1, 2)]  # 2-4 pods, 2 a node
+    unknown = copy.deepcopy(values)
+    unknown["workers"]["cpu-worker"]["node_selector"] = {"eks.amazonaws.com/nodegroup": "cpu"}
+    lines = cost.kuberay_cost_table(unknown)
+    assert not any(line.startswith("total") for line in lines) and cost.kuberay_hourly_cost(unknown) is None
+    assert lines[-1].startswith("cpu-worker: its node selector names no instance type the catalog prices")
 
 
 def test_cost_table_adds_ebs_and_counts_min_and_max_workers(hetero_values):

@@ -1,7 +1,9 @@
 """What a cluster costs per hour: the one place that turns built values into dollars.
 
 An AWS values file is priced node by node from scripts/catalog.py (on-demand list price
-plus the node's EBS volumes). A local values file costs nothing to run; with `prices_as`
+plus the node's EBS volumes). A KubeRay values file is priced by the nodes its pods need
+of the instance types its node selectors name (the node groups bill them, not the kit;
+their disks and the control plane are not counted). A local values file costs nothing to run; with `prices_as`
 it stands for an AWS values file with its own node counts (each local worker type priced
 as the AWS worker type of the same name), which is how `make cost` and `make bench` price
 a local mix. `make up` and `make up DRY_RUN=1` announce hourly_cost; `make cost` prints
@@ -15,7 +17,7 @@ from scripts.build import Built, build
 from scripts.core.errors import KitError
 from scripts.core.values import joined
 from scripts.pricing.output import text_table
-from scripts.providers import aws
+from scripts.providers import aws, kuberay
 
 COST_TABLE_HEADER = ("node type", "instance", "count", "$/h each", "of it EBS", "$/h at min",
                      "$/h at max")
@@ -35,12 +37,31 @@ def aws_hourly_cost(values: dict) -> tuple[float, float] | None:
     return low, high
 
 
+# A Kubernetes values file names no region: its node groups are priced as in the first
+# priced region, and the table says so.
+KUBERNETES_PRICE_REGION = catalog.PRICED_REGIONS[0]
+
+
+def kuberay_hourly_cost(values: dict) -> tuple[float, float] | None:
+    """$/h of the nodes a KubeRay values file's pods need, at min and at max workers; None
+    where a group's selector names no instance type the catalog prices."""
+    groups = kuberay.node_groups(values)
+    if any(g["instance_type"] is None for g in groups):
+        return None
+    each = [catalog.INSTANCE_TYPES[g["instance_type"]].usd_per_hour[KUBERNETES_PRICE_REGION]
+            for g in groups]
+    return (sum(e * g["nodes"][0] for e, g in zip(each, groups)),
+            sum(e * g["nodes"][1] for e, g in zip(each, groups)))
+
+
 def hourly_cost(built: Built) -> tuple[float, float] | None:
     """What running the cluster bills per hour, with min_workers and with max_workers:
-    (0, 0) for a local cluster (it runs on this machine), None for an unpriced region or a
-    KubeRay cluster (its Kubernetes node groups bill, whatever runs: not the kit's to price)."""
+    (0, 0) for a local cluster (it runs on this machine), the node groups' nodes for a
+    KubeRay cluster, None for an unpriced region or instance type."""
     if not built.provider.BILLS:
-        return (0.0, 0.0) if "prices_as" in built.values else None
+        if "prices_as" in built.values:
+            return (0.0, 0.0)
+        return kuberay_hourly_cost(built.values)
     return aws_hourly_cost(built.values)
 
 
@@ -88,9 +109,7 @@ def cost_table(built: Built) -> list[str]:
     if built.provider.BILLS:
         return aws_cost_table(values)
     if "prices_as" not in values:  # KubeRay: no prices_as (its group names are not AWS's)
-        return [f"'{values['cluster_name']}' runs on a Kubernetes cluster's nodes: its node groups "
-                "bill whatever runs on them, and the kit launches none; `make cost` prices the AWS "
-                "mix of the same shape (e.g. CLUSTER=hetero for k8s_hetero)"]
+        return kuberay_cost_table(values)
     if not values["prices_as"]:
         return [f"'{values['cluster_name']}' runs on this machine: no cloud cost "
                 "(set prices_as to price it like an AWS values file)"]
@@ -125,6 +144,33 @@ def aws_cost_table(values: dict) -> list[str]:
     lines += [f"spot: {name} is billed at the spot price (varies, often well below on-demand; "
               "not in the catalog) and may be reclaimed: the figures above are its on-demand "
               "ceiling" for name in spot]
+    return lines
+
+
+def kuberay_cost_table(values: dict) -> list[str]:
+    """Per group: its instance type, pods and the nodes they need at min..max, $/h a node,
+    the group's $/h at min and at max; the totals, or what could not be priced."""
+    rows = [("node group", "instance", "pods", "nodes", "$/h each", "$/h at min", "$/h at max")]
+    unpriced = []
+    span = lambda pair: str(pair[0]) if pair[0] == pair[1] else f"{pair[0]}-{pair[1]}"  # noqa: E731
+    for g in kuberay.node_groups(values):
+        if g["instance_type"] is None:
+            unpriced.append(g["name"])
+            rows.append((g["name"], "?", span(g["pods"]), "?", "-", "-", "-"))
+            continue
+        each = catalog.INSTANCE_TYPES[g["instance_type"]].usd_per_hour[KUBERNETES_PRICE_REGION]
+        rows.append((g["name"], g["instance_type"], span(g["pods"]), span(g["nodes"]), f"{each:.4f}",
+                     f"{each * g['nodes'][0]:.2f}", f"{each * g['nodes'][1]:.2f}"))
+    lines = [f"'{values['cluster_name']}' on Kubernetes: the nodes its pods need, of the instance "
+             f"types their node selectors name, at {KUBERNETES_PRICE_REGION} on-demand list prices "
+             "(scripts/catalog.py, as of 2026-11); the node groups bill them, not the kit; node "
+             "disks and the control plane (EKS: $0.10/h) are not counted"]
+    cost = kuberay_hourly_cost(values)
+    if cost:
+        rows.append(("total", "", "", "", "", f"{cost[0]:.2f}", f"{cost[1]:.2f}"))
+    lines += text_table(rows, left=(0, 1))
+    lines += [f"{name}: its node selector names no instance type the catalog prices "
+              "(node.kubernetes.io/instance-type): not priced, so no total" for name in unpriced]
     return lines
 
 

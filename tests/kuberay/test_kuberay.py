@@ -567,7 +567,8 @@ def test_dry_run_says_what_would_be_applied_and_applies_nothing(kube):
     dry = kube("up", "--cluster", "k8s_multi", "--dry-run", "1")
     assert dry.returncode == 0, dry.stderr
     assert "gpu-worker: 2-2 pod(s) x 44 CPUs, 160 GiB, 4 GPU(s) (train) on node.kubernetes.io/instance-type=g5.12xlarge" in dry.stdout
-    assert "$" not in dry.stdout  # its node groups bill, at prices the kit does not know
+    # the nodes its pods need, priced as the node groups bill them
+    assert "total ~$12.90/h with min_workers, up to ~$16.98/h at max_workers" in dry.stdout
     assert not any(c[2] in ("apply", "create") for c in kube.calls())
 
 

@@ -134,13 +134,42 @@ POD_MEMORY_SHARE = 0.85
 NODE_RESERVED_VCPUS = 1
 
 
+def instance_type_of(node: dict) -> str | None:
+    """The catalog instance type a group's node selector names, or None (another selector,
+    or a type the catalog does not know)."""
+    names = [node["node_selector"][k] for k in INSTANCE_TYPE_LABELS if k in node["node_selector"]]
+    return names[0] if names and names[0] in catalog.INSTANCE_TYPES else None
+
+
+def pods_per_node(pod: dict, spec) -> int:
+    """How many of these pods one node of the type holds, with fit_problems' room left."""
+    fits = [(spec.vcpus - NODE_RESERVED_VCPUS) // pod["cpus"],
+            int(spec.memory_gib * POD_MEMORY_SHARE) // pod["memory_gb"]]
+    if pod["gpus"]:
+        fits.append(spec.gpus // pod["gpus"])
+    return max(1, min(fits))
+
+
+def node_groups(values: dict) -> list[dict]:
+    """Per group: the nodes its pods need at min and at max workers, and the instance type
+    its selector names (None: not priceable). What the node groups bill while the cluster
+    runs: a node the pods fill is a node the group keeps (one GPU or big pod per node)."""
+    groups = []
+    for name, node, low, high in [(HEAD_TYPE, values["head"], 1, 1)] + [
+            (n, w, w["min_workers"], w["max_workers"]) for n, w in values["workers"].items()]:
+        kind = instance_type_of(node)
+        per = pods_per_node(node["pod"], catalog.INSTANCE_TYPES[kind]) if kind else 1
+        groups.append({"name": name, "instance_type": kind, "pods": (low, high),
+                       "nodes": (-(-low // per), -(-high // per))})
+    return groups
+
+
 def fit_problems(where: str, node: dict) -> list[str]:
     """The pod fits the instance type its node selector names (one the catalog knows),
     with room left for the kubelet and the DaemonSets; nothing is said of other selectors."""
-    names = [node["node_selector"][k] for k in INSTANCE_TYPE_LABELS if k in node["node_selector"]]
-    if not names or names[0] not in catalog.INSTANCE_TYPES:
+    name, pod = instance_type_of(node), node["pod"]
+    if name is None:
         return []
-    name, pod = names[0], node["pod"]
     spec = catalog.INSTANCE_TYPES[name]
     memory = int(spec.memory_gib * POD_MEMORY_SHARE)
     problems = []
