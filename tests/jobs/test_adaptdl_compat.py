@@ -332,6 +332,7 @@ def ray_one_cpu():
     os.environ.update(saved)
 
 
+@pytest.mark.cluster  # a Ray of its own: beside adaptdl-ray's suites it took 80 s, alone 6
 def test_in_a_real_ray_worker(ray_one_cpu):
     ray = ray_one_cpu
 
@@ -347,6 +348,7 @@ def test_in_a_real_ray_worker(ray_one_cpu):
     assert cpus == [1.0]
 
 
+@pytest.mark.cluster  # a Ray of its own: beside adaptdl-ray's suites it took 80 s, alone 6
 def test_the_controller_actor_runs_the_fixed_failure_handling(ray_one_cpu):
     # Ray's actor class copies the methods at decoration: the fix must reach the actor itself
     ray = ray_one_cpu
@@ -377,6 +379,7 @@ def test_controller_cluster_check_on_a_cpu_only_node():
         unfixed._cluster_ready(["10.0.0.5"])
 
 
+@pytest.mark.cluster  # a Ray of its own: beside adaptdl-ray's suites it took 80 s, alone 6
 def test_spot_listener_takes_no_cpu_from_a_full_node(ray_one_cpu):
     ray = ray_one_cpu
     import adaptdl_ray.aws.controller as controller
