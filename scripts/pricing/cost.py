@@ -42,16 +42,19 @@ def aws_hourly_cost(values: dict) -> tuple[float, float] | None:
 KUBERNETES_PRICE_REGION = catalog.PRICED_REGIONS[0]
 
 
+def node_usd_per_hour(group: dict) -> float:
+    """A KubeRay group's node, at KUBERNETES_PRICE_REGION's list price."""
+    return catalog.INSTANCE_TYPES[group["instance_type"]].usd_per_hour[KUBERNETES_PRICE_REGION]
+
+
 def kuberay_hourly_cost(values: dict) -> tuple[float, float] | None:
     """$/h of the nodes a KubeRay values file's pods need, at min and at max workers; None
     where a group's selector names no instance type the catalog prices."""
     groups = kuberay.node_groups(values)
     if any(g["instance_type"] is None for g in groups):
         return None
-    each = [catalog.INSTANCE_TYPES[g["instance_type"]].usd_per_hour[KUBERNETES_PRICE_REGION]
-            for g in groups]
-    return (sum(e * g["nodes"][0] for e, g in zip(each, groups)),
-            sum(e * g["nodes"][1] for e, g in zip(each, groups)))
+    return (sum(node_usd_per_hour(g) * g["nodes"][0] for g in groups),
+            sum(node_usd_per_hour(g) * g["nodes"][1] for g in groups))
 
 
 def hourly_cost(built: Built) -> tuple[float, float] | None:
@@ -158,7 +161,7 @@ def kuberay_cost_table(values: dict) -> list[str]:
             unpriced.append(g["name"])
             rows.append((g["name"], "?", span(g["pods"]), "?", "-", "-", "-"))
             continue
-        each = catalog.INSTANCE_TYPES[g["instance_type"]].usd_per_hour[KUBERNETES_PRICE_REGION]
+        each = node_usd_per_hour(g)
         rows.append((g["name"], g["instance_type"], span(g["pods"]), span(g["nodes"]), f"{each:.4f}",
                      f"{each * g['nodes'][0]:.2f}", f"{each * g['nodes'][1]:.2f}"))
     lines = [f"'{values['cluster_name']}' on Kubernetes: the nodes its pods need, of the instance "

@@ -141,10 +141,16 @@ def instance_type_of(node: dict) -> str | None:
     return names[0] if names and names[0] in catalog.INSTANCE_TYPES else None
 
 
+def room(spec) -> tuple[int, int]:
+    """(vCPUs, GiB) of a node of the type that pods may ask for: the rest is the kubelet's
+    and the DaemonSets'."""
+    return spec.vcpus - NODE_RESERVED_VCPUS, int(spec.memory_gib * POD_MEMORY_SHARE)
+
+
 def pods_per_node(pod: dict, spec) -> int:
     """How many of these pods one node of the type holds, with fit_problems' room left."""
-    fits = [(spec.vcpus - NODE_RESERVED_VCPUS) // pod["cpus"],
-            int(spec.memory_gib * POD_MEMORY_SHARE) // pod["memory_gb"]]
+    cpus, memory = room(spec)
+    fits = [cpus // pod["cpus"], memory // pod["memory_gb"]]
     if pod["gpus"]:
         fits.append(spec.gpus // pod["gpus"])
     return max(1, min(fits))
@@ -171,14 +177,14 @@ def fit_problems(where: str, node: dict) -> list[str]:
     if name is None:
         return []
     spec = catalog.INSTANCE_TYPES[name]
-    memory = int(spec.memory_gib * POD_MEMORY_SHARE)
+    cpus, memory = room(spec)
     problems = []
     if pod["gpus"] > spec.gpus:
         problems.append(f"{where}.pod.gpus: {pod['gpus']} GPU(s), but a {name} has {spec.gpus}; "
                         "ask for at most that, or select a larger type")
-    if pod["cpus"] > spec.vcpus - NODE_RESERVED_VCPUS:
+    if pod["cpus"] > cpus:
         problems.append(f"{where}.pod.cpus: {pod['cpus']} of a {name}'s {spec.vcpus} vCPUs leaves "
-                        f"none for the kubelet and DaemonSets; ask for at most {spec.vcpus - NODE_RESERVED_VCPUS}")
+                        f"none for the kubelet and DaemonSets; ask for at most {cpus}")
     if pod["memory_gb"] > memory:
         problems.append(f"{where}.pod.memory_gb: {pod['memory_gb']} GiB of a {name}'s "
                         f"{spec.memory_gib} GiB leaves too little for the kubelet and DaemonSets "
