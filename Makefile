@@ -5,7 +5,7 @@ CLUSTER ?= local#        a values file in cluster_templates/ (local, local_singl
 JOB     ?= vit_synthetic#   a directory in jobs/ (vit_synthetic, adaptdl_mnist, smoke)
 ARGS    ?=#              flags for the job, split as a shell would: ARGS="--steps 20 --batch-size 16"
 TIMEOUT ?=#              stop a submitted job after this many seconds (empty: 6 h on AWS, no limit locally)
-DRY_RUN ?=#              1: `make up`, `run` and `bench` print what they would launch, and launch nothing
+DRY_RUN ?=#              1: `make up`, `run`, `bench` and `image` print what they would do, and do nothing
 PURGE   ?=#              1: `make down` on AWS also deletes the cluster's security group
 ID      ?=#              a job's id, for `make logs` and `make stop-job` (`make jobs` lists them)
 FOLLOW  ?=#              1: `make logs` follows the job until it ends, `make monitor` the autoscaler
@@ -46,7 +46,7 @@ STAMP := $(VENV)/.installed
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images cost plan bench test test-offline test-cluster test-adaptdl bench-data bench-wait clean
+.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images image cost plan bench test test-offline test-cluster test-adaptdl bench-data bench-wait clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -110,6 +110,9 @@ demo: $(STAMP) ## the ViT job end to end on the local simulated cluster
 
 images: $(STAMP) ## a JPEG image set for a job's --data (default build/images; see ARGS=--help)
 	@$(KIT) images
+
+image: $(STAMP) ## build the container images a KubeRay CLUSTER names, jobs' packages baked in (needs Docker)
+	@$(KIT) image
 
 cost: $(STAMP) ## CLUSTER's $/h per node type at min and max workers, EBS included, and totals
 	@$(KIT) cost

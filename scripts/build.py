@@ -84,6 +84,11 @@ def strict_tojson(tojson):
 
 
 def render_template(provider_name: str, context: dict) -> str:
+    return render(f"{provider_name}.yaml.j2", context, f"scripts/providers/{provider_name}/")
+
+
+def render(template: str, context: dict, provided_by: str) -> str:
+    """cluster_templates/<template> filled from `context`: strings only through tojson."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         undefined=jinja2.StrictUndefined,  # a missing value is an error, never ""
@@ -92,7 +97,6 @@ def render_template(provider_name: str, context: dict) -> str:
     )
     env.filters["tojson"] = strict_tojson(env.filters["tojson"])
     try:
-        return env.get_template(f"{provider_name}.yaml.j2").render(**context)
+        return env.get_template(template).render(**context)
     except jinja2.UndefinedError as e:
-        raise KitError(f"cluster_templates/{provider_name}.yaml.j2: {e}; "
-                       f"scripts/providers/{provider_name}.py must provide that value") from None
+        raise KitError(f"cluster_templates/{template}: {e}; {provided_by} must provide that value") from None

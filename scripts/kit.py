@@ -25,6 +25,8 @@ day2, priceperf).
   run       up + submit + down; down runs, through Ctrl-C and SIGTERM, if this run launched
             (KubeRay: a RayJob, whose cluster the operator deletes when the job ends)
   images    write a JPEG image set (ARGS: --count, --size, --dir) for a job's --data
+  image     build the container images a KubeRay CLUSTER names (images.job_packages: baked):
+            Ray's images with the jobs' packages (Docker; DRY_RUN=1: only the commands)
   clean     remove build/, keeping the records of clusters that may be running
   cost      CLUSTER's $/h per node type at min and max workers, with EBS, and totals
   plan      the cheapest mix that feeds the trainers, from PROFILE=<job summary> or ARGS
@@ -46,7 +48,7 @@ import sys
 import time
 import traceback
 
-from scripts.commands import day2, images, jobs, lifecycle, priceperf
+from scripts.commands import container_image, day2, images, jobs, lifecycle, priceperf
 from scripts.core.errors import KitError
 from scripts.core.paths import LOGS
 from scripts.core.state import make_dir
@@ -59,8 +61,8 @@ COMMANDS = {
     # jobs
     "submit": jobs.cmd_submit, "jobs": jobs.cmd_jobs, "logs": jobs.cmd_logs,
     "stop-job": jobs.cmd_stop_job, "run": jobs.cmd_run,
-    # data
-    "images": images.cmd_images,
+    # data and images
+    "images": images.cmd_images, "image": container_image.cmd_image,
     # day 2
     "status": day2.cmd_status, "dashboard": day2.cmd_dashboard, "attach": day2.cmd_attach,
     "monitor": day2.cmd_monitor,

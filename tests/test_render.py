@@ -8,6 +8,7 @@ from scripts.providers.aws import render as aws_render
 from scripts.providers.aws import values as aws_values
 from scripts import catalog
 from scripts.build import build, build_text, render_template
+from scripts.core import node_packages
 from scripts.core.errors import KitError
 from scripts.core.inputs import available_clusters
 from scripts.providers import PROVIDERS, Provider, aws, local
@@ -218,7 +219,7 @@ def test_setup_commands_install_the_pinned_job_packages_cpu_torch_on_cpu_nodes()
     config = build("hetero").config
     head = config["head_setup_commands"]
     worker = config["available_node_types"]["cpu_worker"]["worker_setup_commands"]
-    pins = aws_render.pinned_requirements(REPO / "requirements.txt")
+    pins = node_packages.pinned_requirements(REPO / "requirements.txt")
     for commands in (head, worker):
         words = " ".join(commands).split()
         for name in ("torch", "torchvision", "timm", "scipy"):
@@ -226,7 +227,7 @@ def test_setup_commands_install_the_pinned_job_packages_cpu_torch_on_cpu_nodes()
         assert "--no-deps adaptdl==0.2.11 adaptdl-sched==0.2.11 adaptdl-ray==0.2.11" in commands[-1]
     # the GPU head takes the default (CUDA) build; the CPU worker PyTorch's CPU build first
     assert not any("--index-url" in c for c in head)
-    assert worker[0] == (f"pip install -q --no-cache-dir --index-url {aws_render.TORCH_CPU_INDEX} "
+    assert worker[0] == (f"pip install -q --no-cache-dir --index-url {node_packages.TORCH_CPU_INDEX} "
                          f"{pins['torch']} {pins['torchvision']}")
     assert config["setup_commands"] == []
 

@@ -32,9 +32,9 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
               verbose: bool = False) -> tuple[int, dict | None]:
     """The job's exit code and summary (its RESULT line, None if it printed none)."""
     provider = PROVIDERS[record["provider"]]
-    unreadable = provider.data_problems(record, args)
-    if unreadable:  # before the job runs: its read tasks would fail on the workers
-        raise KitError("; ".join(unreadable))
+    problems = provider.job_problems(record, job, args)
+    if problems:  # before the job runs: its tasks would fail on the nodes
+        raise KitError("; ".join(problems))
     if timeout is None and provider.DEFAULT_JOB_TIMEOUT_S:
         timeout = provider.DEFAULT_JOB_TIMEOUT_S
         print(f"TIMEOUT is not set: on {provider.NAME.upper()} the job is stopped after "

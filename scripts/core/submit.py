@@ -40,6 +40,7 @@ class JobFiles(enum.StrEnum):
 
 
 ENTRYPOINT = "main.py"
+PIP_SETUP_TIMEOUT_S = 1800
 # Every job ends by printing its summary as `RESULT {json}`: the kit reads it from the log
 # and keeps it in build/results/<id>.json. It is for machines: the stream shows it only
 # with VERBOSE=1 (a person reads the job's own summary table above it).
@@ -150,6 +151,8 @@ def job_runtime_env(job: str, packages: list[str], job_packages: JobPackages,
                            | ({"RAYKIT_VERBOSE": "1"} if verbose else QUIET_ENV) | (env_vars or {})}
     if packages and JobPackages(job_packages) is JobPackages.PIP:  # a virtualenv on each node, over the image's packages
         runtime_env["pip"] = {"packages": packages, "pip_check": False}
+        # CUDA torch is ~3 GB of wheels: Ray's 10-minute default would fail a first start
+        runtime_env["config"] = {"setup_timeout_seconds": PIP_SETUP_TIMEOUT_S}
     return runtime_env
 
 

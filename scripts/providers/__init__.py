@@ -87,9 +87,11 @@ class Provider(Protocol):
     def monitor(self, record: dict, follow: bool) -> int:
         """The autoscaler's log: its last lines, or followed until Ctrl-C."""
 
-    def data_problems(self, record: dict, args: list[str]) -> list[str]:
-        """What a job's ARGS name that the cluster's nodes cannot read (AWS: s3:// buckets
-        outside aws.data_buckets), one 'problem; fix' each; [] when all is readable."""
+    def job_problems(self, record: dict, job: str, args: list[str]) -> list[str]:
+        """What would fail the job on the cluster's nodes, said before it runs, one
+        'problem; fix' each: data its ARGS name that the nodes cannot read (AWS: s3://
+        buckets outside aws.data_buckets), packages its nodes' images lack and no runtime_env
+        can install (KubeRay's stock images); [] when none."""
 
     def run_job(self, built, job: str, args: list[str], timeout_s: float | None,
                 verbose: bool) -> tuple[int, dict | None] | None:
@@ -102,6 +104,10 @@ class Provider(Protocol):
         """What `make run DRY_RUN=1` says where the platform runs the job itself (KubeRay:
         the RayJob, its limits and files), in lines a person reads; None where `make run`
         is up, submit and down (the dry run then says what `up` would launch)."""
+
+    def images_to_bake(self, values: dict) -> dict[str, str]:
+        """{"gpu"|"cpu": the tag the pods pull} for `make image` to build with the jobs'
+        packages baked in; raise KitError saying why where the nodes get them otherwise."""
 
     def job_address(self, record: dict) -> AbstractContextManager:
         """Context yielding (dashboard URL, python, auth token) for job submission."""

@@ -1039,8 +1039,8 @@ def test_submit_refuses_s3_data_the_nodes_cannot_read_before_the_job_runs():
     from scripts.providers import aws
 
     record = RECORD | {"data_buckets": ["team-images"]}
-    assert aws.data_problems(record, ["--data", "s3://team-images/train/", "--steps", "5"]) == []
-    (problem,) = aws.data_problems(record, ["--data=s3://payroll/x", "--steps", "5"])
+    assert aws.job_problems(record, "vit_synthetic", ["--data", "s3://team-images/train/", "--steps", "5"]) == []
+    (problem,) = aws.job_problems(record, "vit_synthetic", ["--data=s3://payroll/x", "--steps", "5"])
     assert problem.startswith("ARGS: s3://payroll: the nodes of 'hetero' cannot read bucket payroll")
     assert "add it to aws.data_buckets" in problem
-    assert aws.data_problems(RECORD, ["--data", "s3://any"])[0].startswith("ARGS: s3://any:")  # none named
+    assert aws.job_problems(RECORD, "vit_synthetic", ["--data", "s3://any"])[0].startswith("ARGS: s3://any:")  # none named

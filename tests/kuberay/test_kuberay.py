@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from conftest import REPO, USER_JOBS, kept_summary, load_example
+from conftest import REPO, USER_JOBS, USER_VALUES, kept_summary, load_example
 from jobs.raykit import placement
 from scripts.build import build, build_text
 from scripts.providers.kuberay import crd, rayjob
@@ -237,6 +237,40 @@ def test_a_hostile_job_arg_stays_one_word(ray_job):
     _, job = rayjob.resources(build("k8s_hetero"), "smoke", ["$(touch /tmp/x)", "a b"], 60, False,
                                    "pip", "upload")
     assert job["spec"]["entrypoint"] == "python main.py '$(touch /tmp/x)' 'a b'"
+
+
+# --- the jobs' packages on stock images (images.job_packages) ----------------------
+
+def test_cpu_pods_take_cpu_torch_and_gpu_pods_cuda_torch():
+    """Every pip on a CPU pod (Ray's runtime_env installs) looks in PyTorch's CPU index
+    first, where torch==X's CPU build (X+cpu) sorts above X; GPU pods take PyPI's CUDA build."""
+    spec = build("k8s_hetero").config["spec"]
+    head = spec["headGroupSpec"]["template"]["spec"]["containers"][0]
+    worker = spec["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    assert head["env"] == []  # the GPU head
+    assert worker["env"] == [{"name": "PIP_INDEX_URL", "value": "https://download.pytorch.org/whl/cpu"},
+                             {"name": "PIP_EXTRA_INDEX_URL", "value": "https://pypi.org/simple"}]
+    from packaging.specifiers import SpecifierSet
+    assert SpecifierSet("==2.14.1").contains("2.14.1+cpu")  # the pin accepts the CPU build
+
+
+def test_the_rayjob_installs_the_jobs_packages_with_time_for_cuda_wheels():
+    _, job = rayjob.resources(build("k8s_hetero"), "vit_synthetic", [], 600, False, "pip", "upload")
+    runtime_env = json.loads(job["spec"]["runtimeEnvYAML"])
+    assert {"torch==2.14.1", "torchvision==0.29.1", "timm==1.0.31"} <= set(runtime_env["pip"]["packages"])
+    assert runtime_env["config"] == {"setup_timeout_seconds": 1800}
+
+
+def test_baked_images_must_not_be_the_stock_ones():
+    values = load_example("k8s_hetero")
+    values["images"]["job_packages"] = "baked"
+    with pytest.raises(Exception) as refused:
+        build_text("k8s_hetero", yaml.safe_dump(values).encode())
+    assert "images.gpu: rayproject/ray:2.60.0-py311-cu128 is a stock Ray image" in str(refused.value)
+    assert "images.cpu: rayproject/ray:2.60.0-py311-cpu is a stock Ray image" in str(refused.value)
+    values["images"] |= {"gpu": "registry.example.com/team/raykit-jobs:2.60.0-gpu",
+                         "cpu": "registry.example.com/team/raykit-jobs:2.60.0-cpu"}
+    build_text("k8s_hetero", yaml.safe_dump(values).encode())  # accepted
 
 
 # --- make up / status / down / run against the stand-in kubectl ----------------------
@@ -586,3 +620,36 @@ def test_run_dry_run_says_what_the_rayjob_would_be_and_creates_nothing(kube):
     assert any("rayproject/ray:2.60.0-py311-cu128" in line for line in lines)
     assert any(line.startswith("  cpu-worker: 2-4 pod(s)") for line in lines)  # then its cluster
     assert not any(c[2] in ("apply", "create", "delete") for c in kube.calls())
+
+
+def test_a_job_no_runtime_env_can_install_is_refused_on_stock_images_before_anything_runs(kube):
+    """adaptdl installs only with --no-deps: on stock images it would die of a
+    ModuleNotFoundError after the pods billed. `make run` and `make submit` refuse it with
+    one line; with baked images (named in the values) the RayJob is planned."""
+    for command in (["run", "--cluster", "k8s_hetero", "--job", "adaptdl_mnist"],
+                    ["run", "--cluster", "k8s_hetero", "--job", "adaptdl_mnist", "--dry-run", "1"]):
+        refused = kube(*command)
+        assert refused.returncode == 2
+        assert refused.stderr.startswith("error: JOB=adaptdl_mnist: its requirements-nodeps.txt installs "
+                                         "only with --no-deps"), refused.stderr
+        assert len(refused.stderr.splitlines()) == 1
+    assert not any(c[2] in ("apply", "create") for c in kube.calls())
+    up = kube("up", "--cluster", "k8s_hetero")
+    assert up.returncode == 0, up.stderr
+    submitted = kube("submit", "--cluster", "k8s_hetero", "--job", "adaptdl_mnist")
+    assert submitted.returncode == 2 and "images.job_packages: baked" in submitted.stderr
+    assert "port-forward" not in " ".join(" ".join(c) for c in kube.calls())  # refused before any tunnel
+    assert kube("down", "--cluster", "k8s_hetero").returncode == 0
+
+    values = load_example("k8s_hetero") | {"cluster_name": "k8s-baked"}
+    values["images"] = {"gpu": "registry.example.com/raykit-jobs:gpu",
+                        "cpu": "registry.example.com/raykit-jobs:cpu", "job_packages": "baked"}
+    name = f"baked_{uuid.uuid4().hex[:8]}"
+    path = USER_VALUES / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    try:
+        dry = kube("run", "--cluster", name, "--job", "adaptdl_mnist", "--dry-run", "1")
+    finally:
+        path.unlink()
+    assert dry.returncode == 0, dry.stderr
+    assert "registry.example.com/raykit-jobs:gpu" in dry.stdout

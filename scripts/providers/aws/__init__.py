@@ -150,8 +150,8 @@ def companion_files(cluster: str, values: dict) -> dict[str, str]:
 S3_URI = re.compile(r"s3://([^/\s]+)")
 
 
-def data_problems(record: dict, args: list[str]) -> list[str]:
-    """The S3 buckets a job's ARGS name that the cluster's nodes cannot read: only those in
+def job_problems(record: dict, job: str, args: list[str]) -> list[str]:
+    """Every node's setup installs the jobs' packages (adaptdl's too). The S3 buckets a job's ARGS name that the cluster's nodes cannot read: only those in
     aws.data_buckets are readable (read-only) by its workers, where preprocessing reads."""
     readable = set(record.get("data_buckets") or [])
     named = sorted({m.group(1) for arg in args for m in S3_URI.finditer(arg)})
@@ -566,6 +566,11 @@ def job_address(record: dict):
 def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> None:
     """`make run` is up, submit and down here: its dry run is `up`'s."""
     return None
+
+
+def images_to_bake(values: dict) -> dict[str, str]:
+    raise KitError("`make image` builds the images a KubeRay values file names (images.job_packages: "
+                   "baked, see k8s_hetero.yaml); AWS nodes install the jobs' packages at setup (node_packages.install_commands)")
 
 
 def run_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool) -> None:

@@ -3,13 +3,12 @@ their resources, labels, volumes, images and setup, the start commands of the wa
 the spot watcher, and each host's dead-man switch."""
 
 import base64
-import re
 import shlex
 
 from jobs.raykit import placement
 from scripts import catalog
-from scripts.core.errors import KitError
-from scripts.core.paths import NODE_PROGRAMS, REPO
+from scripts.core import node_packages
+from scripts.core.paths import NODE_PROGRAMS
 from scripts.providers.aws.names import (
     HEAD_TYPE,
     KIT_TAG,
@@ -57,23 +56,6 @@ DEADMAN_GRACE_MIN = 45
 
 
 DEADMAN_IDLE_MIN = 10
-
-
-# Packages the jobs import, installed into every node's image by its setup commands; their
-# pins come from requirements.txt. (A job's own requirements.txt is JOB_PACKAGES' business.)
-NODE_IMAGE_PACKAGES = ("torch", "torchvision", "timm", "autograd", "pandas", "portpicker",
-                "scipy", "semver", "pymoo", "setuptools")
-
-
-# ...and on GPU nodes only: NVML's bindings, which torch.cuda.utilization needs (the Ray
-# image lacks them); without them the ViT job cannot tell a busy GPU from a host-bound one.
-GPU_NODE_IMAGE_PACKAGES = ("nvidia-ml-py",)
-
-
-NODEPS_REQUIREMENTS = REPO / "jobs" / "adaptdl_mnist" / "requirements-nodeps.txt"
-
-
-TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own CPU-only wheels
 
 
 CONTAINER_USER = "1000:100"  # the `ray` user and `users` group of Ray's Docker images
@@ -189,7 +171,7 @@ def aws_node(name: str, node: dict, preprocess: bool, spot: bool, root_device: s
         "market_type": "spot" if spot else None,  # the head is never spot: losing it ends the cluster
         "image": catalog.DOCKER_IMAGE["gpu" if spec.gpus else "cpu"],
         "run_options": run_options,
-        "setup_commands": job_setup_commands(gpu=spec.gpus > 0),
+        "setup_commands": node_packages.install_commands(gpu=spec.gpus > 0),
     }
 
 
@@ -230,34 +212,3 @@ def host_dir_commands(docker: dict, data_volume_sizes: list[int]) -> list[str]:
                 f"&& sudo chown {CONTAINER_USER} {target}; fi"
             )
     return commands
-
-
-def pinned_requirements(path) -> dict[str, str]:
-    """{name: 'name==version'} for every pinned line of a requirements file."""
-    pins = {}
-    for line in path.read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==([A-Za-z0-9_.+!-]+)", line.strip())
-        if match:
-            pins[match.group(1).lower()] = f"{match.group(1)}=={match.group(3)}"
-    return pins
-
-
-def job_setup_commands(gpu: bool) -> list[str]:
-    """The jobs' pinned packages, installed in the container. A CPU-only node (a
-    preprocessor) first takes torch and torchvision from PyTorch's CPU wheel index: the
-    default build is CUDA's, whose torch and nvidia-* wheels take 4.4 GB installed
-    (measured in .venv), pulled on every worker boot for nothing. `torch==X` then counts
-    as satisfied by the CPU build (X+cpu), so the second command installs only the rest."""
-    pins = pinned_requirements(REPO / "requirements.txt")
-    packages = NODE_IMAGE_PACKAGES + (GPU_NODE_IMAGE_PACKAGES if gpu else ())
-    missing = [p for p in packages if p not in pins]
-    if missing:
-        raise KitError(f"requirements.txt: no pinned version for {', '.join(missing)}")
-    nodeps = pinned_requirements(NODEPS_REQUIREMENTS).values()
-    commands = [] if gpu else [
-        f"pip install -q --no-cache-dir --index-url {TORCH_CPU_INDEX} "
-        + shlex.join([pins["torch"], pins["torchvision"]])]
-    return commands + [
-        "pip install -q --no-cache-dir " + shlex.join(pins[p] for p in packages),
-        "pip install -q --no-cache-dir --no-deps " + shlex.join(nodeps),
-    ]

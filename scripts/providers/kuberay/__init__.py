@@ -31,10 +31,11 @@ import yaml
 
 from jobs.raykit import placement
 from scripts import catalog
-from scripts.core import roles, state, tunnel
+from scripts.core import node_packages, roles, state, tunnel
 from scripts.core.errors import KitError, not_running, short
 from scripts.core.ray_cli import free_port
 from scripts.core.signals import signals_deferred
+from scripts.core.inputs import job_dir
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.providers.kuberay import crd, rayjob
 from scripts.providers.kuberay.kubectl import delete as kubectl_delete
@@ -81,6 +82,7 @@ RECORD_SCHEMA = {
         "launch_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
         "expected_pods": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
         "ready_timeout_minutes": {"type": "integer", "minimum": 1, "maximum": 120},
+        "job_packages": {"enum": ["install", "baked"]},  # images.job_packages (absent: install)
     },
 }
 
@@ -112,6 +114,11 @@ def value_problems(values: dict) -> list[str]:
         if node["pod"]["shm_gb"] >= node["pod"]["memory_gb"]:
             problems.append(f"{where}.pod.shm_gb: /dev/shm counts against the pod's memory "
                             f"({node['pod']['memory_gb']} GiB); set shm_gb below it")
+    images = values["images"]
+    if images["job_packages"] == "baked":
+        problems += [f"images.{kind}: {images[kind]} is a stock Ray image, without the jobs' packages; "
+                     "name the image `make image` built, or set images.job_packages: install"
+                     for kind in ("gpu", "cpu") if is_stock_image(images[kind])]
     mounts = [v["mount"].rstrip("/") or "/" for v in values["volumes"]]
     if len(set(mounts)) < len(mounts):
         problems.append("volumes: two volumes share a mount; give each its own path")
@@ -121,6 +128,14 @@ def value_problems(values: dict) -> list[str]:
             problems.append(f"volumes[{i}].mount: {mount} would hide the image's own files (or Ray's "
                             "object store in /dev/shm); mount it on a path of its own, e.g. /data")
     return problems
+
+
+STOCK_IMAGE_REPOSITORIES = ("rayproject/ray", "docker.io/rayproject/ray", "rayproject/ray-ml")
+
+
+def is_stock_image(image: str) -> bool:
+    """One of Ray's own images: Ray and its dependencies, none of the jobs' packages."""
+    return image.split("@")[0].rsplit(":", 1)[0] in STOCK_IMAGE_REPOSITORIES
 
 
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
@@ -229,6 +244,8 @@ def group(values: dict, node: dict, labels: dict, resources: dict | None = None,
         "labels": labels,
         "resources": resources or {},
         "image": values["images"]["gpu" if pod["gpus"] else "cpu"],
+        # every pip on a pod without a GPU (Ray's runtime_env installs) takes CPU torch
+        "env": [] if pod["gpus"] else [{"name": k, "value": v} for k, v in node_packages.CPU_PIP_ENV.items()],
         "container_resources": container,
         "node_selector": node["node_selector"],
         "tolerations": node["tolerations"],
@@ -272,6 +289,7 @@ def plan(values: dict, config: dict) -> list[str]:
 def run_job(built, job: str, args: list[str], timeout_s: float | None,
             verbose: bool) -> tuple[int, dict | None]:
     """`make run` as a RayJob (rayjob.py): the operator deletes its cluster."""
+    refused_packages(built.values, job)
     with state.lock(built.cluster):
         for line in preflight(built.values)[1]:
             print(line, flush=True)
@@ -281,14 +299,47 @@ def run_job(built, job: str, args: list[str], timeout_s: float | None,
 
 def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> list[str]:
     """The RayJob `make run` would create: its files, limits and images, then its cluster."""
+    refused_packages(built.values, job)
     return rayjob.plan(built, job, args, timeout_s or DEFAULT_JOB_TIMEOUT_S, JOB_PACKAGES,
                        JOB_FILES) + plan(built.values, built.config)[1:]
 
 
-def data_problems(record: dict, args: list[str]) -> list[str]:
-    """The pods read what their service account may (e.g. S3 through EKS Pod Identity);
-    the kit cannot see that from here, so it refuses nothing."""
-    return []
+def refused_packages(values: dict, job: str) -> None:
+    problems = package_problems(job, values["images"]["job_packages"])
+    if problems:
+        raise KitError("; ".join(problems))
+
+
+def images_to_bake(values: dict) -> dict[str, str]:
+    """The images the pods run (gpu if a pod has GPUs, cpu if one has none), where the
+    values say they hold the jobs' packages."""
+    images = values["images"]
+    if images["job_packages"] != "baked":
+        raise KitError("images.job_packages is install: the pods run stock images and pip-install "
+                       "each job's packages; to bake them, set job_packages: baked and name your "
+                       "registry's tags in images.gpu/images.cpu")
+    pods = [values["head"]["pod"]] + [w["pod"] for w in values["workers"].values()]
+    return {kind: images[kind] for kind, used in (("gpu", any(p["gpus"] for p in pods)),
+                                                  ("cpu", any(not p["gpus"] for p in pods))) if used}
+
+
+def job_problems(record: dict, job: str, args: list[str]) -> list[str]:
+    """A job whose packages no runtime_env can install, on stock images. (The pods read
+    what their service account may, e.g. S3 through EKS Pod Identity: the kit cannot see
+    that from here, so it refuses no data.)"""
+    return package_problems(job, record.get("job_packages", "install"))
+
+
+def package_problems(job: str, job_packages: str) -> list[str]:
+    """Ray's pip runtime_env installs a job's requirements.txt over any image; packages
+    that install only without their dependencies (requirements-nodeps.txt) need an image
+    that holds them, or the job dies of a ModuleNotFoundError after the pods have billed."""
+    if job_packages == "baked" or not node_packages.needs_built_image(job_dir(job)):
+        return []
+    return [f"JOB={job}: its {node_packages.NODEPS_FILE} installs only with --no-deps, which Ray's "
+            "runtime_env cannot do on the stock images (images.job_packages: install); build the "
+            "kit's images (`make image`), name them in images.gpu/images.cpu and set "
+            "images.job_packages: baked"]
 
 
 # --- preflight ----------------------------------------------------------------------
@@ -368,6 +419,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         "launch_id": secrets.token_hex(8),
         "expected_pods": {HEAD_TYPE: 1} | {n: w["min_workers"] for n, w in values["workers"].items()},
         "ready_timeout_minutes": values["ready_timeout_minutes"],
+        "job_packages": values["images"]["job_packages"],
     }
     resource = yaml.safe_load(config_text)
     resource["metadata"]["labels"][LAUNCH_ID] = record["launch_id"]

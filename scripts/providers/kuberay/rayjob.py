@@ -132,6 +132,7 @@ def plan(built, job: str, args: list[str], timeout_s: float, job_packages: JobPa
     `run` checks it, created nowhere."""
     config_map, ray_job = resources(built, job, args, timeout_s, False, job_packages, job_files)
     spec, where = ray_job["spec"], kube.target(built.values)
+    runtime_env = json.loads(spec["runtimeEnvYAML"])
     size = len(json.dumps(config_map))
     images = sorted({c["image"] for group in [spec["rayClusterSpec"]["headGroupSpec"],
                                               *spec["rayClusterSpec"]["workerGroupSpecs"]]
@@ -146,6 +147,9 @@ def plan(built, job: str, args: list[str], timeout_s: float, job_packages: JobPa
         "(ready_timeout_minutes: preRunningDeadlineSeconds)",
         f"  its cluster is deleted when the job ends (ttlSecondsAfterFinished: "
         f"{spec['ttlSecondsAfterFinished']}); images: {', '.join(images)}",
+        "  packages: " + (f"pip-installs {', '.join(runtime_env['pip']['packages'])} on each pod as the job "
+                          "starts (CPU torch on CPU pods)" if "pip" in runtime_env
+                          else "none beyond the image's"),
         "  its cluster's pods, on the node groups their selectors match (those bill, not the kit):",
     ]
 

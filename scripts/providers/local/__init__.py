@@ -422,9 +422,9 @@ def monitor(record: dict, follow: bool) -> int:
     return 0
 
 
-def data_problems(record: dict, args: list[str]) -> list[str]:
-    """Every local node runs as this user, with this user's credentials: it reads what the
-    job's driver reads."""
+def job_problems(record: dict, job: str, args: list[str]) -> list[str]:
+    """Every local node runs as this user, with this user's credentials and .venv: it
+    reads what the job's driver reads, and require_installed checks the packages."""
     return []
 
 
@@ -519,6 +519,11 @@ def stop_processes(procs: list[psutil.Process], grace_s: float = 3) -> None:
 def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> None:
     """`make run` is up, submit and down here: its dry run is `up`'s."""
     return None
+
+
+def images_to_bake(values: dict) -> dict[str, str]:
+    raise KitError("`make image` builds the images a KubeRay values file names (images.job_packages: "
+                   "baked, see k8s_hetero.yaml); the local cluster runs .venv, which has the jobs' packages")
 
 
 def run_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool) -> None:
