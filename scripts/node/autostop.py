@@ -12,9 +12,15 @@ Ray's job API. A job PENDING or RUNNING holds the cluster up; once none has been
 limit (counted from the last job's end, or from the watchdog's start), it tears the whole
 cluster down and exits:
 
-  aws    Ray on the head first (its autoscaler would relaunch workers), then every
-         instance carrying the cluster's `ray-kit-cluster` tag in its region, its own
-         head included (terminate_tagged; the head's IAM policy allows exactly that)
+  aws      Ray on the head first (its autoscaler would relaunch workers), then every
+           instance carrying the cluster's `ray-kit-cluster` tag in its region, its own
+           head included (terminate_tagged; the head's IAM policy allows exactly that)
+  kuberay  its own RayCluster suspended (spec.suspend: the operator deletes every pod,
+           the watchdog's own head pod last, and the node groups scale their nodes
+           down); the object stays, free, until `make down` deletes it. The watchdog is a
+           container of the head pod; the pod's service account is the one the operator
+           binds to its autoscaler's Role, which may `get` and `patch` RayClusters and
+           nothing that deletes: no extra Role for the kit (suspend_raycluster)
 
 While the job API cannot be reached, no job is seen to start: the clock runs on from the
 last one seen, so a head whose dashboard died does not bill forever either.
@@ -27,10 +33,15 @@ kit: `make up` on AWS ships scripts/node/ alone to the nodes.
 """
 
 import argparse
+import json
 import os
+import ssl
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 
 BUSY = ("PENDING", "RUNNING")
 POLL_S = 10  # RAYKIT_AUTOSTOP_POLL_S overrides it (tests)
@@ -213,6 +224,55 @@ def aws_teardown(cluster_name: str, region: str):
     return teardown
 
 
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # the pod's token and CA
+AUTOSTOPPED = "raykit.dev/autostopped-at"  # the annotation the suspend leaves: when, and by whom
+
+
+def suspend_raycluster(api: str, namespace: str, name: str, account_dir: str,
+                       attempts: int = TERMINATE_ATTEMPTS, retry_s: float = TERMINATE_RETRY_S) -> bool:
+    """PATCH the RayCluster's spec.suspend to true (a JSON merge patch, as `kubectl patch
+    --type merge` sends), with the pod's service-account token over TLS checked against
+    the cluster's CA; retried on an API error or a refusal (throttling, an API server
+    restarting). True once the API server took it; False if the RayCluster is gone or
+    every attempt failed (the nodes then bill until `make down`: said in the log)."""
+    url = (f"{api}/apis/ray.io/v1/namespaces/{urllib.parse.quote(namespace, safe='')}"
+           f"/rayclusters/{urllib.parse.quote(name, safe='')}")
+    body = json.dumps({"metadata": {"annotations": {AUTOSTOPPED: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                                                    + " by its watchdog (autostop_minutes)"}},
+                       "spec": {"suspend": True}}).encode()
+    for _ in range(attempts):
+        try:
+            token = open(os.path.join(account_dir, "token")).read().strip()  # re-read: kubelet rotates it
+            context = ssl.create_default_context(cafile=os.path.join(account_dir, "ca.crt"))
+            request = urllib.request.Request(url, data=body, method="PATCH", headers={
+                "Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"})
+            with urllib.request.urlopen(request, context=context, timeout=30):
+                return True
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                print(f"autostop: RayCluster {namespace}/{name} is gone already", flush=True)
+                return False
+            print(f"autostop: suspending failed (HTTP {e.code} {e.reason}); retrying", flush=True)
+        except (OSError, ssl.SSLError) as e:
+            print(f"autostop: suspending failed ({type(e).__name__}: {str(e)[:160]}); retrying", flush=True)
+        time.sleep(retry_s)
+    return False
+
+
+def in_cluster_api() -> str:
+    """The API server as a pod reaches it (Kubernetes sets both variables in every pod)."""
+    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
+def kuberay_teardown(namespace: str, name: str, account_dir: str = SERVICE_ACCOUNT_DIR):
+    def teardown() -> None:
+        if suspend_raycluster(in_cluster_api(), namespace, name, account_dir):
+            print(f"autostop: RayCluster {namespace}/{name} suspended; the operator deletes its pods",
+                  flush=True)
+    return teardown
+
+
 def run(address: str, minutes: float, teardown) -> int:
     """Watch until the limit, then teardown(); the entry of both watchdogs (this one on
     AWS, scripts/providers/local/autostop.py on a local cluster)."""
@@ -233,10 +293,16 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--aws", nargs=2, metavar=("CLUSTER_NAME", "REGION"), required=True,
-                   help="the AWS cluster whose instances carry this tag")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--aws", nargs=2, metavar=("CLUSTER_NAME", "REGION"),
+                       help="the AWS cluster whose instances carry this tag")
+    where.add_argument("--kuberay", nargs=2, metavar=("NAMESPACE", "NAME"),
+                       help="the RayCluster whose head pod this runs in")
+    p.add_argument("--service-account-dir", default=SERVICE_ACCOUNT_DIR,
+                   help="the pod's service-account token and CA (kuberay)")
     a = p.parse_args(argv)
-    return run(a.address, a.minutes, aws_teardown(*a.aws))
+    teardown = aws_teardown(*a.aws) if a.aws else kuberay_teardown(*a.kuberay, a.service_account_dir)
+    return run(a.address, a.minutes, teardown)
 
 
 if __name__ == "__main__":

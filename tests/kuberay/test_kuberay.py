@@ -20,7 +20,7 @@ import pytest
 from conftest import REPO, USER_JOBS, USER_VALUES, kept_summary, load_example
 from jobs.raykit import placement
 from scripts.build import build, build_text
-from scripts.providers.kuberay import crd, rayjob
+from scripts.providers.kuberay import crd, rayjob, watchdog
 
 import yaml
 
@@ -219,7 +219,7 @@ def test_each_rayjob_rule_refuses_what_it_should(ray_job, name, change, message)
 def test_the_rayjob_carries_the_job_and_its_cluster(ray_job):
     config_map, job = ray_job
     assert crd.problems(job) == []
-    assert job["spec"]["rayClusterSpec"] == build("k8s_hetero").config["spec"]
+    assert job["spec"]["rayClusterSpec"] == watchdog.without(build("k8s_hetero").config)["spec"]
     assert job["spec"]["entrypoint"] == "python main.py --steps 2"
     assert job["spec"]["shutdownAfterJobFinishes"] is True and job["spec"]["activeDeadlineSeconds"] == 600
     runtime_env = json.loads(job["spec"]["runtimeEnvYAML"])
@@ -653,3 +653,11 @@ def test_a_job_no_runtime_env_can_install_is_refused_on_stock_images_before_anyt
         path.unlink()
     assert dry.returncode == 0, dry.stderr
     assert "registry.example.com/raykit-jobs:gpu" in dry.stdout
+
+
+def test_up_dry_run_says_when_the_cluster_suspends_itself_and_run_dry_run_does_not(kube):
+    up = kube("up", "--cluster", "k8s_hetero", "--dry-run", "1")
+    assert "  autostop: the head's watchdog suspends it (every pod deleted) after 60 min with no job" \
+        in up.stdout.splitlines()
+    run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", "--dry-run", "1")
+    assert run.returncode == 0 and "autostop" not in run.stdout  # the operator ends a RayJob's cluster

@@ -13,6 +13,7 @@ Its concerns, a module each in this package:
   crd.py         the pinned release's CRDs and the operator's rules, ported
   kubectl.py     the `kubectl` plumbing: calls, JSON answers, rights, waits
   rayjob.py      `make run` as a RayJob
+  watchdog.py    the head pod's autostop container (scripts/node/autostop.py)
   __init__.py    the provider's face (the interface): values, render, preflight, up, down, day 2
 
 `up` labels the RayCluster with a launch id of its own and records it; `down` deletes only
@@ -37,7 +38,7 @@ from scripts.core.ray_cli import free_port
 from scripts.core.signals import signals_deferred
 from scripts.core.inputs import job_dir
 from scripts.core.submit import JobFiles, JobPackages
-from scripts.providers.kuberay import crd, rayjob
+from scripts.providers.kuberay import crd, rayjob, watchdog
 from scripts.providers.kuberay.kubectl import delete as kubectl_delete
 from scripts.providers.kuberay.kubectl import (
     MANAGED_BY,
@@ -221,7 +222,8 @@ def template_context(cluster: str, values: dict) -> dict:
         # a coordinating head offers Ray no CPU: no task or training worker lands there
         "head": group(values, head, placement.node_labels(
                     "head", head["pod"]["gpus"] if head["role"] == "train" else 0, head["preprocess"]),
-                    {"CPU": "0"} if head["role"] == "coordinate" else {}, is_head=True),
+                    {"CPU": "0"} if head["role"] == "coordinate" else {}, is_head=True)
+                | {"sidecars": [watchdog.container(values, DASHBOARD_PORT)]},  # always: it also ends jobs past TIMEOUT
         "workers": [
             {"name": name, "min_workers": w["min_workers"], "max_workers": w["max_workers"]}
             | group(values, w, placement.node_labels(
@@ -244,6 +246,7 @@ def group(values: dict, node: dict, labels: dict, resources: dict | None = None,
         "labels": labels,
         "resources": resources or {},
         "image": values["images"]["gpu" if pod["gpus"] else "cpu"],
+        "sidecars": [],  # containers beside Ray's (the head's: the watchdog)
         # every pip on a pod without a GPU (Ray's runtime_env installs) takes CPU torch
         "env": [] if pod["gpus"] else [{"name": k, "value": v} for k, v in node_packages.CPU_PIP_ENV.items()],
         "container_resources": container,
@@ -276,6 +279,15 @@ def plan(values: dict, config: dict) -> list[str]:
     lines = [f"a RayCluster '{values['cluster_name']}' in namespace {kube['namespace']} of "
              f"{kube['context'] or 'kubectl’s current context'}; the pods run on the node groups "
              "their selectors match (those bill, not the kit)"]
+    minutes = values["autostop_minutes"]
+    return lines + pod_lines(values) + [
+        "  autostop: " + (f"the head's watchdog suspends it (every pod deleted) after {minutes} min "
+                          "with no job" if minutes else "off (autostop_minutes: 0): it runs until `make down`")]
+
+
+def pod_lines(values: dict) -> list[str]:
+    """Each group's pods: how many, what each asks for, and where they may run."""
+    lines = []
     for name, node, count in [(HEAD_TYPE, values["head"], "1")] + [
             (n, w, f"{w['min_workers']}-{w['max_workers']}") for n, w in values["workers"].items()]:
         pod = node["pod"]
@@ -301,7 +313,7 @@ def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> list[
     """The RayJob `make run` would create: its files, limits and images, then its cluster."""
     refused_packages(built.values, job)
     return rayjob.plan(built, job, args, timeout_s or DEFAULT_JOB_TIMEOUT_S, JOB_PACKAGES,
-                       JOB_FILES) + plan(built.values, built.config)[1:]
+                       JOB_FILES) + pod_lines(built.values)
 
 
 def refused_packages(values: dict, job: str) -> None:
@@ -554,6 +566,18 @@ def is_running(record: dict) -> bool:
 def require_running(record: dict) -> None:
     if not is_running(record):
         raise KitError(not_running(record["cluster"]))
+    said = suspended(record)
+    if said:
+        raise KitError(f"RayCluster {record['name']} is suspended ({said}): none of its pods runs; "
+                       f"`make down CLUSTER={record['cluster']}` deletes it, then `make up` starts afresh")
+
+
+def suspended(record: dict) -> str | None:
+    """Why the RayCluster is suspended (its watchdog's annotation), or None if it is not."""
+    found = ours(record)
+    if not found or not found.get("spec", {}).get("suspend"):
+        return None
+    return found["metadata"].get("annotations", {}).get(watchdog.AUTOSTOPPED, "by someone's patch")
 
 
 def head_pod(record: dict) -> str:
@@ -566,7 +590,12 @@ def head_pod(record: dict) -> str:
 
 
 def status(record: dict) -> int:
-    require_running(record)
+    if not is_running(record):
+        raise KitError(not_running(record["cluster"]))
+    said = suspended(record)
+    if said:
+        print(f"RayCluster {record['name']} is suspended ({said}): no pod runs and its nodes bill "
+              f"nothing; `make down CLUSTER={record['cluster']}` deletes it", flush=True)
     for args in (("get", "raycluster", record["name"]),
                  ("get", "pods", "-l", f"ray.io/cluster={record['name']}", "-o", "wide")):
         result = run_kubectl(record, *args)

@@ -23,7 +23,7 @@ from scripts.core.signals import signals_deferred
 from scripts.core.inputs import job_dir, job_requirements
 from scripts.core.paths import JOB_LIBRARY, RESULTS
 from scripts.core.submit import JobFiles, JobPackages
-from scripts.providers.kuberay import crd
+from scripts.providers.kuberay import crd, watchdog
 from scripts.providers.kuberay import kubectl as kube
 
 FILES_MOUNT = "/home/ray/raykit-job"  # in the submitter pod: the job's folder and the library
@@ -66,7 +66,7 @@ def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
               job_packages: JobPackages, job_files: JobFiles) -> tuple[dict, dict]:
     """(the ConfigMap of the job's files, the RayJob), checked against the CRD and the
     operator's rules."""
-    cluster = built.config
+    cluster = watchdog.without(built.config)
     name = cluster["metadata"]["name"]
     carried = files(job)
     text = {k: c.decode() for k, (_, c) in carried.items() if is_text(c)}

@@ -1,0 +1,49 @@
+"""The head pod's watchdog: scripts/node/autostop.py in a container beside Ray's. It stops
+a `make submit` job past its TIMEOUT (recorded with the job), this machine closed or not,
+and with no job for autostop_minutes (0: never) it suspends its own RayCluster (the operator then deletes every
+pod, and the node groups scale their nodes down); a `make run` RayJob's cluster carries
+none (without, below): the operator deletes that one when the job ends."""
+
+import base64
+import copy
+
+from scripts.core.paths import NODE_PROGRAMS
+from scripts.node.autostop import AUTOSTOPPED  # noqa: F401 (the annotation a suspend leaves; status reads it)
+
+NAME = "raykit-watchdog"  # the head pod's container that runs scripts/node/autostop.py
+# The program travels in the container's arguments, base64-encoded (it never meets a
+# shell, and no ConfigMap has to be created and deleted with the cluster): `python -c`
+# takes the first argument off and runs it as autostop.py's __main__.
+BOOT = ("import base64, sys; "
+        "exec(compile(base64.b64decode(sys.argv.pop(1)), 'autostop.py', 'exec'))")
+RESOURCES = {"cpu": "100m", "memory": "512Mi"}  # Python, Ray's job client, a poll every 10 s
+
+
+def container(values: dict, dashboard_port: int) -> dict:
+    """The kit's autostop watchdog beside the head's Ray: no job for autostop_minutes, and
+    it suspends its own RayCluster through the in-cluster API (scripts/node/autostop.py).
+    It reads the jobs through Ray's job API on the pod's loopback, with Ray's token from
+    the operator's Secret (the operator sets it only on its own containers)."""
+    program = base64.b64encode((NODE_PROGRAMS / "autostop.py").read_bytes()).decode()
+    return {
+        "name": NAME,
+        "image": values["images"]["gpu" if values["head"]["pod"]["gpus"] else "cpu"],
+        "command": ["python", "-c", BOOT, program,
+                    "--address", f"http://127.0.0.1:{dashboard_port}",
+                    "--minutes", str(values["autostop_minutes"]),
+                    "--kuberay", values["kubernetes"]["namespace"], values["cluster_name"]],
+        "env": [{"name": "RAY_AUTH_MODE", "value": "token"},
+                {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {
+                    "name": values["cluster_name"], "key": "auth_token"}}}],
+        "resources": {"requests": RESOURCES, "limits": RESOURCES},
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+
+
+def without(cluster: dict) -> dict:
+    """The RayCluster without the watchdog: a RayJob's cluster is the operator's to delete
+    when the job ends (a suspended RayJob cluster would be a RayJob stuck, not stopped)."""
+    cluster = copy.deepcopy(cluster)
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+    head["containers"] = [c for c in head["containers"] if c["name"] != NAME]
+    return cluster

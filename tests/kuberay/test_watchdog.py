@@ -1,0 +1,190 @@
+"""KubeRay's idle teardown: the head pod's watchdog container (scripts/node/autostop.py,
+rendered by scripts/providers/kuberay/watchdog.py) suspends its own RayCluster through
+the in-cluster API once no job has run for autostop_minutes.
+
+The API server is a stand-in on loopback that speaks what the watchdog sends (a JSON merge
+patch over TLS, with the pod's bearer token, checked against the pod's CA); the job API
+is a real Ray head (conftest.standin_head). The watchdog is started with the very command
+the rendered RayCluster gives its container. What cannot be checked here: the operator
+deleting the pods of a suspended RayCluster (its reconcile, read in raycluster_controller.go
+v1.7.0: `suspend` -> deleteAllPods) and the operator's Role letting the pod's account
+patch it (common/rbac.go: rayclusters get, patch)."""
+
+import datetime
+import json
+import os
+import ssl
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from conftest import REPO, load_example
+from scripts.build import build, build_text
+from scripts.node import autostop
+from scripts.providers.kuberay import rayjob, watchdog
+
+import yaml
+
+TOKEN = "pod-token-123"
+
+
+def certificate(folder):
+    """A self-signed CA certificate for 127.0.0.1 and its key, as PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    import ipaddress
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1)).not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    (folder / "ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                       serialization.NoEncryption()))
+    return folder / "ca.crt", folder / "key.pem"
+
+
+@pytest.fixture
+def api(tmp_path):
+    """A stand-in API server over TLS: PATCHes of RayClusters are recorded; `answers`
+    (HTTP codes) are given first, then 200 (404 for a name in `gone`)."""
+    cert, key = certificate(tmp_path)
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(TOKEN + "\n")
+    (account / "ca.crt").write_bytes(cert.read_bytes())
+    (account / "namespace").write_text("ray")
+    seen, answers = [], []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_PATCH(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append({"path": self.path, "auth": self.headers["Authorization"],
+                         "type": self.headers["Content-Type"], "body": body})
+            code = answers.pop(0) if answers else (404 if "gone" in self.path else 200)
+            if self.headers["Authorization"] != f"Bearer {TOKEN}":
+                code = 401
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.url, server.seen, server.answers, server.account = (
+        f"https://127.0.0.1:{server.server_address[1]}", seen, answers, account)
+    yield server
+    server.shutdown()
+
+
+def test_the_watchdog_suspends_its_raycluster_with_a_merge_patch_over_verified_tls(api):
+    assert autostop.suspend_raycluster(api.url, "ray", "k8s-hetero", str(api.account), retry_s=0)
+    (patch,) = api.seen
+    assert patch["path"] == "/apis/ray.io/v1/namespaces/ray/rayclusters/k8s-hetero"
+    assert patch["type"] == "application/merge-patch+json" and patch["auth"] == f"Bearer {TOKEN}"
+    assert patch["body"]["spec"] == {"suspend": True}
+    assert "by its watchdog" in patch["body"]["metadata"]["annotations"][autostop.AUTOSTOPPED]
+
+
+def test_the_suspend_is_retried_through_api_errors_and_ends_on_a_gone_cluster(api, capsys):
+    api.answers += [500, 429, 403]
+    assert autostop.suspend_raycluster(api.url, "ray", "k8s-hetero", str(api.account), retry_s=0)
+    assert len(api.seen) == 4
+    assert "HTTP 429" in capsys.readouterr().out
+    assert not autostop.suspend_raycluster(api.url, "ray", "gone", str(api.account), retry_s=0)
+    assert len(api.seen) == 5  # a 404 is not retried: nothing is left to suspend
+
+
+def test_an_api_server_the_pods_ca_does_not_vouch_for_gets_nothing(api, tmp_path):
+    """The token goes only to the server the pod's CA certifies: another CA, no request."""
+    other = tmp_path / "other"
+    other.mkdir()
+    certificate(other)
+    (other / "token").write_text(TOKEN)
+    assert not autostop.suspend_raycluster(api.url, "ray", "k8s-hetero", str(other), attempts=2, retry_s=0)
+    assert api.seen == []
+
+
+def test_the_head_pod_runs_the_watchdog_and_a_rayjobs_cluster_does_not():
+    spec = build("k8s_hetero").config["spec"]
+    head = spec["headGroupSpec"]["template"]["spec"]
+    ray, dog = head["containers"]
+    assert ray["name"] == "ray-head" and dog["name"] == watchdog.NAME  # Ray's container stays first
+    assert dog["image"] == ray["image"]
+    assert dog["command"][4:] == ["--address", "http://127.0.0.1:8265", "--minutes", "60",
+                                  "--kuberay", "ray", "k8s-hetero"]
+    assert {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": "k8s-hetero", "key": "auth_token"}}} \
+        in dog["env"]
+    assert dog["resources"]["requests"] == dog["resources"]["limits"]  # the pod stays Guaranteed
+    assert all(c["name"] != watchdog.NAME for g in spec["workerGroupSpecs"]
+               for c in g["template"]["spec"]["containers"])
+    _, job = rayjob.resources(build("k8s_hetero"), "smoke", [], 600, False, "pip", "upload")
+    assert [c["name"] for c in job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]] \
+        == ["ray-head"]
+    values = load_example("k8s_hetero") | {"autostop_minutes": 0}  # off: it still ends jobs past TIMEOUT
+    off = build_text("k8s_hetero", yaml.safe_dump(values).encode()).config["spec"]
+    (_, dog) = off["headGroupSpec"]["template"]["spec"]["containers"]
+    assert dog["command"][dog["command"].index("--minutes") + 1] == "0"
+
+
+def test_an_idle_kuberay_cluster_is_suspended_by_its_own_watchdog(api, standin_head):
+    """The rendered container's own command (its Python swapped for .venv's, its minutes
+    for seconds), against a real Ray head with no job: the RayCluster is suspended."""
+    head = build("k8s_hetero").config["spec"]["headGroupSpec"]["template"]["spec"]
+    command = next(c for c in head["containers"] if c["name"] == watchdog.NAME)["command"]
+    command = [sys.executable, *command[1:]]
+    command[command.index("--address") + 1] = f"http://127.0.0.1:{standin_head}"
+    command[command.index("--minutes") + 1] = "0.05"  # 3 s
+    env = dict(os.environ, KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=api.url.rsplit(":", 1)[1],
+               RAYKIT_AUTOSTOP_POLL_S="0.5", RAY_AUTH_MODE="disabled")  # the stand-in head runs without auth
+    done = subprocess.run(command + ["--service-account-dir", str(api.account)], env=env, cwd="/",
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "autostop: the cluster stops after 3 s with no job" in done.stdout
+    assert "RayCluster ray/k8s-hetero suspended; the operator deletes its pods" in done.stdout
+    assert [p["path"] for p in api.seen] == ["/apis/ray.io/v1/namespaces/ray/rayclusters/k8s-hetero"]
+
+
+def test_a_suspended_cluster_says_so_and_make_down_still_deletes_it(tmp_path):
+    """What the user sees after the watchdog's suspend (the stand-in operator deletes the
+    pods of a suspended RayCluster): `make status` says why and what to do, `make submit`
+    refuses in one line, `make down` deletes it as ever."""
+    log, store = tmp_path / "kubectl.log", tmp_path / "kube"
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"), STANDIN_LOG=str(log),
+               STANDIN_KUBE_DIR=str(store), RAYKIT_KUBECTL_POLL_S="0.05",
+               PATH=f"{REPO / 'tests' / 'standins'}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
+
+    def kit(*args):
+        return subprocess.run([sys.executable, "-m", "scripts.kit", *args, "--cluster", "k8s_hetero"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert kit("up").returncode == 0
+    stored = store / "ray.RayCluster.k8s-hetero.json"
+    cluster = json.loads(stored.read_text())
+    cluster["spec"]["suspend"] = True  # what the watchdog's merge patch leaves
+    cluster["metadata"].setdefault("annotations", {})[autostop.AUTOSTOPPED] = "2026-11-25T10:00:00Z by its watchdog (autostop_minutes)"
+    stored.write_text(json.dumps(cluster))
+    status = kit("status")
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.startswith("RayCluster k8s-hetero is suspended (2026-11-25T10:00:00Z by its watchdog")
+    submitted = kit("submit", "--job", "smoke")
+    assert submitted.returncode == 2 and len(submitted.stderr.splitlines()) == 1
+    assert "is suspended" in submitted.stderr and "make down CLUSTER=k8s_hetero" in submitted.stderr
+    down = kit("down")
+    assert down.returncode == 0, down.stderr
+    assert not stored.exists()
