@@ -14,6 +14,7 @@ import json
 import os
 import re
 import textwrap
+import time
 from pathlib import Path
 
 from raykit.diagnosis import diagnose
@@ -30,6 +31,7 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
     preempted = preempted_nodes(shape["nodes"])
     types = node_types(shape["nodes"])
     mean_step = metrics["mean_step_s"] or float("nan")
+    held = node_seconds(time.time() - wall_s)  # what the run held, node type by node type
     return {
         "job": job, "workers": workers, "batch_size": batch_size, **(extra or {}),
         **{k: metrics.get(k) for k in ("steps", "restarts", "resumed_from_step", "device",
@@ -59,6 +61,9 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
         "preprocess_cpus": shape["preprocess_cpus"],
         "preprocess_shares_trainer_cpus": shape["preprocess_shares_trainer_cpus"],
         "wall_s": wall_s,
+        # each node type's node-seconds while the run ran, priced with what the kit passed
+        "node_seconds": held,
+        "bill": bill(held, os.environ.get(NODE_PRICES_ENV, "")),
         # nodes that left during the run, drained on a spot notice or lost; Ray Data re-ran
         # the preprocessing they took with them elsewhere (the retried tasks)
         "preempted_nodes": preempted,
@@ -142,6 +147,55 @@ def retried_tasks(job_id: str) -> int | None:
         print(f"retried work unknown: Ray's state API failed ({type(e).__name__})", flush=True)
         return None
     return sum(1 for task in tasks if task.attempt_number > 0 and "Map" in task.name)
+
+
+def node_seconds(since_s: float, now_s: float | None = None, nodes=None) -> dict[str, float]:
+    """Seconds each node type's nodes were up between since_s and now, nodes that joined
+    or left meanwhile included: what the run held, node by node, as Ray's state API lists
+    them (it keeps dead nodes, with their end time). By the node's raykit-node-type label."""
+    from raykit.placement import NODE_TYPE
+
+    now_s = now_s or time.time()
+    if nodes is None:
+        from ray.util.state import list_nodes
+        try:
+            nodes = list_nodes(detail=True, limit=10_000, raise_on_missing_output=False)
+        except Exception as e:  # noqa: BLE001 (a summary without the bill beats no summary)
+            print(f"node time unknown: Ray's state API failed ({type(e).__name__})", flush=True)
+            return {}
+    totals: dict[str, float] = {}
+    for node in nodes:
+        start = (node.start_time_ms or 0) / 1000
+        end = (node.end_time_ms or 0) / 1000 or now_s  # 0: still alive
+        held = min(end, now_s) - max(start, since_s)
+        if start and held > 0:
+            kind = (node.labels or {}).get(NODE_TYPE) or "unlabelled"
+            totals[kind] = totals.get(kind, 0.0) + held
+    return {k: round(v, 1) for k, v in sorted(totals.items())}
+
+
+NODE_PRICES_ENV = "RAYKIT_NODE_PRICES"  # set by the kit (scripts/pricing/cost.py's price_env)
+
+
+def bill(node_seconds: dict[str, float], prices_json: str) -> dict | None:
+    """What the run's nodes cost: each type's node-seconds at its $/h, from the prices the
+    kit passed (None where it passed none: a local cluster without prices_as). A type
+    without a price is listed unpriced, and then no total is claimed."""
+    try:
+        given = json.loads(prices_json) if prices_json else None
+        prices = {str(k): float(v) for k, v in given["usd_per_hour"].items()} if given else None
+        basis = str(given["basis"]) if given else ""
+    except (ValueError, TypeError, KeyError, AttributeError):
+        print(f"run cost unknown: {NODE_PRICES_ENV} is not the kit's prices", flush=True)
+        return None
+    if prices is None:
+        return None
+    by_type = {kind: {"node_seconds": seconds, "usd_per_hour": prices.get(kind),
+                      "usd": None if kind not in prices else seconds / 3600 * prices[kind]}
+               for kind, seconds in node_seconds.items()}
+    unpriced = sorted(kind for kind, row in by_type.items() if row["usd"] is None)
+    return {"usd": None if unpriced or not by_type else sum(r["usd"] for r in by_type.values()),
+            "by_type": by_type, "priced_as": basis, "unpriced": unpriced}
 
 
 def node_types(nodes: dict) -> dict[str, str]:
@@ -259,4 +313,15 @@ def print_summary(s: dict, headline: str = "") -> None:
     for warning in s["warnings"]:
         row("WARNING", f"{warning}")
     row("diagnosis", s["diagnosis"]["text"])
+    row("run cost", bill_text(s.get("node_seconds") or {}, s.get("bill")))
     print()
+
+
+def bill_text(node_seconds: dict, run_bill: dict | None) -> str:
+    held = ", ".join(f"{kind} {seconds:.0f} s" for kind, seconds in node_seconds.items()) or "no node seen"
+    if run_bill is None:
+        return (f"not priced (node time: {held}): the kit passed no prices (a local cluster "
+                "without prices_as, or an instance type scripts/catalog.py does not price)")
+    if run_bill["usd"] is None:
+        return f"not priced: no price for {', '.join(run_bill['unpriced'])} (node time: {held})"
+    return f"${run_bill['usd']:.4f} for the nodes' time ({held}; {run_bill['priced_as']})"

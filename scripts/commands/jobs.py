@@ -19,6 +19,7 @@ from scripts.core.paths import RESULTS
 from scripts.core.ray_cli import use_auth_in_this_process
 from scripts.core.signals import signals_deferred
 from scripts.core.submit import JobPackages
+from scripts.pricing import cost
 from scripts.providers import PROVIDERS, load_record
 
 
@@ -41,8 +42,17 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
               f"{timeout / 3600:g} h; set TIMEOUT=<seconds> (up to 7 days) to change it", flush=True)
     with provider.job_address(record) as (address, python, token):
         return submit.submit(address, job, args, python, token, timeout_s=timeout,
-                             results_dir=RESULTS, verbose=verbose,
+                             env_vars=prices_for(record), results_dir=RESULTS, verbose=verbose,
                              job_packages=provider.JOB_PACKAGES, job_files=provider.JOB_FILES)
+
+
+def prices_for(record: dict) -> dict[str, str]:
+    """The job's environment entry with its nodes' prices (the summary bills the run with
+    them); none where the values file no longer builds (its bill then says not priced)."""
+    try:
+        return cost.price_env(build(record["cluster"]))
+    except KitError:
+        return {}
 
 
 @contextmanager
@@ -146,7 +156,7 @@ def run_once(built, job: str, args: list[str], timeout: float | None,
     """Up, submit, down: the job's exit code and summary. Down runs whatever happens; a
     cluster this run did not start is refused, never torn down. Where the platform runs
     the job and deletes its cluster itself (a RayJob), the provider does it all."""
-    ran = built.provider.run_job(built, job, args, timeout, verbose)
+    ran = built.provider.run_job(built, job, args, timeout, verbose, cost.price_env(built))
     if ran is not None:
         return ran
     with running_or_started(built, reuse=False) as record:

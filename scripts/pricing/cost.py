@@ -196,3 +196,49 @@ def priced(built: Built) -> tuple[str, float]:
         raise KitError(f"CLUSTERS: {built.cluster}: region {values['aws']['region']} has no "
                        "prices in scripts/catalog.py; bench in a region it lists")
     return name, cost[0]
+
+
+# The head's raykit-node-type label: AWS's is Ray's own head type name, the local and
+# KubeRay heads' is "head"
+HEAD_LABELS = ("head", aws.HEAD_TYPE)
+
+
+# How a job learns its nodes' prices: the kit puts them in the job's environment, and
+# jobs/raykit/summary.py bills the run's node-seconds with them (NODE_PRICES_ENV there)
+NODE_PRICES_ENV = "RAYKIT_NODE_PRICES"
+
+
+def price_env(built: Built) -> dict[str, str]:
+    """The job's environment entry carrying node_hour_prices ({} where there are none)."""
+    import json
+
+    priced = node_hour_prices(built)
+    return {NODE_PRICES_ENV: json.dumps({"usd_per_hour": priced[0], "basis": priced[1]})} if priced else {}
+
+
+def node_hour_prices(built: Built) -> tuple[dict[str, float], str] | None:
+    """$ per hour of one node of each type, keyed by the raykit-node-type label its nodes
+    carry, and what they are priced as; None where the mix cannot be priced (a local mix
+    without prices_as, an unpriced region or instance type). A KubeRay pod is its node's
+    share (the node's price over the pods of its kind a node holds)."""
+    values, label = built.values, ""
+    if not built.provider.BILLS and "prices_as" not in values:  # KubeRay
+        prices = {}
+        for name, node in [("head", values["head"])] + list(values["workers"].items()):
+            kind = kuberay.instance_type_of(node)
+            if kind is None:
+                return None
+            spec = catalog.INSTANCE_TYPES[kind]
+            prices[name] = node_usd_per_hour({"instance_type": kind}) / kuberay.pods_per_node(node["pod"], spec)
+        return prices, f"pods as their node's share, {KUBERNETES_PRICE_REGION} list prices"
+    if not built.provider.BILLS:
+        aws_mix = check_prices_as(built)
+        if aws_mix is None:
+            return None
+        values, label = stand_in_values(values, aws_mix), f"as {built.values['prices_as']}, "
+    region = values["aws"]["region"]
+    prices = {name: aws.node_usd_per_hour(node, region) for name, node in values["workers"].items()}
+    prices |= {head: aws.node_usd_per_hour(values["head"], region) for head in HEAD_LABELS}
+    if None in prices.values():
+        return None
+    return prices, f"{label}on-demand list prices in {region}, EBS included"

@@ -94,7 +94,7 @@ class Provider(Protocol):
         can install (KubeRay's stock images); [] when none."""
 
     def run_job(self, built, job: str, args: list[str], timeout_s: float | None,
-                verbose: bool) -> tuple[int, dict | None] | None:
+                verbose: bool, env_vars: dict[str, str]) -> tuple[int, dict | None] | None:
         """`make run` as the platform's own job, whose cluster the platform deletes when the
         job ends (KubeRay's RayJob): its exit code and summary. None where the platform has
         no such job: the kit then runs up, submit and down itself (scripts/commands/jobs.py).

@@ -139,6 +139,18 @@ def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
     assert summary["trainer_utilization_source"] == "busy share"  # no GPU here
     assert summary["trainer_utilization"] == pytest.approx(1 - summary["data_wait_fraction"])
     assert summary["preprocess_shares_trainer_cpus"] is False
+    # the run's bill: every node's time while it ran, priced as local.yaml's prices_as (hetero)
+    held = summary["node_seconds"]
+    assert set(held) == {"head", "cpu_worker"}
+    assert held["cpu_worker"] == pytest.approx(2 * held["head"], rel=0.2)  # two workers, one head
+    assert held["head"] <= summary["wall_s"] + 1
+    bill = summary["bill"]
+    assert bill["priced_as"].startswith("as hetero, on-demand list prices") and bill["unpriced"] == []
+    assert bill["usd"] == pytest.approx(sum(row["node_seconds"] / 3600 * row["usd_per_hour"]
+                                            for row in bill["by_type"].values()))
+    shown = run.stdout.replace("\n" + " " * 17, " ")  # the table's wrapped rows, joined
+    assert (f"run cost         ${bill['usd']:.4f} for the nodes' time (cpu_worker "
+            f"{held['cpu_worker']:.0f} s, head {held['head']:.0f} s; as hetero, ") in shown
 
 
 def test_bad_flag_fails_the_job_and_make_submit(cluster):

@@ -573,7 +573,8 @@ def images_to_bake(values: dict) -> dict[str, str]:
                    "baked, see k8s_hetero.yaml); AWS nodes install the jobs' packages at setup (node_packages.install_commands)")
 
 
-def run_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool) -> None:
+def run_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool,
+            env_vars: dict[str, str]) -> None:
     """None: EC2 has no job that ends its own instances; `make run` is the kit's up, submit
     and down (down guaranteed)."""
     return None

@@ -299,14 +299,14 @@ def pod_lines(values: dict) -> list[str]:
 
 
 def run_job(built, job: str, args: list[str], timeout_s: float | None,
-            verbose: bool) -> tuple[int, dict | None]:
+            verbose: bool, env_vars: dict[str, str]) -> tuple[int, dict | None]:
     """`make run` as a RayJob (rayjob.py): the operator deletes its cluster."""
     refused_packages(built.values, job)
     with state.lock(built.cluster):
         for line in preflight(built.values)[1]:
             print(line, flush=True)
         return rayjob.run(built, job, args, timeout_s or DEFAULT_JOB_TIMEOUT_S, verbose,
-                               JOB_PACKAGES, JOB_FILES)
+                          JOB_PACKAGES, JOB_FILES, env_vars)
 
 
 def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> list[str]:

@@ -63,7 +63,7 @@ def files(job: str) -> dict[str, tuple[str, bytes]]:
 
 
 def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
-              job_packages: JobPackages, job_files: JobFiles) -> tuple[dict, dict]:
+              job_packages: JobPackages, job_files: JobFiles, env_vars: dict | None = None) -> tuple[dict, dict]:
     """(the ConfigMap of the job's files, the RayJob), checked against the CRD and the
     operator's rules."""
     cluster = watchdog.without(built.config)
@@ -78,7 +78,8 @@ def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
         "binaryData": {k: base64.b64encode(c).decode() for k, (_, c) in carried.items() if k not in text},
     }
     # as `make submit` sends it, with the folders where the submitter pod has them
-    runtime_env = submit.job_runtime_env(job, job_requirements(job), job_packages, job_files, verbose)
+    runtime_env = submit.job_runtime_env(job, job_requirements(job), job_packages, job_files, verbose,
+                                         env_vars)
     runtime_env |= {"working_dir": f"{FILES_MOUNT}/{job}", "py_modules": [f"{FILES_MOUNT}/raykit"]}
     head_pod = cluster["spec"]["headGroupSpec"]["template"]["spec"]
     submitter = {
@@ -163,10 +164,10 @@ def is_text(content: bytes) -> bool:
 
 
 def run(built, job: str, args: list[str], timeout_s: float, verbose: bool,
-        job_packages: JobPackages, job_files: JobFiles) -> tuple[int, dict | None]:
+        job_packages: JobPackages, job_files: JobFiles, env_vars: dict | None = None) -> tuple[int, dict | None]:
     """Apply the ConfigMap and the RayJob, follow the job to its end, keep its summary,
     delete the RayJob (and with it what the operator has not deleted yet)."""
-    config_map, ray_job = resources(built, job, args, timeout_s, verbose, job_packages, job_files)
+    config_map, ray_job = resources(built, job, args, timeout_s, verbose, job_packages, job_files, env_vars)
     where = kube.target(built.values)
     name = ray_job["metadata"]["name"]
     kube.require_rights(where, ["rayjobs.ray.io", "configmaps"])

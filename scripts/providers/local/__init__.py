@@ -526,7 +526,8 @@ def images_to_bake(values: dict) -> dict[str, str]:
                    "baked, see k8s_hetero.yaml); the local cluster runs .venv, which has the jobs' packages")
 
 
-def run_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool) -> None:
+def run_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool,
+            env_vars: dict[str, str]) -> None:
     """None: this machine has no job manager of its own; `make run` is the kit's up, submit
     and down (down guaranteed)."""
     return None
