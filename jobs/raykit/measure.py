@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from raykit import autopilot
+
 NODE_COLUMN = "node"
 CPU_COLUMN = "preprocess_cpu_s"
 # True on the rows of a batch that was its worker process's first through a measured
@@ -112,6 +114,8 @@ class TrainProfile:
         self.waits.append(self._got - self._last)
         self.steps_s.append(done - self._last)
         self._last = done
+        rows = len(next(iter(batch.values()))) if isinstance(batch, dict) and batch else 0
+        autopilot.publish_step(self.steps_s[-1], self.waits[-1], rows)  # where one steers
         if NODE_COLUMN in batch:
             for node in np.unique(batch[NODE_COLUMN]):
                 here, ip = batch[NODE_COLUMN] == node, str(node)

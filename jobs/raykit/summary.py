@@ -17,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from raykit import autopilot
 from raykit.diagnosis import diagnose
 from raykit.measure import finite
 
@@ -64,6 +65,7 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
         # each node type's node-seconds while the run ran, priced with what the kit passed
         "node_seconds": held,
         "bill": bill(held, os.environ.get(NODE_PRICES_ENV, "")),
+        "autopilot": autopilot.last_report(),  # None where none steered
         # nodes that left during the run, drained on a spot notice or lost; Ray Data re-ran
         # the preprocessing they took with them elsewhere (the retried tasks)
         "preempted_nodes": preempted,
@@ -313,8 +315,20 @@ def print_summary(s: dict, headline: str = "") -> None:
     for warning in s["warnings"]:
         row("WARNING", f"{warning}")
     row("diagnosis", s["diagnosis"]["text"])
+    if s.get("autopilot"):
+        row("autopilot", autopilot_text(s["autopilot"]))
     row("run cost", bill_text(s.get("node_seconds") or {}, s.get("bill")))
     print()
+
+
+def autopilot_text(report: dict) -> str:
+    held = [p["preprocess_nodes"] for p in report["timeline"]] or [0]
+    mean = report["mean_wait_share"]
+    return (f"steered {report['node_type']} between {min(held)} and {max(held)} node(s) "
+            f"({report['min_nodes']}-{report['max_nodes']} allowed), {len(report['changes'])} change(s); "
+            f"trainers waited {'?' if mean is None else f'{mean:.0%}'} of each step on average "
+            f"(target {report['target_wait_share']:.0%})"
+            + (f"; {report['given_up']} node(s) never joined" if report["given_up"] else ""))
 
 
 def bill_text(node_seconds: dict, run_bill: dict | None) -> str:

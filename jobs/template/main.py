@@ -17,7 +17,7 @@ import sys
 import time
 
 import numpy as np
-from raykit import cluster, measure, summary
+from raykit import autopilot, cluster, measure, summary
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -114,7 +114,8 @@ def main(argv=None) -> int:
         dataset_config=DataConfig(execution_options=data_options),
         run_config=RunConfig(name="template", logging_config=cluster.train_logging()))
     started = time.perf_counter()
-    metrics = trainer.fit().metrics
+    with autopilot.steering():  # where the values file turns it on (autopilot:), nothing else
+        metrics = trainer.fit().metrics
     result = summary.summarize("template", metrics, shape, workers=workers,
                                batch_size=args.batch_size, wall_s=time.perf_counter() - started)
     summary.emit(result, args.results)

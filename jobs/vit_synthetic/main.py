@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from pipeline import BATCHES_PER_TASK
-from raykit import cluster, measure, summary
+from raykit import autopilot, cluster, measure, summary
 
 MODEL_PRESETS = {
     # the seed's default: timm's VisionTransformer defaults, ViT-B/16 (86M parameters)
@@ -220,7 +220,8 @@ def main(argv=None) -> int:
     )
     started = time.perf_counter()
     try:
-        metrics = trainer.fit().metrics
+        with autopilot.steering():  # where the values file turns it on: CPU nodes sized from the data wait
+            metrics = trainer.fit().metrics
     finally:
         if not args.storage_path:  # the checkpoint holds only the summary, printed below
             shutil.rmtree(storage, ignore_errors=True)

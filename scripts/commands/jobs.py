@@ -47,12 +47,14 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
 
 
 def prices_for(record: dict) -> dict[str, str]:
-    """The job's environment entry with its nodes' prices (the summary bills the run with
-    them); none where the values file no longer builds (its bill then says not priced)."""
+    """The job's environment entries from its values file: its nodes' prices (the summary
+    bills the run with them) and the autopilot's settings; none where the values file no
+    longer builds (its bill then says not priced, and no autopilot steers)."""
     try:
-        return cost.price_env(build(record["cluster"]))
+        built = build(record["cluster"])
     except KitError:
         return {}
+    return cost.price_env(built) | cost.autopilot_env(built)
 
 
 @contextmanager
@@ -156,7 +158,8 @@ def run_once(built, job: str, args: list[str], timeout: float | None,
     """Up, submit, down: the job's exit code and summary. Down runs whatever happens; a
     cluster this run did not start is refused, never torn down. Where the platform runs
     the job and deletes its cluster itself (a RayJob), the provider does it all."""
-    ran = built.provider.run_job(built, job, args, timeout, verbose, cost.price_env(built))
+    ran = built.provider.run_job(built, job, args, timeout, verbose,
+                                 cost.price_env(built) | cost.autopilot_env(built))
     if ran is not None:
         return ran
     with running_or_started(built, reuse=False) as record:

@@ -10,12 +10,34 @@ def train_types(values: dict) -> list[str]:
     return [name for name, w in values["workers"].items() if w["role"] == "train"]
 
 
+def preprocess_types(values: dict) -> list[str]:
+    """The worker types with role preprocess."""
+    return [name for name, w in values["workers"].items() if w["role"] == "preprocess"]
+
+
+def autopilot_problems(values: dict) -> list[str]:
+    """An autopilot has one preprocess worker type to steer, with room between its
+    min_workers and max_workers (the $/h ceiling is the pricing's to check)."""
+    if not values["autopilot"]["enabled"]:
+        return []
+    kinds = preprocess_types(values)
+    if len(kinds) != 1:
+        return [f"autopilot.enabled: the autopilot steers one preprocess worker type, and this mix has "
+                f"{len(kinds) or 'none'}{': ' + ', '.join(kinds) if kinds else ''}; keep one, or set "
+                "enabled: false"]
+    worker = values["workers"][kinds[0]]
+    if worker["min_workers"] >= worker["max_workers"]:
+        return [f"autopilot.enabled: workers.{kinds[0]} has min_workers = max_workers "
+                f"({worker['max_workers']}): nothing to steer; raise max_workers, or set enabled: false"]
+    return []
+
+
 def role_problems(values: dict) -> list[str]:
     """One trainer kind per mix (a training head, or train workers beside a coordinating
     head: the summaries and the planner count one), and a coordinating head that has
     something to coordinate and gives Ray nothing to schedule."""
     head, trains = values["head"], train_types(values)
-    problems = []
+    problems = autopilot_problems(values)
     if trains and values["mix"] == "homogeneous":
         problems.append("mix: train worker types belong to a heterogeneous mix (train nodes "
                         "fed by preprocess nodes); set mix: heterogeneous")

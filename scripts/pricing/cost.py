@@ -14,6 +14,7 @@ import copy
 
 from scripts import catalog
 from scripts.build import Built, build
+from scripts.core import roles
 from scripts.core.errors import KitError
 from scripts.core.values import joined
 from scripts.pricing.output import text_table
@@ -242,3 +243,49 @@ def node_hour_prices(built: Built) -> tuple[dict[str, float], str] | None:
     if None in prices.values():
         return None
     return prices, f"{label}on-demand list prices in {region}, EBS included"
+
+
+# The job learns the autopilot's settings from its environment (jobs/raykit/autopilot.py
+# reads them); while it steers, Ray Data's own cluster autoscaler, which scales up on
+# resource utilization above 50% (ray/data/_internal/cluster_autoscaler/), is switched off
+# by thresholds it can never reach: both would ask Ray's autoscaler for nodes.
+AUTOPILOT_ENV = "RAYKIT_AUTOPILOT"
+RAY_DATA_AUTOSCALER_OFF = {f"RAY_DATA_DEFAULT_CLUSTER_SCALING_UP_{kind}_UTIL_THRESHOLD": "2"
+                           for kind in ("CPU", "GPU", "MEMORY", "OBJECT_STORE_MEMORY")}
+
+
+def autopilot_env(built: Built) -> dict[str, str]:
+    """The job's environment entries for the values' autopilot ({} when it is off): the
+    preprocess worker type it steers, its bounds and one node's CPUs and $/h, the rest of
+    the cluster's $/h at min_workers, the ceiling. A ceiling the mix cannot be held under
+    even at min_workers, or on a mix without prices, is refused here (`make validate`)."""
+    import json
+
+    values = built.values
+    pilot = values["autopilot"]
+    if not pilot["enabled"]:
+        return {}
+    (kind,) = roles.preprocess_types(values)  # value_problems allows exactly one
+    worker, priced = values["workers"][kind], node_hour_prices(built)
+    node_usd = base_usd = None
+    if priced:
+        prices = priced[0]
+        node_usd = prices.get(kind)
+        base_usd = prices["head"] + sum(prices.get(name, 0.0) * w["min_workers"]
+                                        for name, w in values["workers"].items() if name != kind)
+    ceiling = pilot["max_usd_per_hour"]
+    if ceiling is not None:
+        where = f"cluster_templates/{built.cluster}.yaml: autopilot.max_usd_per_hour"
+        if node_usd is None:
+            raise KitError(f"{where}: this mix has no prices to hold under a ceiling (a local mix needs "
+                           "prices_as); set max_usd_per_hour: null")
+        least = base_usd + node_usd * worker["min_workers"]
+        if ceiling < least:
+            raise KitError(f"{where}: ${ceiling:g}/h is below what the mix costs at min_workers "
+                           f"(${least:.2f}/h); raise it or lower min_workers")
+    settings = {"node_type": kind, "node_cpus": built.provider.preprocess_node_cpus(values, kind),
+                "min_nodes": worker["min_workers"], "max_nodes": worker["max_workers"],
+                "target_wait_share": pilot["target_wait_share"], "cooldown_s": pilot["cooldown_s"],
+                "node_usd_per_hour": node_usd, "base_usd_per_hour": base_usd or 0.0,
+                "max_usd_per_hour": ceiling}
+    return {AUTOPILOT_ENV: json.dumps(settings)} | RAY_DATA_AUTOSCALER_OFF

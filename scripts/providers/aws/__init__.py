@@ -568,6 +568,11 @@ def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> None:
     return None
 
 
+def preprocess_node_cpus(values: dict, name: str) -> int:
+    """The vCPUs the catalog leaves to preprocessing (one stays with Ray's own processes)."""
+    return catalog.preprocess_vcpus(values["workers"][name]["instance_type"])
+
+
 def images_to_bake(values: dict) -> dict[str, str]:
     raise KitError("`make image` builds the images a KubeRay values file names (images.job_packages: "
                    "baked, see k8s_hetero.yaml); AWS nodes install the jobs' packages at setup (node_packages.install_commands)")

@@ -322,6 +322,11 @@ def refused_packages(values: dict, job: str) -> None:
         raise KitError("; ".join(problems))
 
 
+def preprocess_node_cpus(values: dict, name: str) -> int:
+    """A worker pod's CPUs: its container's limit, what Ray sees in it."""
+    return values["workers"][name]["pod"]["cpus"]
+
+
 def images_to_bake(values: dict) -> dict[str, str]:
     """The images the pods run (gpu if a pod has GPUs, cpu if one has none), where the
     values say they hold the jobs' packages."""

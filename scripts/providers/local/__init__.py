@@ -521,6 +521,10 @@ def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> None:
     return None
 
 
+def preprocess_node_cpus(values: dict, name: str) -> int:
+    return values["workers"][name]["cpus"]
+
+
 def images_to_bake(values: dict) -> dict[str, str]:
     raise KitError("`make image` builds the images a KubeRay values file names (images.job_packages: "
                    "baked, see k8s_hetero.yaml); the local cluster runs .venv, which has the jobs' packages")

@@ -1,0 +1,271 @@
+"""The autopilot's policy: how many preprocess nodes the job should hold, from the trainers'
+own data wait. Pure arithmetic on what the trainers measured (measure.TrainProfile), so
+that it can be tested on recorded traces; the job's driver applies it (through Ray's
+request_resources, never a cloud's API).
+
+The signal is the share of each training step spent waiting for data, over the steps of
+the last `window_s`, every rank's. Above the target the trainers starve: ask for the nodes
+that would feed them (while data-bound, throughput grows with the preprocess nodes, so a
+wait share w needs about n / (1 - w) nodes where n run now). Below a third of the target
+(the hysteresis band between keeps it from flapping) the trainers are compute-bound with
+slack: give one node back. After any change, nothing moves for `cooldown_s` (at least the
+time a node takes to join: its steps would not show yet); a node asked for that has not
+joined after `join_timeout_s` is given up (capacity, quota), not asked for again and again.
+The count stays within min..max workers and under the $/h ceiling.
+
+The driver side (steering): every rank's TrainProfile publishes each step to a small actor
+(StepLog); a thread in the driver reads the last window every POLL_S, counts the preprocess
+nodes up (Ray's node table, by label), decides, and asks for one bundle of the node's CPUs
+per node it holds, for that node type's label, through Ray Data's AutoscalingCoordinator:
+the actor through which Ray's own components share `ray.autoscaler.sdk.request_resources`
+(a request made beside it would be replaced at its next tick). Ray Data's own cluster
+autoscaler is switched off meanwhile by the kit (scripts/pricing/cost.py's autopilot_env).
+Nodes given back leave when the cluster's autoscaler finds them idle (idle_timeout_minutes).
+The kit passes the settings in RAYKIT_AUTOPILOT; without it, steering does nothing.
+"""
+
+import json
+import math
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+SETTINGS_ENV = "RAYKIT_AUTOPILOT"  # set by the kit (scripts/pricing/cost.py's autopilot_env)
+STEP_LOG = "raykit-step-log"       # the named actor every rank's steps go to
+POLL_S = float(os.environ.get("RAYKIT_AUTOPILOT_POLL_S") or 5)
+REQUESTER = "raykit-autopilot"     # its name at Ray Data's AutoscalingCoordinator
+REQUEST_EXPIRES_S = 120            # re-sent every poll: a dead driver's request lapses
+
+
+@dataclass(frozen=True)
+class Settings:  # noqa: D101 (documented by its fields)
+    """The values file's `autopilot:` block, with what the kit computed for the mix."""
+    target_wait_share: float        # hold the trainers' data wait under this share of a step
+    min_nodes: int                  # the preprocess type's min_workers..max_workers
+    max_nodes: int
+    cooldown_s: float               # after a change, this long before the next
+    join_timeout_s: float = 600.0   # a node asked for that has not joined by then is given up
+    window_s: float = 30.0          # the steps the wait share is measured over
+    node_usd_per_hour: float | None = None   # one preprocess node's price
+    base_usd_per_hour: float = 0.0           # the rest of the cluster's (head, train nodes)
+    max_usd_per_hour: float | None = None    # the whole cluster's ceiling (None: none)
+
+    @property
+    def slack_share(self) -> float:
+        """Below this wait share the trainers have slack to spare: a node can go."""
+        return self.target_wait_share / 3
+
+    def affordable(self) -> int:
+        """The most preprocess nodes the $/h ceiling allows (max_nodes without one)."""
+        if self.max_usd_per_hour is None or not self.node_usd_per_hour:
+            return self.max_nodes
+        return max(0, math.floor((self.max_usd_per_hour - self.base_usd_per_hour) / self.node_usd_per_hour + 1e-9))
+
+
+@dataclass
+class State:
+    """What the autopilot remembers between decisions."""
+    asked: int                       # the preprocess nodes it last asked for
+    changed_at: float | None = None  # when it last changed the ask (None: not yet)
+    given_up: int = 0                # nodes asked for that never joined: not asked again
+    reasons: list[str] = field(default_factory=list)
+
+
+def wait_share(steps: list[tuple[float, float, float]], now: float, window_s: float) -> float | None:
+    """Share of step time spent waiting for data over the last window_s, every rank's
+    steps: (end time, step seconds, of which waiting). None without a step in the window."""
+    recent = [(step, wait) for end, step, wait in steps if end >= now - window_s and step > 0]
+    total = sum(step for step, _ in recent)
+    return sum(wait for _, wait in recent) / total if total > 0 else None
+
+
+def decide(settings: Settings, state: State, now: float, share: float | None, joined: int) -> int:
+    """The preprocess nodes to hold from now on (state.asked, updated with its reason in
+    state.reasons). `share`: the trainers' wait share (None: no step measured yet);
+    `joined`: the preprocess nodes up now."""
+    low = settings.min_nodes
+    high = min(settings.max_nodes, settings.affordable(), settings.max_nodes - state.given_up)
+    high = max(low, high)
+    want, why = state.asked, ""
+    since = math.inf if state.changed_at is None else now - state.changed_at
+    if joined < state.asked and state.changed_at is not None and since >= settings.join_timeout_s:
+        state.given_up += state.asked - joined  # capacity or quota said no: stop asking for them
+        want, why = max(low, joined), f"{state.asked - joined} node(s) never joined; holding {joined}"
+    elif share is None or since < settings.cooldown_s or joined < state.asked:
+        pass  # nothing measured yet, cooling down, or a node still joining (or the start's)
+    elif share > settings.target_wait_share:
+        want = max(state.asked + 1, math.ceil(max(joined, 1) / max(1 - share, 0.05)))
+        why = f"trainers wait {share:.0%} of each step (target {settings.target_wait_share:.0%})"
+    elif share < settings.slack_share:
+        want, why = state.asked - 1, f"trainers wait only {share:.0%}: compute-bound with slack"
+    clamped = min(max(want, low), high)
+    if clamped != want and why:
+        why += f"; held to {clamped} ({'max_workers or the $/h ceiling' if clamped < want else 'min_workers'})"
+    if clamped != state.asked:
+        state.asked, state.changed_at = clamped, now
+        state.reasons.append(f"{now:.0f}: {clamped} node(s): {why}")
+    return state.asked
+
+
+# --- the driver side ------------------------------------------------------------------
+
+def settings_from_env(text: str | None = None) -> tuple[Settings, str, int] | None:
+    """(the policy's settings, the node type it steers, one node's CPUs) from the kit's
+    RAYKIT_AUTOPILOT; None where it is not set (autopilot off). Anything else in it is
+    refused in one line: the kit writes it, a hand-made one may be wrong."""
+    text = os.environ.get(SETTINGS_ENV, "") if text is None else text
+    if not text:
+        return None
+    try:
+        given = json.loads(text)
+        settings = Settings(
+            target_wait_share=float(given["target_wait_share"]), min_nodes=int(given["min_nodes"]),
+            max_nodes=int(given["max_nodes"]), cooldown_s=float(given["cooldown_s"]),
+            node_usd_per_hour=None if given["node_usd_per_hour"] is None else float(given["node_usd_per_hour"]),
+            base_usd_per_hour=float(given["base_usd_per_hour"]),
+            max_usd_per_hour=None if given["max_usd_per_hour"] is None else float(given["max_usd_per_hour"]))
+        node_type, cpus = str(given["node_type"]), int(given["node_cpus"])
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise SystemExit(f"error: {SETTINGS_ENV} is not the kit's autopilot settings "
+                         f"({type(e).__name__}: {e}); run the job through `make submit`") from None
+    if not (0 < settings.target_wait_share < 1 and 0 <= settings.min_nodes <= settings.max_nodes
+            and cpus > 0):
+        raise SystemExit(f"error: {SETTINGS_ENV}: a target outside 0-1, min above max, or no CPUs")
+    return settings, node_type, cpus
+
+
+_step_log = None  # this process's handle on the StepLog actor (False: there is none)
+
+
+def publish_step(step_s: float, wait_s: float, images: int) -> None:
+    """A training step, for the autopilot to read: fire and forget, nothing when no
+    autopilot steers (looked up once per process)."""
+    global _step_log
+    if _step_log is None:
+        import ray
+        try:
+            _step_log = ray.get_actor(STEP_LOG)
+        except (ValueError, RuntimeError):  # no autopilot (or no Ray: a unit test)
+            _step_log = False
+    if _step_log:
+        _step_log.record.remote(time.time(), step_s, wait_s, images)
+
+
+class StepLog:
+    """Every rank's steps: (end time, step s, waiting s, images), the last 10 minutes."""
+
+    def __init__(self):
+        self.steps: list[tuple[float, float, float, int]] = []
+
+    def record(self, end: float, step_s: float, wait_s: float, images: int) -> None:
+        self.steps.append((end, step_s, wait_s, images))
+        if len(self.steps) > 10_000:
+            self.steps = [s for s in self.steps if s[0] > end - 600]
+
+    def since(self, t: float) -> list[tuple[float, float, float, int]]:
+        return [s for s in self.steps if s[0] >= t]
+
+
+class Pilot(threading.Thread):
+    """The loop in the driver: read, decide, ask; and the timeline the summary keeps."""
+
+    def __init__(self, settings: Settings, node_type: str, node_cpus: int, log):
+        super().__init__(name="raykit-autopilot", daemon=True)
+        self.settings, self.node_type, self.node_cpus, self.log = settings, node_type, node_cpus, log
+        self.state = State(asked=settings.min_nodes)
+        self.timeline: list[dict] = []
+        self.errors: list[str] = []
+        self.started = time.time()
+        self._halt = threading.Event()
+        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+            DefaultAutoscalingCoordinator,
+        )
+        self.coordinator = DefaultAutoscalingCoordinator(REQUESTER)
+
+    def joined(self) -> int:
+        """The steered type's nodes up now, from Ray's node table (by their label)."""
+        import ray
+
+        from raykit.placement import NODE_TYPE
+
+        return sum(1 for n in ray.nodes() if n["Alive"] and (n.get("Labels") or {}).get(NODE_TYPE) == self.node_type)
+
+    def ask(self, nodes: int) -> None:
+        from raykit.placement import NODE_TYPE
+
+        self.coordinator.request_resources(
+            resources=[{"CPU": float(self.node_cpus)}] * nodes, expire_after_s=REQUEST_EXPIRES_S,
+            label_selectors=[{NODE_TYPE: self.node_type}] * nodes)
+
+    def tick(self) -> None:
+        import ray
+
+        now = time.time()
+        steps = ray.get(self.log.since.remote(now - self.settings.window_s), timeout=30)
+        share = wait_share([s[:3] for s in steps], now, self.settings.window_s)
+        joined = self.joined()
+        asked = decide(self.settings, self.state, now - self.started, share, joined)  # run-relative times
+        self.ask(asked)
+        images = sum(s[3] for s in steps)
+        span = (max(s[0] for s in steps) - min(s[0] - s[1] for s in steps)) if steps else 0
+        self.timeline.append({"t": round(now - self.started, 1), "preprocess_nodes": joined,
+                              "asked": asked, "wait_share": None if share is None else round(share, 3),
+                              "images_per_s": round(images / span, 2) if span > 0 else None})
+
+    def run(self) -> None:
+        while not self._halt.wait(POLL_S):
+            try:
+                self.tick()
+            except Exception as e:  # noqa: BLE001 (a missed tick: the next one tries again)
+                self.errors.append(f"{type(e).__name__}: {str(e)[:120]}")
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=30)
+        try:
+            self.coordinator.cancel_request()  # the nodes go idle, and the autoscaler removes them
+        except Exception as e:  # noqa: BLE001
+            self.errors.append(f"cancel: {type(e).__name__}")
+
+    def report(self) -> dict:
+        shares = [p["wait_share"] for p in self.timeline if p["wait_share"] is not None]
+        return {"node_type": self.node_type, "target_wait_share": self.settings.target_wait_share,
+                "min_nodes": self.settings.min_nodes, "max_nodes": self.settings.max_nodes,
+                "mean_wait_share": sum(shares) / len(shares) if shares else None,
+                "changes": self.state.reasons, "given_up": self.state.given_up,
+                "timeline": self.timeline, "errors": self.errors[-5:]}
+
+
+_last_report: dict | None = None
+
+
+@contextmanager
+def steering():
+    """Around trainer.fit(): the autopilot steers while it runs, where the kit turned it
+    on (RAYKIT_AUTOPILOT); otherwise nothing. Its report goes into the job's summary."""
+    global _last_report
+    found = settings_from_env()
+    if found is None:
+        yield None
+        return
+    import ray
+
+    settings, node_type, cpus = found
+    log = ray.remote(num_cpus=0)(StepLog).options(name=STEP_LOG).remote()
+    pilot = Pilot(settings, node_type, cpus, log)
+    print(f"autopilot: steering {node_type} between {settings.min_nodes} and {settings.max_nodes} "
+          f"node(s), trainers' data wait under {settings.target_wait_share:.0%}", flush=True)
+    pilot.start()
+    try:
+        yield pilot
+    finally:
+        pilot.stop()
+        _last_report = pilot.report()
+        ray.kill(log)
+
+
+def last_report() -> dict | None:
+    """The report of this process's last steering (None: none steered)."""
+    return _last_report

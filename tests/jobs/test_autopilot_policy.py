@@ -1,0 +1,177 @@
+"""The autopilot's policy (jobs/raykit/autopilot.py) on recorded traces: each trace is a
+list of (seconds, trainers' wait share, preprocess nodes joined), fed to decide() as the
+driver would, every 5 s; the assertions are on the nodes it holds."""
+
+import sys
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "jobs"))  # as a job imports it
+from raykit.autopilot import Settings, State, decide, wait_share  # noqa: E402
+
+SETTINGS = Settings(target_wait_share=0.10, min_nodes=1, max_nodes=6, cooldown_s=20, join_timeout_s=60)
+
+
+def replay(settings: Settings, trace, joins_after_s: float = 10.0, start: int = 1, never_join: int = 0):
+    """Drive decide() over time: `trace(t)` gives the wait share at t; asked nodes join
+    joins_after_s after the ask (the last never_join of each ask never do). Returns
+    [(t, asked, joined)]."""
+    state, joined, pending, out = State(asked=start), start, [], []
+    for t in range(0, 600, 5):
+        joined += sum(1 for due in pending if due <= t)
+        pending = [due for due in pending if due > t]
+        asked_before = state.asked
+        asked = decide(settings, state, float(t), trace(t, joined), joined)
+        if asked > asked_before:
+            new = asked - max(asked_before, joined + len(pending))
+            pending += [t + joins_after_s] * max(0, new - never_join)
+        elif asked < joined:
+            joined = asked  # the autoscaler removes the idle nodes given back
+        out.append((t, asked, joined))
+    return out, state
+
+
+def starving(t, joined):
+    """Data-bound: wait share falls as nodes join (one node feeds 30% of the trainers)."""
+    return max(0.0, 1 - 0.3 * joined)
+
+
+def test_a_starving_trainer_gets_the_nodes_that_feed_it_in_few_steps():
+    out, state = replay(SETTINGS, starving)
+    asks = sorted({asked for _, asked, _ in out})
+    assert out[-1][1:] == (3, 3)  # the fewest that feed it: 1 - 0.3 * 3 <= 0.10 < 1 - 0.3 * 2
+    assert len(asks) <= 4  # proportional steps (n / (1 - w)), not one node at a time
+    assert all(1 <= asked <= 6 for _, asked, _ in out)
+
+
+def test_a_saturated_trainer_gives_nodes_back_one_at_a_time_to_min_workers():
+    out, _ = replay(SETTINGS, lambda t, joined: 0.0, start=5)
+    counts = [asked for _, asked, _ in out]
+    assert counts[-1] == 1  # min_workers
+    assert all(a - b <= 1 for a, b in zip(counts, counts[1:]))  # one at a time
+    changes = [t for (t, a, _), (_, b, _) in zip(out, out[1:]) if a != b]
+    assert all(b - a >= SETTINGS.cooldown_s for a, b in zip(changes, changes[1:]))
+
+
+def test_a_wait_inside_the_band_does_not_flap():
+    """Between a third of the target and the target: hold, whatever the noise."""
+    noisy = lambda t, joined: [0.04, 0.09, 0.05, 0.08][t // 5 % 4]  # noqa: E731
+    out, state = replay(SETTINGS, noisy, start=3)
+    assert {asked for _, asked, _ in out} == {3} and state.reasons == []
+
+
+def test_a_node_that_never_joins_is_given_up_not_asked_for_forever():
+    out, state = replay(SETTINGS, starving, never_join=1)
+    assert state.given_up >= 1
+    assert any("never joined" in reason for reason in state.reasons)
+    # it ends holding what joined, with no ask outstanding for ever
+    t, asked, joined = out[-1]
+    assert asked == joined
+
+
+def test_the_usd_ceiling_bounds_the_nodes():
+    capped = Settings(target_wait_share=0.10, min_nodes=1, max_nodes=6, cooldown_s=20,
+                      node_usd_per_hour=0.68, base_usd_per_hour=1.0, max_usd_per_hour=3.1)
+    assert capped.affordable() == 3  # 1.0 + 3 x 0.68 = 3.04 <= 3.1
+    out, state = replay(capped, starving)
+    assert max(asked for _, asked, _ in out) == 3
+    assert any("the $/h ceiling" in reason for reason in state.reasons)
+
+
+def test_max_workers_is_reached_and_held_when_even_that_cannot_feed_the_trainer():
+    out, _ = replay(SETTINGS, lambda t, joined: 0.9)
+    assert out[-1][1] == 6 and max(asked for _, asked, _ in out) == 6
+
+
+def test_nothing_moves_before_a_step_is_measured_or_while_a_node_joins():
+    state = State(asked=2)
+    assert decide(SETTINGS, state, 100.0, None, 2) == 2
+    assert decide(SETTINGS, state, 100.0, 0.9, 1) == 2  # one of the two still joining
+    assert state.reasons == []
+
+
+def test_the_wait_share_is_every_ranks_steps_in_the_window():
+    steps = [(10.0, 1.0, 0.5), (95.0, 1.0, 0.5), (99.0, 1.0, 0.1), (99.5, 2.0, 0.0)]
+    assert wait_share(steps, now=100.0, window_s=30) == pytest.approx(0.6 / 4.0)
+    assert wait_share(steps, now=500.0, window_s=30) is None
+
+
+# --- what the kit passes the job, and what the job makes of it --------------------------
+
+import json  # noqa: E402
+
+import yaml  # noqa: E402
+
+from conftest import load_example  # noqa: E402
+from raykit.autopilot import settings_from_env  # noqa: E402
+from raykit.summary import autopilot_text  # noqa: E402
+from scripts.build import build, build_text  # noqa: E402
+from scripts.core.errors import KitError  # noqa: E402
+from scripts.pricing import cost  # noqa: E402
+
+
+def built_with(cluster: str, change):
+    values = load_example(cluster)
+    change(values)
+    return build_text(cluster, yaml.safe_dump(values).encode())
+
+
+def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_datas_own_off():
+    env = cost.autopilot_env(build("local_autopilot"))
+    settings = json.loads(env[cost.AUTOPILOT_ENV])
+    assert settings | {"node_usd_per_hour": None, "base_usd_per_hour": None} == {
+        "node_type": "cpu_worker", "node_cpus": 1, "min_nodes": 1, "max_nodes": 3,
+        "target_wait_share": 0.1, "cooldown_s": 10, "max_usd_per_hour": None,
+        "node_usd_per_hour": None, "base_usd_per_hour": None}
+    prices = cost.node_hour_prices(build("hetero"))[0]  # local_autopilot's prices_as
+    assert settings["node_usd_per_hour"] == prices["cpu_worker"] and settings["base_usd_per_hour"] == prices["head"]
+    assert env["RAY_DATA_DEFAULT_CLUSTER_SCALING_UP_CPU_UTIL_THRESHOLD"] == "2"  # never reached: off
+    found, node_type, cpus = settings_from_env(env[cost.AUTOPILOT_ENV])
+    assert (found.min_nodes, found.max_nodes, node_type, cpus) == (1, 3, "cpu_worker", 1)
+    assert cost.autopilot_env(build("local")) == {}  # off by default
+
+
+def test_an_aws_mix_steers_its_preprocess_type_by_the_vcpus_left_to_preprocessing():
+    built = built_with("hetero", lambda v: v.setdefault("autopilot", {}).update(enabled=True))
+    settings = json.loads(cost.autopilot_env(built)[cost.AUTOPILOT_ENV])
+    assert settings["node_type"] == "cpu_worker" and settings["node_cpus"] == 15  # c5.4xlarge: 16 - 1
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda v: v["workers"]["cpu_worker"].update(max_workers=1), r"min_workers = max_workers \(1\): nothing to steer"),
+    (lambda v: v["autopilot"].update(target_wait_share=0), "autopilot.target_wait_share"),
+    (lambda v: v["autopilot"].update(cooldown_s=1), "autopilot.cooldown_s"),
+    (lambda v: v["autopilot"].update(surprise=1), "autopilot"),
+])
+def test_bad_autopilot_values_are_refused_before_anything_runs(change, message):
+    with pytest.raises(KitError, match=message):
+        built_with("local_autopilot", change)
+
+
+def test_a_ceiling_below_the_mix_at_min_workers_or_without_prices_is_refused():
+    low = built_with("local_autopilot", lambda v: v["autopilot"].update(max_usd_per_hour=0.5))
+    with pytest.raises(KitError, match=r"below what the mix costs at min_workers \(\$1\.71/h\)"):
+        cost.autopilot_env(low)
+    unpriced = built_with("local_autopilot", lambda v: (v["autopilot"].update(max_usd_per_hour=5),
+                                                        v.update(prices_as=None)))
+    with pytest.raises(KitError, match="no prices to hold under a ceiling"):
+        cost.autopilot_env(unpriced)
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"target_wait_share": 2}', json.dumps(
+    {"target_wait_share": 0.1, "min_nodes": 3, "max_nodes": 1, "cooldown_s": 5, "node_type": "w",
+     "node_cpus": 1, "node_usd_per_hour": None, "base_usd_per_hour": 0, "max_usd_per_hour": None})])
+def test_settings_that_are_not_the_kits_stop_the_job_with_one_line(text):
+    with pytest.raises(SystemExit) as stopped:
+        settings_from_env(text)
+    assert str(stopped.value).startswith("error: RAYKIT_AUTOPILOT")
+
+
+def test_the_summary_row_says_what_it_held_and_the_wait():
+    report = {"node_type": "cpu_worker", "min_nodes": 1, "max_nodes": 3, "target_wait_share": 0.1,
+              "mean_wait_share": 0.06, "changes": ["53: 3 node(s): ..."], "given_up": 0,
+              "timeline": [{"preprocess_nodes": 1}, {"preprocess_nodes": 3}]}
+    assert autopilot_text(report) == ("steered cpu_worker between 1 and 3 node(s) (1-3 allowed), 1 change(s); "
+                                      "trainers waited 6% of each step on average (target 10%)")
