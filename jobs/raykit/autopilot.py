@@ -145,9 +145,9 @@ def publish_step(step_s: float, wait_s: float, images: int) -> None:
     global _step_log
     if _step_log is None:
         import ray
-        try:
-            _step_log = ray.get_actor(STEP_LOG)
-        except (ValueError, RuntimeError):  # no autopilot (or no Ray: a unit test)
+        try:  # never starts Ray: outside a Ray worker (a unit test) there is no autopilot
+            _step_log = ray.is_initialized() and ray.get_actor(STEP_LOG)
+        except ValueError:  # no autopilot steers this job
             _step_log = False
     if _step_log:
         _step_log.record.remote(time.time(), step_s, wait_s, images)

@@ -11,6 +11,7 @@ cost_table; `make bench` prices each row with priced().
 """
 
 import copy
+import json
 
 from scripts import catalog
 from scripts.build import Built, build
@@ -211,8 +212,6 @@ NODE_PRICES_ENV = "RAYKIT_NODE_PRICES"
 
 def price_env(built: Built) -> dict[str, str]:
     """The job's environment entry carrying node_hour_prices ({} where there are none)."""
-    import json
-
     priced = node_hour_prices(built)
     return {NODE_PRICES_ENV: json.dumps({"usd_per_hour": priced[0], "basis": priced[1]})} if priced else {}
 
@@ -259,8 +258,6 @@ def autopilot_env(built: Built) -> dict[str, str]:
     preprocess worker type it steers, its bounds and one node's CPUs and $/h, the rest of
     the cluster's $/h at min_workers, the ceiling. A ceiling the mix cannot be held under
     even at min_workers, or on a mix without prices, is refused here (`make validate`)."""
-    import json
-
     values = built.values
     pilot = values["autopilot"]
     if not pilot["enabled"]:
