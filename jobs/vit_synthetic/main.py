@@ -103,7 +103,7 @@ def train_loop(config: dict) -> None:
     shard = ray.train.get_dataset_shard("train")
     resumed = load_checkpoint(model, optimizer)  # after a failure: the last checkpoint
     first_step = resumed["step"] if resumed else 0
-    restarts = resumed["restarts"] + 1 if resumed else 0
+    restarts = (next_restart() if rank == 0 else resumed["restarts"] + 1) if resumed else 0
     if rank == 0 and resumed:
         print(f"restart {restarts}: resuming from the checkpoint of step {first_step}", flush=True)
 
@@ -135,6 +135,26 @@ def train_loop(config: dict) -> None:
                             final_loss=float(loss.item()))
     metrics["steps"] += first_step
     measure.report(metrics)  # the summary only: no model weights
+
+
+def next_restart() -> int:
+    """This run's restarts so far, this one included: counted in a file beside its
+    checkpoints (the run's storage, which every attempt shares). The count a checkpoint
+    holds goes back where a restart resumes from one an earlier attempt wrote late (killed
+    at step 8, resumed from 4; killed again at 14 before 12's was registered: resumed from
+    the first attempt's 8, which says 0 restarts)."""
+    import ray.train
+
+    storage = ray.train.get_context().get_storage()
+    fs, path = storage.storage_filesystem, f"{storage.experiment_fs_path}/raykit-restarts"
+    try:
+        with fs.open_input_stream(path) as f:
+            count = int(f.read().decode() or 0)
+    except (OSError, ValueError):  # the first restart: no file yet
+        count = 0
+    with fs.open_output_stream(path) as f:
+        f.write(str(count + 1).encode())
+    return count + 1
 
 
 def save_checkpoint(model, optimizer, step: int, restarts: int) -> None:
