@@ -46,7 +46,7 @@ STAMP := $(VENV)/.installed
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images image cost plan bench test test-offline test-cluster test-adaptdl bench-data bench-wait clean
+.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images image cost plan bench test test-offline test-cluster test-adaptdl kube-testbed bench-data bench-wait clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -128,13 +128,20 @@ bench: $(STAMP) ## ViT job on each of CLUSTERS: $/100 steps table + JSON/CSV/PNG
 # moto, on Ray's start-up) or runs one thread. Then the local-cluster tests, one at a time:
 # a local cluster's nodes are pinned to this machine's cores, and what they time (a
 # fault's cost, an idle limit) assumes nothing beside them.
-test: $(STAMP) ## run every test: test-offline and test-adaptdl side by side, then test-cluster
+# The real-API-server tests (tests/kuberay/test_real_apiserver.py) need kube-apiserver
+# built once into ~/.cache/raykit (kube-testbed: ~7 minutes, the first time only); under
+# `make test` they fail where it is missing, elsewhere they are skipped.
+test: $(STAMP) kube-testbed ## run every test: test-offline and test-adaptdl side by side, then test-cluster
 	@echo "== test-offline and test-adaptdl side by side (each one's output when it ends), then test-cluster"
-	@$(MAKE) --no-print-directory -j6 --output-sync=target test-offline $(addprefix adaptdl-suite/,$(ADAPTDL_SUITES))
+	@RAYKIT_REQUIRE_KUBE_TESTBED=1 $(MAKE) --no-print-directory -j6 --output-sync=target test-offline $(addprefix adaptdl-suite/,$(ADAPTDL_SUITES))
 	@$(MAKE) --no-print-directory test-cluster
 
+# --dist loadgroup: the real-API-server tests share one API server, on one process
 test-offline: $(STAMP) ## the tests that start no local cluster (moto for AWS), on 2 processes
-	$(PY) -m pytest -p no:cacheprovider -n 2 --durations=10 -m "not cluster" tests
+	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadgroup --durations=10 -m "not cluster" tests
+
+kube-testbed: $(STAMP) ## build kube-apiserver 1.20 and fetch kubectl 1.34 for the KubeRay tests, once (root: apt-get)
+	@$(PY) -m tests.kuberay.kube_testbed build
 
 test-cluster: $(STAMP) ## the tests that run a local Ray cluster (pytest -m cluster), one at a time
 	$(PY) -m pytest -p no:cacheprovider --durations=10 -m cluster tests

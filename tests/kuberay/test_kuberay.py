@@ -28,12 +28,24 @@ KUBERAY_FILES = sorted(p.stem for p in (REPO / "cluster_templates").glob("*.yaml
                        if "provider: kuberay" in p.read_text())
 
 
-def test_the_vendored_crds_are_the_pinned_release_byte_for_byte():
-    table = (crd.CRD_DIR / "SOURCE.md").read_text()
+@pytest.mark.parametrize("release", crd.SUPPORTED_RELEASES)
+def test_the_vendored_crds_are_the_pinned_releases_byte_for_byte(release):
+    table = (crd.crd_dir(release) / "SOURCE.md").read_text()
     for name in crd.CRD_FILES.values():
-        digest = hashlib.sha256((crd.CRD_DIR / name).read_bytes()).hexdigest()
+        digest = hashlib.sha256((crd.crd_dir(release) / name).read_bytes()).hexdigest()
         assert re.search(rf"\| {re.escape(name)} \| \S+ \| {digest} \|", table), name
-    assert crd.KUBERAY_VERSION in table
+    assert f"at tag {release}" in table
+
+
+def test_a_field_only_the_newest_release_knows_is_refused_naming_the_oldest():
+    """The minimum release is checked too: v1.7.0's networkPolicy would be refused by a v1.6
+    API server (strict field validation), so it is refused here, naming v1.6.0."""
+    resource = copy.deepcopy(build("k8s_hetero").config)
+    assert crd.schema_problems(resource) == []
+    resource["spec"]["networkPolicy"] = {"mode": "DenyAll"}
+    problems = crd.schema_problems(resource)
+    assert problems and all("v1.6.0's RayCluster CRD, the oldest release the kit supports" in p
+                            for p in problems), problems
 
 
 def test_kuberay_mixes_exist():
@@ -373,6 +385,10 @@ def test_a_stuck_pod_fails_up_with_its_events_and_deletes_what_was_applied(kube)
                                     "authentication); the kit needs KubeRay >= v1.6.0"),
     ({"STANDIN_KUBERAY": "v1.5.1"}, "older than v1.6.0: it has no spec.preRunningDeadlineSeconds"),
     ({"STANDIN_KUBERAY": "none"}, "the cluster has no rayclusters resource; install the KubeRay operator v1.7.0"),
+    # an explain that fails for another reason than a missing field is not "too old"
+    ({"STANDIN_KUBERAY": "unpublished"}, "could not read the API's schema of rayclusters (`kubectl "
+                                         "explain rayclusters.spec.headGroupSpec.labels`): error: "
+                                         "couldn\\'t find resource for"),
     ({"STANDIN_NAMESPACES": "default"}, "kubernetes.namespace: ray does not exist"),
     # no kubeconfig: kubectl's localhost:8080 is no cluster of the user's; say to pick one
     ({"STANDIN_NO_KUBECONFIG": "1"}, "kubectl has no cluster to talk to (no kubeconfig or no "

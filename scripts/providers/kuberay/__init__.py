@@ -383,6 +383,11 @@ def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
         if "doesn't have a resource type" in known.stderr:
             raise KitError(f"the cluster has no {field.split('.')[0]} resource; install the KubeRay "
                            f"operator {crd.KUBERAY_VERSION} (docs/kubernetes.md)")
+        if known.returncode != 0 and "does not exist" not in known.stderr:
+            # not an answer about the field (the API's schema not served yet, a time-out)
+            raise KitError(f"could not read the API's schema of {field.split('.')[0]} (`kubectl "
+                           f"explain {field}`): {kubectl_error(known)}; try again, or check "
+                           "`kubectl get --raw /openapi/v2 | head -c 100`")
         if known.returncode != 0:
             raise KitError(f"the installed KubeRay is older than {since}: it has no "
                            f"{field.split('.', 1)[1]} ({what}); the kit needs KubeRay >= "

@@ -2,8 +2,10 @@
 release's CRD schema (what the API server enforces) and the operator's own rules (what it
 refuses after the API server accepted the resource, as an event nobody reads).
 
-The CRDs are KubeRay v1.7.0's, vendored unchanged (cluster_templates/schema/kuberay-v1.7.0/,
-SOURCE.md says from where). kubectl validates strictly by default (`--validate=strict`):
+The CRDs are those of the newest and the oldest supported release (v1.7.0 and v1.6.0),
+vendored unchanged (cluster_templates/schema/kuberay-<release>/, SOURCE.md says from
+where); a resource must pass both, so that what the kit renders runs on every release it
+claims. kubectl validates strictly by default (`--validate=strict`):
 an unknown field is an error, not silently dropped, so the schema check adds
 `additionalProperties: false` wherever the CRD lists an object's fields and does not
 preserve unknown ones.
@@ -34,6 +36,7 @@ VERSIONED_FIELDS = [
     ("rayclusters.spec.authOptions", "v1.5.1", "Ray's token authentication"),
     ("rayjobs.spec.preRunningDeadlineSeconds", "v1.6.0", "`make run`'s limit for pods that never run"),
 ]
+SUPPORTED_RELEASES = (MIN_KUBERAY_VERSION, KUBERAY_VERSION)  # the CRDs checked against
 CRD_DIR = SCHEMAS / f"kuberay-{KUBERAY_VERSION}"
 CRD_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml"}
 API_VERSION = "ray.io/v1"
@@ -51,9 +54,13 @@ VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 # --- the CRD schema -----------------------------------------------------------------
 
+def crd_dir(release: str):
+    return SCHEMAS / f"kuberay-{release}"
+
+
 @functools.cache
-def crd_validator(kind: str) -> jsonschema.protocols.Validator:
-    crd = yaml.load((CRD_DIR / CRD_FILES[kind]).read_text(), Loader=yaml.CSafeLoader)
+def crd_validator(kind: str, release: str = KUBERAY_VERSION) -> jsonschema.protocols.Validator:
+    crd = yaml.load((crd_dir(release) / CRD_FILES[kind]).read_text(), Loader=yaml.CSafeLoader)
     version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
     schema = strict(version["schema"]["openAPIV3Schema"])
     return jsonschema.Draft7Validator(schema)
@@ -73,14 +80,22 @@ def strict(schema):
 
 
 def schema_problems(resource: dict) -> list[str]:
-    """Every place the resource breaks its kind's CRD schema, as 'path: message'."""
+    """Every place the resource breaks its kind's CRD schema in a supported release, as
+    'path: message (release)'; the newest release's first, then what only an older one refuses."""
     kind = resource.get("kind")
     if kind not in CRD_FILES or resource.get("apiVersion") != API_VERSION:
         return [f"apiVersion/kind: {resource.get('apiVersion')}/{kind} is not one of "
                 f"{', '.join(f'{API_VERSION}/{k}' for k in CRD_FILES)}"]
-    errors = sorted(crd_validator(kind).iter_errors(resource), key=lambda e: list(map(str, e.path)))
-    return [f"{'.'.join(map(str, e.path)) or '(top level)'}: {e.message[:200]} "
-            f"(KubeRay {KUBERAY_VERSION}'s {kind} CRD)" for e in errors]
+    problems = []
+    for release in reversed(SUPPORTED_RELEASES):
+        errors = sorted(crd_validator(kind, release).iter_errors(resource), key=lambda e: list(map(str, e.path)))
+        for e in errors:
+            where = f"{'.'.join(map(str, e.path)) or '(top level)'}: {e.message[:200]}"
+            if not any(p.startswith(where + " (") for p in problems):
+                problems.append(f"{where} (KubeRay {release}'s {kind} CRD"
+                                + ("" if release == KUBERAY_VERSION else
+                                   f", the oldest release the kit supports") + ")")
+    return problems
 
 
 # --- Kubernetes name and label syntax ------------------------------------------------

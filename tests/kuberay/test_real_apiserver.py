@@ -1,0 +1,299 @@
+"""The kit's kubectl calls against a real API server (tests/kuberay/kube_testbed.py:
+kube-apiserver 1.20.2 with RBAC, its garbage collector, a real kubectl 1.34.5), as a user
+bound to nothing but the Role the kit renders (role_for). What the stand-in kubectl cannot
+show shows here: a call the Role does not grant is Forbidden, a finalizer turns `kubectl
+delete --wait` into a list and a watch, owner references delete what the kit never names,
+an annotation over 256 KiB is refused, a field the CRD does not know is pruned in silence.
+
+What this cannot check: the operator's reconcile (a thread below plays it through the
+admin identity: it creates the pods, marks them Ready through the status subresource,
+moves a RayJob along and holds its finalizer), anything a kubelet serves (logs, exec,
+port-forward: the calls are authorized, then fail for want of a node), and v1.7.0's CEL
+rules (stripped to load on 1.20; crd.py's offline check covers them)."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+
+import pytest
+
+from conftest import REPO, USER_JOBS
+from scripts.build import build
+from scripts.providers import kuberay
+from tests.kuberay import kube_testbed
+
+pytestmark = [pytest.mark.xdist_group("kube-apiserver"), pytest.mark.timeout(300)]
+
+CLUSTER, NAME, NAMESPACE = "k8s_hetero", "k8s-hetero", "ray"
+FINALIZER = "ray.io/rayjob-finalizer"
+MERGE = "application/merge-patch+json"
+
+
+@pytest.fixture(scope="module")
+def testbed(tmp_path_factory):
+    lacking = kube_testbed.missing()
+    if lacking:
+        message = (f"the kube testbed lacks {', '.join(lacking)}: `make kube-testbed` builds it "
+                   f"once into {kube_testbed.CACHE}")
+        if os.environ.get("RAYKIT_REQUIRE_KUBE_TESTBED"):  # `make test`: built just before
+            pytest.fail(message)
+        pytest.skip(message)
+    bed = kube_testbed.Testbed(tmp_path_factory.mktemp("kube")).start()
+    values = build(CLUSTER).values
+    bed.api("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                           "metadata": {"name": NAMESPACE}})
+    bed.api("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles", kuberay.role_for(values))
+    bed.api("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "raykit-user"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"raykit-{NAME}"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": kube_testbed.USER}]})
+    operator = PlayedOperator(bed)
+    operator.start()
+    yield bed
+    operator.stopped.set()
+    operator.join(timeout=10)
+    bed.stop()
+
+
+@pytest.fixture
+def kit(testbed, tmp_path):
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"), KUBECONFIG=str(testbed.kubeconfig),
+               RAYKIT_KUBECTL_POLL_S="0.2",
+               PATH=f"{testbed.bin}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
+
+    def run(*args, **extra):
+        return subprocess.run([sys.executable, "-m", "scripts.kit", *args], cwd=REPO, env=env | extra,
+                              capture_output=True, text=True, timeout=180)
+    run.env = env
+    return run
+
+
+def user_kubectl(testbed, *args, stdin=None, timeout=60):
+    return subprocess.run([str(testbed.bin / "kubectl"), "--kubeconfig", str(testbed.kubeconfig),
+                           "--namespace", NAMESPACE, *args], input=stdin, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def items(testbed, path: str) -> list[dict]:
+    return testbed.api("GET", path)["items"]
+
+
+def ours(testbed, kind_path: str) -> list[str]:
+    return [o["metadata"]["name"] for o in items(testbed, f"{kind_path}")]
+
+
+class PlayedOperator(threading.Thread):
+    """What KubeRay's operator does that the kit's commands wait on, done through the admin
+    identity: each RayCluster gets its head and min-replica pods (owned by it, so the
+    garbage collector deletes them with it), Ready through the status subresource, its head
+    Service and its token Secret; each RayJob gets the finalizer, a RayCluster of its own
+    (owned by it), then Running, then Complete with its cluster deleted; a RayJob being
+    deleted loses its finalizer."""
+
+    def __init__(self, testbed):
+        super().__init__(daemon=True)
+        self.bed, self.stopped = testbed, threading.Event()
+        self.ticks: dict[str, int] = {}
+
+    def run(self):
+        while not self.stopped.wait(0.2):
+            try:
+                self.reconcile_clusters()
+                self.reconcile_jobs()
+            except RuntimeError:
+                pass  # an object went under it (a 404, a 409): look again next tick
+
+    def reconcile_clusters(self):
+        api, ns = self.bed.api, f"/api/v1/namespaces/{NAMESPACE}"
+        pods = {p["metadata"]["name"] for p in items(self.bed, f"{ns}/pods")}
+        for cluster in items(self.bed, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters"):
+            meta, spec = cluster["metadata"], cluster["spec"]
+            if meta.get("deletionTimestamp") or f"{meta['name']}-head" in pods:
+                continue
+            owner = [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": meta["name"],
+                      "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]
+            groups = [("head", "headgroup", 1, spec["headGroupSpec"])] + [
+                ("worker", g["groupName"], g.get("minReplicas", 0), g) for g in spec.get("workerGroupSpecs", [])]
+            for node_type, group, count, group_spec in groups:
+                for i in range(count):
+                    name = f"{meta['name']}-head" if node_type == "head" else f"{meta['name']}-{group}-{i}"
+                    containers = [{"name": c["name"], "image": c["image"]}
+                                  for c in group_spec["template"]["spec"]["containers"]]
+                    if node_type == "head" and spec.get("enableInTreeAutoscaling"):  # its sidecar
+                        containers.append({"name": "autoscaler", "image": containers[0]["image"]})
+                    api("POST", f"{ns}/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                        "name": name, "ownerReferences": owner, "labels": {
+                            "ray.io/cluster": meta["name"], "ray.io/node-type": node_type, "ray.io/group": group}},
+                        "spec": {"containers": containers,
+                                 "automountServiceAccountToken": False}})
+                    api("PATCH", f"{ns}/pods/{name}/status", {"status": {
+                        "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}, MERGE)
+            api("POST", f"{ns}/services", {"apiVersion": "v1", "kind": "Service", "metadata": {
+                "name": f"{meta['name']}-head-svc", "ownerReferences": owner},
+                "spec": {"ports": [{"port": 8265}], "selector": {"ray.io/cluster": meta["name"]}}})
+            api("POST", f"{ns}/secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {
+                "name": meta["name"], "ownerReferences": owner}, "stringData": {"auth_token": "t0ken"}})
+
+    def reconcile_jobs(self):
+        api, jobs = self.bed.api, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs"
+        for job in items(self.bed, jobs):
+            meta, name = job["metadata"], job["metadata"]["name"]
+            if meta.get("deletionTimestamp"):
+                api("PATCH", f"{jobs}/{name}", {"metadata": {"finalizers": None}}, MERGE)
+                continue
+            if FINALIZER not in meta.get("finalizers", []):
+                api("PATCH", f"{jobs}/{name}", {"metadata": {"finalizers": [FINALIZER]}}, MERGE)
+                continue
+            tick = self.ticks[meta["uid"]] = self.ticks.get(meta["uid"], 0) + 1
+            cluster = f"{name}-{meta['uid'][:5]}"
+            if tick == 1:
+                api("POST", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters", {
+                    "apiVersion": "ray.io/v1", "kind": "RayCluster", "spec": job["spec"]["rayClusterSpec"],
+                    "metadata": {"name": cluster, "ownerReferences": [{
+                        "apiVersion": "ray.io/v1", "kind": "RayJob", "name": name, "uid": meta["uid"],
+                        "controller": True, "blockOwnerDeletion": True}]}})
+                status = {"jobDeploymentStatus": "Initializing", "rayClusterName": cluster}
+            elif tick == 3:
+                status = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "jobId": name}
+            elif tick == 6:
+                api("DELETE", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters/{cluster}")
+                status = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
+            else:
+                continue
+            api("PATCH", f"{jobs}/{name}/status", {"status": status}, MERGE)
+
+
+def leaves(node, path=()):
+    """(path, value) of every scalar in a JSON document."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from leaves(value, path + (key,))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from leaves(value, path + (i,))
+    else:
+        yield path, node
+
+
+def at(node, path):
+    for key in path:
+        node = node[key]
+    return node
+
+
+def test_up_status_monitor_and_down_as_a_user_with_only_the_rendered_role(testbed, kit, tmp_path):
+    up = kit("up", "--cluster", CLUSTER)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "preflight: Kubernetes v1.20.2" in up.stdout and "cluster 'k8s_hetero' is up" in up.stdout
+    # the API server kept every field the kit rendered: none pruned as unknown to the CRD
+    applied = json.loads((tmp_path / "build" / "launched" / f"{CLUSTER}.yaml").read_text())
+    stored = testbed.api("GET", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters/{NAME}")
+    pruned = []
+    for path, value in leaves(applied["spec"]):
+        try:
+            kept = at(stored["spec"], path)
+        except (KeyError, IndexError, TypeError):
+            kept = "<pruned>"
+        if kept != value:
+            pruned.append(f"spec.{'.'.join(map(str, path))}: {value!r} -> {kept!r}")
+    assert not pruned, pruned
+
+    status = kit("status", "--cluster", CLUSTER)
+    assert status.returncode == 0, status.stderr
+    assert f"{NAME}-head" in status.stdout and f"{NAME}-cpu-worker-0" in status.stdout
+    # the autoscaler's log (pods/log): authorized by the Role; with no kubelet behind the
+    # pod, the API server answers with no lines
+    monitor = kit("monitor", "--cluster", CLUSTER)
+    assert monitor.returncode == 0 and "Forbidden" not in monitor.stderr, monitor.stderr
+
+    down = kit("down", "--cluster", CLUSTER)
+    assert down.returncode == 0, down.stdout + down.stderr
+    # the pods, the head Service and the Secret: deleted by the garbage collector, never
+    # named by the kit (nor could it: the Role may not delete them)
+    assert "none of its pods is left" in down.stdout
+    ns = f"/api/v1/namespaces/{NAMESPACE}"
+    assert ours(testbed, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters") == []
+    assert ours(testbed, f"{ns}/pods") == []
+    wait_until(lambda: ours(testbed, f"{ns}/services") == [] and ours(testbed, f"{ns}/secrets") == [])
+
+
+def wait_until(condition, timeout_s: float = 60):
+    import time
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time-out"
+        time.sleep(0.3)
+
+
+def test_run_deletes_its_finalized_rayjob_with_the_roles_rights(testbed, kit):
+    """Problem 2 of issue 33 on a real API server: the RayJob carries the operator's
+    finalizer, `kubectl delete --wait` then needs list and watch, which the Role does not
+    grant; `make run` deletes with what it has, and succeeds."""
+    run = kit("run", "--cluster", CLUSTER, "--job", "smoke", "--timeout", "900")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "RayJob k8s-hetero: Complete, job SUCCEEDED" in run.stdout
+    assert "Forbidden" not in run.stdout + run.stderr
+    assert f"RayJob {NAME} deleted; none of its cluster {NAME}-" in run.stdout
+    ns = f"/api/v1/namespaces/{NAMESPACE}"
+    assert ours(testbed, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs") == []
+    assert ours(testbed, f"{ns}/pods") == []
+    assert ours(testbed, f"{ns}/configmaps") == []  # owned by the RayJob, and deleted by the kit
+
+    # the same deletion the way kubectl does it by default: the Role's user cannot wait
+    created = testbed.api("POST", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs", {
+        "apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": NAME},
+        "spec": {"entrypoint": "true", "shutdownAfterJobFinishes": True,
+                 "rayClusterSpec": {"headGroupSpec": {"template": {"spec": {
+                     "containers": [{"name": "ray-head", "image": "rayproject/ray:2.60.0"}]}}}}}})
+    wait_until(lambda: FINALIZER in testbed.api(
+        "GET", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs/{NAME}")["metadata"].get("finalizers", []))
+    testbed.api("PATCH", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs/{NAME}/status",
+                {"status": {"jobDeploymentStatus": "Complete"}}, MERGE)
+    waited = user_kubectl(testbed, "delete", "rayjob", NAME, "--wait=true", "--timeout=20s")
+    assert waited.returncode != 0 and "timed out waiting" in waited.stderr, waited.stderr
+    assert 'User \\"raykit-user\\" cannot list resource \\"rayjobs\\"' in waited.stderr
+    assert created["metadata"]["name"] == NAME
+    wait_until(lambda: ours(testbed, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs") == [])
+    wait_until(lambda: ours(testbed, f"{ns}/pods") == [])
+
+
+def test_the_role_grants_the_kits_names_only(testbed):
+    """Another team's RayCluster in the namespace: the Role's user can neither read, list
+    nor delete it; its own names it may."""
+    other = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "other-team"},
+             "spec": {"headGroupSpec": {"template": {"spec": {"containers": [
+                 {"name": "ray-head", "image": "rayproject/ray:2.60.0"}]}}}}}
+    testbed.api("POST", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters", other)
+    try:
+        for args in (("get", "raycluster", "other-team"), ("delete", "raycluster", "other-team"),
+                     ("get", "rayclusters"), ("delete", "pods", "other-team-head"),
+                     ("get", "secret", "other-team")):
+            refused = user_kubectl(testbed, *args)
+            assert refused.returncode != 0 and "Forbidden" in refused.stderr, (args, refused.stderr)
+        assert user_kubectl(testbed, "auth", "can-i", "delete", f"rayclusters.ray.io/{NAME}").stdout.strip() == "yes"
+    finally:
+        testbed.api("DELETE", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters/other-team")
+        wait_until(lambda: ours(testbed, f"/api/v1/namespaces/{NAMESPACE}/pods") == [])
+
+
+def test_job_files_past_the_annotation_cap_are_created_not_applied(testbed, kit):
+    """The API server caps an object's annotations at 256 KiB: client-side `kubectl apply`
+    of the job-files ConfigMap with 300 KiB of files is refused; the kit creates it, and a
+    run with such a job folder goes through."""
+    files = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{NAME}-job-files"},
+             "data": {"weights.txt": "x" * (300 * 1024)}}
+    applied = user_kubectl(testbed, "apply", "-f", "-", stdin=json.dumps(files))
+    assert applied.returncode != 0 and "Too long: must have at most 262144 bytes" in applied.stderr
+    assert ours(testbed, f"/api/v1/namespaces/{NAMESPACE}/configmaps") == []
+
+    job = USER_JOBS / f"k8s_real_{uuid.uuid4().hex[:6]}"
+    job.mkdir()
+    (job / "main.py").write_text("print('hello')\n")
+    (job / "weights.bin").write_bytes(os.urandom(300 * 1024))
+    run = kit("run", "--cluster", CLUSTER, "--job", job.name)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert ours(testbed, f"/api/v1/namespaces/{NAMESPACE}/configmaps") == []
