@@ -15,12 +15,12 @@ cluster down and exits:
   aws      Ray on the head first (its autoscaler would relaunch workers), then every
            instance carrying the cluster's `ray-kit-cluster` tag in its region, its own
            head included (terminate_tagged; the head's IAM policy allows exactly that)
-  kuberay  its own RayCluster suspended (spec.suspend: the operator deletes every pod,
-           the watchdog's own head pod last, and the node groups scale their nodes
-           down); the object stays, free, until `make down` deletes it. The watchdog is a
-           container of the head pod; the pod's service account is the one the operator
-           binds to its autoscaler's Role, which may `get` and `patch` RayClusters and
-           nothing that deletes: no extra Role for the kit (suspend_raycluster)
+  kuberay  its own RayCluster deleted (the garbage collector then deletes every pod,
+           the watchdog's own head pod too, and the node groups scale their nodes
+           down). The watchdog is a container of the head pod, which runs as the
+           ServiceAccount `<name>-raykit` (watchdog.py): the operator binds its
+           autoscaler's Role to it, and the namespace's admin, once, a Role that may
+           delete this one RayCluster and nothing else (`make render` writes both)
 
 While the job API cannot be reached, no job is seen to start: the clock runs on from the
 last one seen, so a head whose dashboard died does not bill forever either.
@@ -225,37 +225,36 @@ def aws_teardown(cluster_name: str, region: str):
 
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # the pod's token and CA
-AUTOSTOPPED = "raykit.dev/autostopped-at"  # the annotation the suspend leaves: when, and by whom
 
 
-def suspend_raycluster(api: str, namespace: str, name: str, account_dir: str,
-                       attempts: int = TERMINATE_ATTEMPTS, retry_s: float = TERMINATE_RETRY_S) -> bool:
-    """PATCH the RayCluster's spec.suspend to true (a JSON merge patch, as `kubectl patch
-    --type merge` sends), with the pod's service-account token over TLS checked against
-    the cluster's CA; retried on an API error or a refusal (throttling, an API server
-    restarting). True once the API server took it; False if the RayCluster is gone or
-    every attempt failed (the nodes then bill until `make down`: said in the log)."""
+def delete_raycluster(api: str, namespace: str, name: str, account_dir: str,
+                      attempts: int = TERMINATE_ATTEMPTS, retry_s: float = TERMINATE_RETRY_S) -> bool:
+    """DELETE the RayCluster (background propagation: the garbage collector deletes its
+    pods), with the pod's service-account token over TLS checked against the cluster's
+    CA; retried on an API error or a refusal (throttling, an API server restarting, a
+    RoleBinding not yet applied). True once it is deleted or gone; False if every attempt
+    failed (the nodes then bill until `make down`: said in the log)."""
     url = (f"{api}/apis/ray.io/v1/namespaces/{urllib.parse.quote(namespace, safe='')}"
            f"/rayclusters/{urllib.parse.quote(name, safe='')}")
-    body = json.dumps({"metadata": {"annotations": {AUTOSTOPPED: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                                                    + " by its watchdog (autostop_minutes)"}},
-                       "spec": {"suspend": True}}).encode()
+    body = json.dumps({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}).encode()
     for _ in range(attempts):
         try:
             token = open(os.path.join(account_dir, "token")).read().strip()  # re-read: kubelet rotates it
             context = ssl.create_default_context(cafile=os.path.join(account_dir, "ca.crt"))
-            request = urllib.request.Request(url, data=body, method="PATCH", headers={
-                "Authorization": f"Bearer {token}", "Content-Type": "application/merge-patch+json"})
+            request = urllib.request.Request(url, data=body, method="DELETE", headers={
+                "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
             with urllib.request.urlopen(request, context=context, timeout=30):
                 return True
         except urllib.error.HTTPError as e:
             if e.code == 404:
                 print(f"autostop: RayCluster {namespace}/{name} is gone already", flush=True)
-                return False
-            print(f"autostop: suspending failed (HTTP {e.code} {e.reason}); retrying", flush=True)
+                return True
+            print(f"autostop: deleting failed (HTTP {e.code} {e.reason}); retrying", flush=True)
         except (OSError, ssl.SSLError) as e:
-            print(f"autostop: suspending failed ({type(e).__name__}: {str(e)[:160]}); retrying", flush=True)
+            print(f"autostop: deleting failed ({type(e).__name__}: {str(e)[:160]}); retrying", flush=True)
         time.sleep(retry_s)
+    print(f"autostop: could not delete RayCluster {namespace}/{name}: its pods bill until "
+          "`make down`", flush=True)
     return False
 
 
@@ -267,9 +266,8 @@ def in_cluster_api() -> str:
 
 def kuberay_teardown(namespace: str, name: str, account_dir: str = SERVICE_ACCOUNT_DIR):
     def teardown() -> None:
-        if suspend_raycluster(in_cluster_api(), namespace, name, account_dir):
-            print(f"autostop: RayCluster {namespace}/{name} suspended; the operator deletes its pods",
-                  flush=True)
+        if delete_raycluster(in_cluster_api(), namespace, name, account_dir):
+            print(f"autostop: RayCluster {namespace}/{name} deleted; its pods go with it", flush=True)
     return teardown
 
 

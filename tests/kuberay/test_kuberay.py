@@ -316,8 +316,8 @@ def test_up_status_and_down_through_kubectl(kube):
     calls = kube.calls()
     assert all(c[:2] == ["--namespace", "ray"] for c in calls)  # its namespace, every call
     # read-only preflight first, then the apply, then the wait
-    assert verbs(calls)[:9] == ["version -o", *["explain " + f for f, _, _ in crd.VERSIONED_FIELDS],
-                                "get namespace", "auth can-i", "get raycluster", "apply -f"]
+    assert verbs(calls)[:10] == ["version -o", *["explain " + f for f, _, _ in crd.VERSIONED_FIELDS],
+                                 "get namespace", "auth can-i", "get rolebinding", "get raycluster", "apply -f"]
     assert "preflight: Kubernetes v1.33.5-eks-3cfe0ce" in up.stdout
     assert "pods ready: headgroup 0/1, cpu-worker 0/2" in up.stdout
     assert up.stdout.index("pods ready: headgroup 1/1, cpu-worker 2/2") < up.stdout.index("cluster 'k8s_hetero' is up")
@@ -490,7 +490,8 @@ def rights_used(entry: dict) -> set[tuple[str, str, str, str | None]]:
     verb = args[0]
     kinds = {"raycluster": ("ray.io", "rayclusters"), "rayjob": ("ray.io", "rayjobs"),
              "RayCluster": ("ray.io", "rayclusters"), "RayJob": ("ray.io", "rayjobs"),
-             "configmap": ("", "configmaps"), "ConfigMap": ("", "configmaps"), "secret": ("", "secrets")}
+             "configmap": ("", "configmaps"), "ConfigMap": ("", "configmaps"), "secret": ("", "secrets"),
+             "rolebinding": ("rbac.authorization.k8s.io", "rolebindings")}
     if verb in ("version", "explain", "auth") or args[:2] == ["get", "namespace"]:
         return set()  # discovery, self-review: every identity may; a namespace is read only where allowed
     if verb in ("apply", "create"):
@@ -564,7 +565,8 @@ def test_the_rendered_role_allows_every_call_of_every_command_and_nothing_unused
     assert kube("up", "--cluster", "k8s_hetero", STANDIN_POD_STATE="ImagePullBackOff").returncode == 2
 
     render = kube("render", "--cluster", "k8s_hetero")
-    role = yaml.safe_load((kube.tmp / "build" / "clusters" / "k8s_hetero.kubectl-role.yaml").read_text())
+    role, *watchdogs = yaml.safe_load_all((kube.tmp / "build" / "clusters" / "k8s_hetero.kubectl-role.yaml").read_text())
+    assert [w["kind"] for w in watchdogs] == ["Role", "RoleBinding"]  # the head's, not the user's
     assert render.returncode == 0 and role["kind"] == "Role" and role["metadata"]["namespace"] == "ray"
     used = set().union(*(rights_used(entry) for entry in kube.logged()))
     assert [right for right in used if not granted(role, right)] == []
@@ -671,9 +673,9 @@ def test_a_job_no_runtime_env_can_install_is_refused_on_stock_images_before_anyt
     assert "registry.example.com/raykit-jobs:gpu" in dry.stdout
 
 
-def test_up_dry_run_says_when_the_cluster_suspends_itself_and_run_dry_run_does_not(kube):
+def test_up_dry_run_says_when_the_cluster_deletes_itself_and_run_dry_run_does_not(kube):
     up = kube("up", "--cluster", "k8s_hetero", "--dry-run", "1")
-    assert "  autostop: the head's watchdog suspends it (every pod deleted) after 60 min with no job" \
+    assert "  autostop: the head's watchdog deletes it (and so every pod) after 60 min with no job" \
         in up.stdout.splitlines()
     run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", "--dry-run", "1")
     assert run.returncode == 0 and "autostop" not in run.stdout  # the operator ends a RayJob's cluster

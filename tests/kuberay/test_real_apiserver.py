@@ -23,7 +23,10 @@ import pytest
 from conftest import REPO, USER_JOBS
 from scripts.build import build
 from scripts.providers import kuberay
+from scripts.node import autostop
 from tests.kuberay import kube_testbed
+
+import yaml
 
 pytestmark = [pytest.mark.xdist_group("kube-apiserver"), pytest.mark.timeout(300)]
 
@@ -45,7 +48,10 @@ def testbed(tmp_path_factory):
     values = build(CLUSTER).values
     bed.api("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                            "metadata": {"name": NAMESPACE}})
-    bed.api("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles", kuberay.role_for(values))
+    # what the namespace's admin applies once (`make render`'s kubectl-role.yaml)
+    for document in yaml.safe_load_all(kuberay.companion_files(CLUSTER, values)["kubectl-role.yaml"]):
+        plural = {"Role": "roles", "RoleBinding": "rolebindings"}[document["kind"]]
+        bed.api("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/{plural}", document)
     bed.api("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/rolebindings", {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": {"name": "raykit-user"},
@@ -137,6 +143,10 @@ class PlayedOperator(threading.Thread):
                 "spec": {"ports": [{"port": 8265}], "selector": {"ray.io/cluster": meta["name"]}}})
             api("POST", f"{ns}/secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {
                 "name": meta["name"], "ownerReferences": owner}, "stringData": {"auth_token": "t0ken"}})
+            if spec.get("enableInTreeAutoscaling") and not spec["headGroupSpec"]["template"]["spec"].get(
+                    "serviceAccountName"):  # the autoscaler's account, the head pod's
+                api("POST", f"{ns}/serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount",
+                                                      "metadata": {"name": meta["name"], "ownerReferences": owner}})
 
     def reconcile_jobs(self):
         api, jobs = self.bed.api, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs"
@@ -297,3 +307,32 @@ def test_job_files_past_the_annotation_cap_are_created_not_applied(testbed, kit)
     run = kit("run", "--cluster", CLUSTER, "--job", job.name)
     assert run.returncode == 0, run.stdout + run.stderr
     assert ours(testbed, f"/api/v1/namespaces/{NAMESPACE}/configmaps") == []
+
+
+def test_an_idle_clusters_watchdog_may_delete_it_and_nothing_else(testbed, kit, tmp_path, capsys):
+    """The watchdog's DELETE (scripts/node/autostop.py) with the head pod's own account
+    token, over TLS checked against the API server's certificate: the Role `make render`
+    writes lets it delete its RayCluster (the pods go with it) and refuses it another's."""
+    assert kit("up", "--cluster", CLUSTER).returncode == 0
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    minted = testbed.api("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{NAME}/token",
+                         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}})
+    (account / "token").write_text(minted["status"]["token"])
+    (account / "ca.crt").write_bytes((testbed.folder / "certs" / "apiserver.crt").read_bytes())
+    other = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "other-team"},
+             "spec": {"headGroupSpec": {"template": {"spec": {"containers": [
+                 {"name": "ray-head", "image": "rayproject/ray:2.60.0"}]}}}}}
+    testbed.api("POST", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters", other)
+    try:
+        assert not autostop.delete_raycluster(testbed.server, NAMESPACE, "other-team", str(account),
+                                              attempts=1, retry_s=0)
+        assert "deleting failed (HTTP 403 Forbidden)" in capsys.readouterr().out  # not a TLS error
+        assert autostop.delete_raycluster(testbed.server, NAMESPACE, NAME, str(account), attempts=1, retry_s=0)
+        wait_until(lambda: not any(p.startswith(f"{NAME}-") for p in ours(testbed, f"/api/v1/namespaces/{NAMESPACE}/pods")))
+        status = kit("status", "--cluster", CLUSTER)
+        assert status.returncode == 2 and f"RayCluster {NAME} is gone" in status.stderr
+        assert kit("down", "--cluster", CLUSTER).returncode == 0
+    finally:
+        testbed.api("DELETE", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters/other-team")
+        wait_until(lambda: ours(testbed, f"/api/v1/namespaces/{NAMESPACE}/pods") == [])

@@ -1,14 +1,13 @@
 """KubeRay's idle teardown: the head pod's watchdog container (scripts/node/autostop.py,
-rendered by scripts/providers/kuberay/watchdog.py) suspends its own RayCluster through
+rendered by scripts/providers/kuberay/watchdog.py) deletes its own RayCluster through
 the in-cluster API once no job has run for autostop_minutes.
 
-The API server is a stand-in on loopback that speaks what the watchdog sends (a JSON merge
-patch over TLS, with the pod's bearer token, checked against the pod's CA); the job API
-is a real Ray head (conftest.standin_head). The watchdog is started with the very command
-the rendered RayCluster gives its container. What cannot be checked here: the operator
-deleting the pods of a suspended RayCluster (its reconcile, read in raycluster_controller.go
-v1.7.0: `suspend` -> deleteAllPods) and the operator's Role letting the pod's account
-patch it (common/rbac.go: rayclusters get, patch)."""
+The API server is a stand-in on loopback that speaks what the watchdog sends (a DELETE
+over TLS, with the pod's bearer token, checked against the pod's CA); the job API is a
+real Ray head (conftest.standin_head). The watchdog is started with the very command the
+rendered RayCluster gives its container. The Role `make render` writes for it, bound to
+the head's account, is tried on a real API server in test_real_apiserver.py (its own
+RayCluster deleted, the pods with it; another refused)."""
 
 import datetime
 import json
@@ -56,7 +55,7 @@ def certificate(folder):
 
 @pytest.fixture
 def api(tmp_path):
-    """A stand-in API server over TLS: PATCHes of RayClusters are recorded; `answers`
+    """A stand-in API server over TLS: DELETEs of RayClusters are recorded; `answers`
     (HTTP codes) are given first, then 200 (404 for a name in `gone`)."""
     cert, key = certificate(tmp_path)
     account = tmp_path / "serviceaccount"
@@ -67,7 +66,7 @@ def api(tmp_path):
     seen, answers = [], []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_PATCH(self):
+        def do_DELETE(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             seen.append({"path": self.path, "auth": self.headers["Authorization"],
                          "type": self.headers["Content-Type"], "body": body})
@@ -93,22 +92,24 @@ def api(tmp_path):
     server.shutdown()
 
 
-def test_the_watchdog_suspends_its_raycluster_with_a_merge_patch_over_verified_tls(api):
-    assert autostop.suspend_raycluster(api.url, "ray", "k8s-hetero", str(api.account), retry_s=0)
-    (patch,) = api.seen
-    assert patch["path"] == "/apis/ray.io/v1/namespaces/ray/rayclusters/k8s-hetero"
-    assert patch["type"] == "application/merge-patch+json" and patch["auth"] == f"Bearer {TOKEN}"
-    assert patch["body"]["spec"] == {"suspend": True}
-    assert "by its watchdog" in patch["body"]["metadata"]["annotations"][autostop.AUTOSTOPPED]
+def test_the_watchdog_deletes_its_raycluster_over_verified_tls(api):
+    assert autostop.delete_raycluster(api.url, "ray", "k8s-hetero", str(api.account), retry_s=0)
+    (delete,) = api.seen
+    assert delete["path"] == "/apis/ray.io/v1/namespaces/ray/rayclusters/k8s-hetero"
+    assert delete["auth"] == f"Bearer {TOKEN}"
+    assert delete["body"]["propagationPolicy"] == "Background"  # the pods go with it
 
 
-def test_the_suspend_is_retried_through_api_errors_and_ends_on_a_gone_cluster(api, capsys):
-    api.answers += [500, 429, 403]
-    assert autostop.suspend_raycluster(api.url, "ray", "k8s-hetero", str(api.account), retry_s=0)
+def test_the_delete_is_retried_through_api_errors_and_ends_on_a_gone_cluster(api, capsys):
+    api.answers += [500, 429, 403]  # 403: a RoleBinding applied late
+    assert autostop.delete_raycluster(api.url, "ray", "k8s-hetero", str(api.account), retry_s=0)
     assert len(api.seen) == 4
     assert "HTTP 429" in capsys.readouterr().out
-    assert not autostop.suspend_raycluster(api.url, "ray", "gone", str(api.account), retry_s=0)
-    assert len(api.seen) == 5  # a 404 is not retried: nothing is left to suspend
+    assert autostop.delete_raycluster(api.url, "ray", "gone", str(api.account), retry_s=0)
+    assert len(api.seen) == 5  # a 404 is not retried: it is gone, which is what was wanted
+    api.answers += [403, 403]
+    assert not autostop.delete_raycluster(api.url, "ray", "k8s-hetero", str(api.account), attempts=2, retry_s=0)
+    assert "its pods bill until `make down`" in capsys.readouterr().out
 
 
 def test_an_api_server_the_pods_ca_does_not_vouch_for_gets_nothing(api, tmp_path):
@@ -117,7 +118,7 @@ def test_an_api_server_the_pods_ca_does_not_vouch_for_gets_nothing(api, tmp_path
     other.mkdir()
     certificate(other)
     (other / "token").write_text(TOKEN)
-    assert not autostop.suspend_raycluster(api.url, "ray", "k8s-hetero", str(other), attempts=2, retry_s=0)
+    assert not autostop.delete_raycluster(api.url, "ray", "k8s-hetero", str(other), attempts=2, retry_s=0)
     assert api.seen == []
 
 
@@ -143,9 +144,9 @@ def test_the_head_pod_runs_the_watchdog_and_a_rayjobs_cluster_does_not():
     assert dog["command"][dog["command"].index("--minutes") + 1] == "0"
 
 
-def test_an_idle_kuberay_cluster_is_suspended_by_its_own_watchdog(api, standin_head):
+def test_an_idle_kuberay_cluster_is_deleted_by_its_own_watchdog(api, standin_head):
     """The rendered container's own command (its Python swapped for .venv's, its minutes
-    for seconds), against a real Ray head with no job: the RayCluster is suspended."""
+    for seconds), against a real Ray head with no job: the RayCluster is deleted."""
     head = build("k8s_hetero").config["spec"]["headGroupSpec"]["template"]["spec"]
     command = next(c for c in head["containers"] if c["name"] == watchdog.NAME)["command"]
     command = [sys.executable, *command[1:]]
@@ -157,34 +158,50 @@ def test_an_idle_kuberay_cluster_is_suspended_by_its_own_watchdog(api, standin_h
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "autostop: the cluster stops after 3 s with no job" in done.stdout
-    assert "RayCluster ray/k8s-hetero suspended; the operator deletes its pods" in done.stdout
+    assert "RayCluster ray/k8s-hetero deleted; its pods go with it" in done.stdout
     assert [p["path"] for p in api.seen] == ["/apis/ray.io/v1/namespaces/ray/rayclusters/k8s-hetero"]
 
 
-def test_a_suspended_cluster_says_so_and_make_down_still_deletes_it(tmp_path):
-    """What the user sees after the watchdog's suspend (the stand-in operator deletes the
-    pods of a suspended RayCluster): `make status` says why and what to do, `make submit`
-    refuses in one line, `make down` deletes it as ever."""
+def test_a_cluster_its_watchdog_deleted_says_so_and_make_down_forgets_it(tmp_path):
+    """What the user sees after the watchdog's delete: `make status` and `make submit` say
+    in one line that it is gone and why it may be, `make down` forgets the record."""
     log, store = tmp_path / "kubectl.log", tmp_path / "kube"
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"), STANDIN_LOG=str(log),
                STANDIN_KUBE_DIR=str(store), RAYKIT_KUBECTL_POLL_S="0.05",
                PATH=f"{REPO / 'tests' / 'standins'}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
 
-    def kit(*args):
+    def kit(*args, **extra):
         return subprocess.run([sys.executable, "-m", "scripts.kit", *args, "--cluster", "k8s_hetero"],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+                              cwd=REPO, env=env | extra, capture_output=True, text=True, timeout=120)
+    refused = kit("up", STANDIN_NO_WATCHDOG_BINDING="1")  # the admin has not applied its Role yet
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert ("autostop_minutes: 60 needs the watchdog's RoleBinding raykit-k8s-hetero-watchdog in "
+            "namespace ray, which does not exist") in refused.stderr
+    assert not list(store.glob("ray.RayCluster.*"))
     assert kit("up").returncode == 0
-    stored = store / "ray.RayCluster.k8s-hetero.json"
-    cluster = json.loads(stored.read_text())
-    cluster["spec"]["suspend"] = True  # what the watchdog's merge patch leaves
-    cluster["metadata"].setdefault("annotations", {})[autostop.AUTOSTOPPED] = "2026-11-25T10:00:00Z by its watchdog (autostop_minutes)"
-    stored.write_text(json.dumps(cluster))
+    for path in store.glob("ray.*"):  # the watchdog's delete, and the garbage collector's
+        path.unlink()
     status = kit("status")
-    assert status.returncode == 0, status.stderr
-    assert status.stdout.startswith("RayCluster k8s-hetero is suspended (2026-11-25T10:00:00Z by its watchdog")
+    assert status.returncode == 2 and len(status.stderr.splitlines()) == 1
+    assert "RayCluster k8s-hetero is gone: after 60 min with no job its watchdog deletes it" in status.stderr
     submitted = kit("submit", "--job", "smoke")
-    assert submitted.returncode == 2 and len(submitted.stderr.splitlines()) == 1
-    assert "is suspended" in submitted.stderr and "make down CLUSTER=k8s_hetero" in submitted.stderr
+    assert submitted.returncode == 2 and "is gone" in submitted.stderr
     down = kit("down")
     assert down.returncode == 0, down.stderr
-    assert not stored.exists()
+    assert not (tmp_path / "build" / "launched" / "k8s_hetero.json").exists()
+
+
+def test_render_writes_the_watchdogs_role_for_the_head_pods_account():
+    from scripts.providers import kuberay
+
+    values = load_example("k8s_hetero")
+    text = kuberay.companion_files("k8s_hetero", values)["kubectl-role.yaml"]
+    user_role, role, binding = yaml.safe_load_all(text)
+    assert user_role["metadata"]["name"] == "raykit-k8s-hetero"
+    assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["delete"],
+                              "resourceNames": ["k8s-hetero"]}]
+    # the operator's autoscaler account: named after the cluster, or the values' own
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "k8s-hetero", "namespace": "ray"}]
+    values["kubernetes"]["service_account"] = "ml-s3-reader"
+    _, _, binding = yaml.safe_load_all(kuberay.companion_files("k8s_hetero", values)["kubectl-role.yaml"])
+    assert binding["subjects"][0]["name"] == "ml-s3-reader"

@@ -84,6 +84,8 @@ RECORD_SCHEMA = {
         "expected_pods": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
         "ready_timeout_minutes": {"type": "integer", "minimum": 1, "maximum": 120},
         "job_packages": {"enum": ["install", "baked"]},  # images.job_packages (absent: install)
+        # autostop_minutes: after so long with no job the head's watchdog deletes it (0: never)
+        "watchdog_minutes": {"type": "integer", "minimum": 0, "maximum": 10080},
     },
 }
 
@@ -268,10 +270,14 @@ def config_problems(config: dict) -> list[str]:
 
 
 def companion_files(cluster: str, values: dict) -> dict[str, str]:
-    """The Role the kit's users need in the namespace (role_for), for its admin to apply."""
+    """What the namespace's admin applies once: the Role the kit's users need (role_for),
+    and the watchdog's right to delete this RayCluster (watchdog.rbac)."""
     return {"kubectl-role.yaml": "# The Role `make` needs in the namespace (scripts/providers/kuberay/'s "
             "role_for):\n# bind it to the users or CI identity that run the kit.\n"
-            + yaml.safe_dump(role_for(values), sort_keys=False)}
+            + yaml.safe_dump(role_for(values), sort_keys=False)
+            + "---\n# The head's watchdog may delete this RayCluster after autostop_minutes with no "
+            "job\n# (scripts/providers/kuberay/watchdog.py): a Role, bound to the head pod's account.\n"
+            + yaml.safe_dump_all(watchdog.rbac(values, MANAGED_BY), sort_keys=False)}
 
 
 def plan(values: dict, config: dict) -> list[str]:
@@ -281,7 +287,7 @@ def plan(values: dict, config: dict) -> list[str]:
              "their selectors match (those bill, not the kit)"]
     minutes = values["autostop_minutes"]
     return lines + pod_lines(values) + [
-        "  autostop: " + (f"the head's watchdog suspends it (every pod deleted) after {minutes} min "
+        "  autostop: " + (f"the head's watchdog deletes it (and so every pod) after {minutes} min "
                           "with no job" if minutes else "off (autostop_minutes: 0): it runs until `make down`")]
 
 
@@ -398,8 +404,23 @@ def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
         raise KitError(f"kubernetes.namespace: {where['namespace']} does not exist; "
                        f"`kubectl create namespace {where['namespace']}` or name another")
     require_rights(where, ["rayclusters.ray.io"])  # `make run` checks a RayJob's (rayjob.py)
+    if values["autostop_minutes"]:
+        require_watchdog_binding(values)
     return values, [f"preflight: Kubernetes {server}, KubeRay >= {crd.MIN_KUBERAY_VERSION}, "
                     f"namespace {where['namespace']}"]
+
+
+def require_watchdog_binding(values: dict) -> None:
+    """The watchdog's RoleBinding is in place: without it, its delete would be refused on an
+    idle cluster, which would then bill until `make down`."""
+    name = watchdog.rbac_name(values)
+    found = run_kubectl(target(values), "get", "rolebinding", name, "-o", "name", check=False)
+    if found.returncode != 0:
+        said = "does not exist" if missing(found) else f"cannot be read ({kubectl_error(found)})"
+        raise KitError(f"autostop_minutes: {values['autostop_minutes']} needs the watchdog's RoleBinding "
+                       f"{name} in namespace {values['kubernetes']['namespace']}, which {said}: the "
+                       f"namespace's admin applies build/clusters/<CLUSTER>.kubectl-role.yaml "
+                       "(`make render`) once; or set autostop_minutes: 0")
 
 
 def role_for(values: dict) -> dict:
@@ -427,6 +448,7 @@ def role_for(values: dict) -> dict:
             rule([""], ["configmaps"], ["create"]),
             rule([""], ["configmaps"], ["get", "patch", "delete"], [f"{name}-job-files"]),
             rule(["batch"], ["jobs"], ["get"], [name]),
+            rule(["rbac.authorization.k8s.io"], ["rolebindings"], ["get"], [watchdog.rbac_name(values)]),
         ],
     }
 
@@ -442,6 +464,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         "expected_pods": {HEAD_TYPE: 1} | {n: w["min_workers"] for n, w in values["workers"].items()},
         "ready_timeout_minutes": values["ready_timeout_minutes"],
         "job_packages": values["images"]["job_packages"],
+        "watchdog_minutes": values["autostop_minutes"],
     }
     resource = yaml.safe_load(config_text)
     resource["metadata"]["labels"][LAUNCH_ID] = record["launch_id"]
@@ -575,19 +598,16 @@ def is_running(record: dict) -> bool:
 
 def require_running(record: dict) -> None:
     if not is_running(record):
-        raise KitError(not_running(record["cluster"]))
-    said = suspended(record)
-    if said:
-        raise KitError(f"RayCluster {record['name']} is suspended ({said}): none of its pods runs; "
-                       f"`make down CLUSTER={record['cluster']}` deletes it, then `make up` starts afresh")
+        raise KitError(gone(record))
 
 
-def suspended(record: dict) -> str | None:
-    """Why the RayCluster is suspended (its watchdog's annotation), or None if it is not."""
-    found = ours(record)
-    if not found or not found.get("spec", {}).get("suspend"):
-        return None
-    return found["metadata"].get("annotations", {}).get(watchdog.AUTOSTOPPED, "by someone's patch")
+def gone(record: dict) -> str:
+    """The line for a recorded RayCluster that no longer exists."""
+    if record.get("watchdog_minutes"):
+        return (f"RayCluster {record['name']} is gone: after {record['watchdog_minutes']} min with no "
+                f"job its watchdog deletes it (or someone did); `make down CLUSTER={record['cluster']}` "
+                f"forgets it, then `make up` starts afresh")
+    return not_running(record["cluster"])
 
 
 def head_pod(record: dict) -> str:
@@ -600,12 +620,7 @@ def head_pod(record: dict) -> str:
 
 
 def status(record: dict) -> int:
-    if not is_running(record):
-        raise KitError(not_running(record["cluster"]))
-    said = suspended(record)
-    if said:
-        print(f"RayCluster {record['name']} is suspended ({said}): no pod runs and its nodes bill "
-              f"nothing; `make down CLUSTER={record['cluster']}` deletes it", flush=True)
+    require_running(record)
     for args in (("get", "raycluster", record["name"]),
                  ("get", "pods", "-l", f"ray.io/cluster={record['name']}", "-o", "wide")):
         result = run_kubectl(record, *args)

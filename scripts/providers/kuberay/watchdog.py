@@ -1,14 +1,19 @@
 """The head pod's watchdog: scripts/node/autostop.py in a container beside Ray's. It stops
 a `make submit` job past its TIMEOUT (recorded with the job), this machine closed or not,
-and with no job for autostop_minutes (0: never) it suspends its own RayCluster (the operator then deletes every
-pod, and the node groups scale their nodes down); a `make run` RayJob's cluster carries
-none (without, below): the operator deletes that one when the job ends."""
+and with no job for autostop_minutes (0: never) it deletes its own RayCluster (the
+garbage collector then deletes every pod, and the node groups scale their nodes down); a
+`make run` RayJob's cluster carries none (without, below): the operator deletes that one
+when the job ends.
+
+Its right to delete: the head pod runs as the operator's autoscaler account (the values'
+kubernetes.service_account, else one named after the cluster, which the operator
+creates); `make render` writes, for the namespace's admin to apply once, a Role that may
+delete this one RayCluster and a RoleBinding of it to that account (rbac)."""
 
 import base64
 import copy
 
 from scripts.core.paths import NODE_PROGRAMS
-from scripts.node.autostop import AUTOSTOPPED  # noqa: F401 (the annotation a suspend leaves; status reads it)
 
 NAME = "raykit-watchdog"  # the head pod's container that runs scripts/node/autostop.py
 # The program travels in the container's arguments, base64-encoded (it never meets a
@@ -21,7 +26,7 @@ RESOURCES = {"cpu": "100m", "memory": "512Mi"}  # Python, Ray's job client, a po
 
 def container(values: dict, dashboard_port: int) -> dict:
     """The kit's autostop watchdog beside the head's Ray: no job for autostop_minutes, and
-    it suspends its own RayCluster through the in-cluster API (scripts/node/autostop.py).
+    it deletes its own RayCluster through the in-cluster API (scripts/node/autostop.py).
     It reads the jobs through Ray's job API on the pod's loopback, with Ray's token from
     the operator's Secret (the operator sets it only on its own containers)."""
     program = base64.b64encode((NODE_PROGRAMS / "autostop.py").read_bytes()).decode()
@@ -42,8 +47,33 @@ def container(values: dict, dashboard_port: int) -> dict:
 
 def without(cluster: dict) -> dict:
     """The RayCluster without the watchdog: a RayJob's cluster is the operator's to delete
-    when the job ends (a suspended RayJob cluster would be a RayJob stuck, not stopped)."""
+    when the job ends (a RayJob's cluster deleted under it would be a RayJob failed, not stopped)."""
     cluster = copy.deepcopy(cluster)
     head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
     head["containers"] = [c for c in head["containers"] if c["name"] != NAME]
     return cluster
+
+
+def rbac_name(values: dict) -> str:
+    """The watchdog's Role and RoleBinding, both named after the cluster."""
+    return f"raykit-{values['cluster_name']}-watchdog"
+
+
+def head_account(values: dict) -> str:
+    """The head pod's ServiceAccount as the operator sets it (utils.GetHeadGroupServiceAccountName)."""
+    return values["kubernetes"]["service_account"] or values["cluster_name"]
+
+
+def rbac(values: dict, labels: dict) -> list[dict]:
+    """A Role that may delete this one RayCluster, bound to the head pod's account: the
+    watchdog's only right beyond the operator's autoscaler Role (get, patch)."""
+    name, namespace = rbac_name(values), values["kubernetes"]["namespace"]
+    metadata = {"name": name, "namespace": namespace, "labels": labels}
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": metadata,
+         "rules": [{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "verbs": ["delete"],
+                    "resourceNames": [values["cluster_name"]]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": metadata,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": head_account(values), "namespace": namespace}]},
+    ]
