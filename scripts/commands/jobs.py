@@ -54,7 +54,7 @@ def prices_for(record: dict) -> dict[str, str]:
         built = build(record["cluster"])
     except KitError:
         return {}
-    return cost.price_env(built) | cost.autopilot_env(built)
+    return cost.job_env(built)
 
 
 @contextmanager
@@ -159,7 +159,7 @@ def run_once(built, job: str, args: list[str], timeout: float | None,
     cluster this run did not start is refused, never torn down. Where the platform runs
     the job and deletes its cluster itself (a RayJob), the provider does it all."""
     ran = built.provider.run_job(built, job, args, timeout, verbose,
-                                 cost.price_env(built) | cost.autopilot_env(built))
+                                 cost.job_env(built))
     if ran is not None:
         return ran
     with running_or_started(built, reuse=False) as record:

@@ -11,14 +11,14 @@ from scripts.core.errors import CapacityRefused, KitError
 from scripts.core.inputs import check_name, flag, values_file
 from scripts.core.paths import BENCH, BUILD, LAUNCHED, RENDERED, RESULTS
 from scripts.core.values import parse_yaml
-from scripts.pricing.cost import autopilot_env, check_prices_as, hourly_cost
+from scripts.pricing.cost import check_prices_as, hourly_cost, job_env
 from scripts.providers import PROVIDERS, load_record
 
 
 def cmd_validate(a) -> int:
     built = build(a.cluster)
     check_prices_as(built)  # a local mix's prices_as is the pricing code's to check
-    autopilot_env(built)  # so is an autopilot's $/h ceiling
+    job_env(built)  # so is an autopilot's $/h ceiling
     print(f"cluster_templates/{a.cluster}.yaml: valid ({built.provider.NAME}; "
           "every check passed, nothing written or launched)")
     return 0

@@ -210,9 +210,16 @@ HEAD_LABELS = ("head", aws.HEAD_TYPE)
 NODE_PRICES_ENV = "RAYKIT_NODE_PRICES"
 
 
-def price_env(built: Built) -> dict[str, str]:
-    """The job's environment entry carrying node_hour_prices ({} where there are none)."""
+def job_env(built: Built) -> dict[str, str]:
+    """What a job run on this mix learns from its environment: its nodes' prices (the
+    summary bills the run with them) and the autopilot's settings; the prices are read
+    from the catalog once for both."""
     priced = node_hour_prices(built)
+    return price_env(priced) | autopilot_env(built, priced)
+
+
+def price_env(priced: tuple[dict[str, float], str] | None) -> dict[str, str]:
+    """The job's environment entry carrying node_hour_prices ({} where there are none)."""
     return {NODE_PRICES_ENV: json.dumps({"usd_per_hour": priced[0], "basis": priced[1]})} if priced else {}
 
 
@@ -253,7 +260,7 @@ RAY_DATA_AUTOSCALER_OFF = {f"RAY_DATA_DEFAULT_CLUSTER_SCALING_UP_{kind}_UTIL_THR
                            for kind in ("CPU", "GPU", "MEMORY", "OBJECT_STORE_MEMORY")}
 
 
-def autopilot_env(built: Built) -> dict[str, str]:
+def autopilot_env(built: Built, priced: tuple[dict[str, float], str] | None) -> dict[str, str]:
     """The job's environment entries for the values' autopilot ({} when it is off): the
     preprocess worker type it steers, its bounds and one node's CPUs and $/h, the rest of
     the cluster's $/h at min_workers, the ceiling. A ceiling the mix cannot be held under
@@ -263,7 +270,7 @@ def autopilot_env(built: Built) -> dict[str, str]:
     if not pilot["enabled"]:
         return {}
     (kind,) = roles.preprocess_types(values)  # value_problems allows exactly one
-    worker, priced = values["workers"][kind], node_hour_prices(built)
+    worker = values["workers"][kind]
     node_usd = base_usd = None
     if priced:
         prices = priced[0]

@@ -119,7 +119,7 @@ def built_with(cluster: str, change):
 
 
 def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_datas_own_off():
-    env = cost.autopilot_env(build("local_autopilot"))
+    env = cost.job_env(build("local_autopilot"))
     settings = json.loads(env[cost.AUTOPILOT_ENV])
     assert settings | {"node_usd_per_hour": None, "base_usd_per_hour": None} == {
         "node_type": "cpu_worker", "node_cpus": 1, "min_nodes": 1, "max_nodes": 3,
@@ -130,12 +130,12 @@ def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_data
     assert env["RAY_DATA_DEFAULT_CLUSTER_SCALING_UP_CPU_UTIL_THRESHOLD"] == "2"  # never reached: off
     found, node_type, cpus = settings_from_env(env[cost.AUTOPILOT_ENV])
     assert (found.min_nodes, found.max_nodes, node_type, cpus) == (1, 3, "cpu_worker", 1)
-    assert cost.autopilot_env(build("local")) == {}  # off by default
+    assert cost.AUTOPILOT_ENV not in cost.job_env(build("local"))  # off by default
 
 
 def test_an_aws_mix_steers_its_preprocess_type_by_the_vcpus_left_to_preprocessing():
     built = built_with("hetero", lambda v: v.setdefault("autopilot", {}).update(enabled=True))
-    settings = json.loads(cost.autopilot_env(built)[cost.AUTOPILOT_ENV])
+    settings = json.loads(cost.job_env(built)[cost.AUTOPILOT_ENV])
     assert settings["node_type"] == "cpu_worker" and settings["node_cpus"] == 15  # c5.4xlarge: 16 - 1
 
 
@@ -153,11 +153,11 @@ def test_bad_autopilot_values_are_refused_before_anything_runs(change, message):
 def test_a_ceiling_below_the_mix_at_min_workers_or_without_prices_is_refused():
     low = built_with("local_autopilot", lambda v: v["autopilot"].update(max_usd_per_hour=0.5))
     with pytest.raises(KitError, match=r"below what the mix costs at min_workers \(\$1\.71/h\)"):
-        cost.autopilot_env(low)
+        cost.job_env(low)
     unpriced = built_with("local_autopilot", lambda v: (v["autopilot"].update(max_usd_per_hour=5),
                                                         v.update(prices_as=None)))
     with pytest.raises(KitError, match="no prices to hold under a ceiling"):
-        cost.autopilot_env(unpriced)
+        cost.job_env(unpriced)
 
 
 @pytest.mark.parametrize("text", ["{", "[]", '{"target_wait_share": 2}', json.dumps(

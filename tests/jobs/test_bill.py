@@ -57,4 +57,4 @@ def test_the_kit_passes_each_mix_its_prices():
     assert local == aws and basis.startswith("as hetero, ")  # prices_as: hetero
     pods, basis = cost.node_hour_prices(build("k8s_hetero"))
     assert pods == {"head": 1.006, "cpu-worker": 0.68}  # one pod per node: the node's price
-    assert json.loads(cost.price_env(build("hetero"))[cost.NODE_PRICES_ENV])["usd_per_hour"] == aws
+    assert json.loads(cost.job_env(build("hetero"))[cost.NODE_PRICES_ENV])["usd_per_hour"] == aws
