@@ -7,11 +7,13 @@ has a private temp dir (mode 0700, random name), its own ports and Ray's token
 authentication. Every process it starts carries RAYKIT_CLUSTER_ID in its environment, a
 marker derived from this checkout's build dir and the cluster's name: `down` stops the
 processes that carry it (and their children), and nothing else; it never runs `ray stop`.
-With `pin_cpus` (the default), each node runs on cores of its own (cpu_sets.py).
+With `pin_cpus` (the default), each node runs on cores of its own (cpu_sets.py); with a
+node type's `cpu_quota`, on that fraction of a core's time (cpu_quota.py).
 
 Its concerns, a module each in this package:
   loopback_node_provider.py  the node provider the head's autoscaler loads: one raylet a node
   cpu_sets.py                which cores each node is pinned to
+  cpu_quota.py               how much CPU time a node may use (cgroups)
   autostop.py                the watchdog beside the head (autostop and job limits)
   __init__.py                the provider's face (the interface): values, up, down, day 2
 """
@@ -37,7 +39,7 @@ from scripts.core.paths import BUILD, REPO
 from scripts.core.ray_cli import free_ports, ray_cli, ray_env, use_auth_in_this_process
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.node.autostop import duration
-from scripts.providers.local import cpu_sets
+from scripts.providers.local import cpu_quota, cpu_sets
 
 NAME = "local"
 # Ray's fake multi-node provider, which loopback_node_provider.py extends, registers the
@@ -106,6 +108,26 @@ def value_problems(values: dict) -> list[str]:
         problems.append(f"pin_cpus: the nodes need {cores_needed(values)} cores of their own at "
                         f"max_workers, this machine has {cores}; lower cpus or max_workers, "
                         "or set pin_cpus: false (nodes then share cores)")
+    return problems + quota_problems(values, cores)
+
+
+def quota_problems(values: dict, host_cores: int) -> list[str]:
+    """A quota is a share of the node's own cores where it has them, and the quotas at
+    max_workers fit this machine: beyond it, an added node adds no throughput."""
+    problems, total = [], 0.0
+    for where, node, count in [("head", values["head"], 1)] + [
+            (f"workers.{n}", w, w["max_workers"]) for n, w in values["workers"].items()]:
+        quota = node["cpu_quota"]
+        if quota is None:
+            continue
+        total += quota * count
+        if values["pin_cpus"] and quota > cores(node):
+            problems.append(f"{where}.cpu_quota: {quota:g} cores of time on {cores(node)} pinned core(s); "
+                            f"set at most {cores(node)}, or pin_cpus: false")
+    if total > host_cores:
+        problems.append(f"cpu_quota: the nodes' quotas at max_workers add up to {total:g} cores, more "
+                        f"than this machine's {host_cores}: an added node would add no throughput; "
+                        "lower cpu_quota or max_workers")
     return problems
 
 
@@ -167,7 +189,8 @@ def template_context(cluster: str, values: dict) -> dict:
              "labels": placement.node_labels(name, trainer_slots=w["trainer_slots"],
                                              preprocess=w["role"] == "preprocess"),
              # read by loopback_node_provider.py (Ray's schema leaves node_config alone)
-             "node_config": {"cores": cores(w) if values["pin_cpus"] else None}}
+             "node_config": {"cores": cores(w) if values["pin_cpus"] else None,
+                             "cpu_quota": w["cpu_quota"]}}
             for name, w in values["workers"].items()
         ],
     }
@@ -224,7 +247,8 @@ def plan(values: dict, config: dict) -> list[str]:
 
 
 def on_cores(values: dict, node: dict) -> str:
-    return f" on {cores(node)} core(s) of its own" if values["pin_cpus"] else ""
+    return ((f" on {cores(node)} core(s) of its own" if values["pin_cpus"] else "")
+            + (f" limited to {node['cpu_quota']:g} core(s) of time" if node["cpu_quota"] else ""))
 
 
 # --- lifecycle ----------------------------------------------------------------------
@@ -281,12 +305,16 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     })
     head_cores, worker_cores = core_sets(values)
     env[cpu_sets.WORKER_CORES_ENV] = cpu_sets.to_text(worker_cores)
+    group = quota_group(cluster, values)
+    env[cpu_quota.GROUP_ENV] = str(group or "")
     state.save(cluster, record, config_text)
     try:
+        head_group = group and head["cpu_quota"] and cpu_quota.node_group(group, "head", head["cpu_quota"])
         with cpu_sets.pinned_to(head_cores):
             result = subprocess.run(command, env=env, capture_output=True, text=True,
-                                    timeout=120,
-                                    start_new_session=True)  # the terminal's Ctrl-C is ours
+                                    timeout=120, start_new_session=True,  # the terminal's Ctrl-C is ours
+                                    # Ray's head processes, and what they start, in its group
+                                    preexec_fn=(lambda: cpu_quota.enter(head_group)) if head_group else None)
         if result.returncode != 0:
             tail = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["no output"]
             raise KitError(f"`ray start --head` failed for local cluster '{cluster}': {tail[0]} "
@@ -301,6 +329,17 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     print(f"dashboard {record['dashboard_url']} (token auth: `make` reads the token from "
           f"{state.record_path(cluster)}), logs {record['temp_dir']}/session_latest/logs", flush=True)
     return record
+
+
+def quota_group(cluster: str, values: dict):
+    """The cluster's cgroup where a node type has a cpu_quota; None (said in one line)
+    where the machine refuses it: the nodes then run without quotas."""
+    if not any(n["cpu_quota"] for n in [values["head"], *values["workers"].values()]):
+        return None
+    group, why = cpu_quota.make_cluster_group(cluster_id(cluster))
+    if group is None:
+        print(f"cpu_quota: {why}; the nodes run without quotas, sharing this machine's cores", flush=True)
+    return group
 
 
 def autostop_minutes(values: dict) -> float:
@@ -460,9 +499,11 @@ def down(cluster: str, record: dict | None, purge: bool = False) -> str:
             break
         stop_processes(procs)
         stopped += len(procs)
+    group = cpu_quota.cluster_group(cluster_id(cluster))
+    left = "" if cpu_quota.remove(group) else f"; its cgroup {group} still holds a process"
     state.forget(cluster)
     logs = f"; its logs stay in {record['temp_dir']}/session_latest/logs" if record else ""
-    return f"local cluster '{cluster}': {stopped} processes stopped{logs}"
+    return f"local cluster '{cluster}': {stopped} processes stopped{logs}{left}"
 
 
 def cluster_processes(cluster: str, build: Path = BUILD) -> list[psutil.Process]:

@@ -14,11 +14,15 @@ This module imports Ray; nothing else of the kit imports it but Ray's autoscaler
 
 With pin_cpus, RAYKIT_WORKER_CORES lists the cores the workers may take: each node gets
 as many free ones as its node_config's `cores`, and gives them back when it is terminated.
+With a node_config `cpu_quota`, a node's processes run in a cgroup of their own inside
+the cluster's (RAYKIT_CGROUP; cpu_quota.py), removed when the node is terminated.
 """
 
 import copy
 import json
 import os
+import sys
+from pathlib import Path
 
 import ray
 from ray._private import ray_constants
@@ -32,7 +36,7 @@ from ray.autoscaler.tags import (
     TAG_RAY_USER_NODE_TYPE,
 )
 
-from scripts.providers.local import cpu_sets
+from scripts.providers.local import cpu_quota, cpu_sets
 from jobs.raykit.placement import CORES
 
 MAX_WORKERS = 250  # 127.0.0.3 .. 127.0.0.252; the local schema allows far fewer
@@ -55,6 +59,8 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
         super().__init__(provider_config, cluster_name)
         self._temp_dir = os.environ["RAYKIT_TEMP_DIR"]
         self._worker_cores = cpu_sets.from_text(os.environ.get(cpu_sets.WORKER_CORES_ENV, ""))
+        group = os.environ.get(cpu_quota.GROUP_ENV)
+        self._cgroup = Path(group) if group else None  # None: no quotas (or the machine refused them)
 
     def _free_cores(self, count: int) -> list[int] | None:
         """`count` worker cores no live node holds; None when nodes are not pinned. The
@@ -131,4 +137,22 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
                 },
                 "node": node,
                 "cores": cores or [],
+                "cgroup": self._limit(node_id, node, node_config.get("cpu_quota")),
             }
+
+    def _limit(self, node_id: str, node, cores: float | None) -> Path | None:
+        """Move the new node's processes (and what they started) into a group of their
+        own with its CPU quota; what they start later inherits it."""
+        if self._cgroup is None or not cores:
+            return None
+        try:
+            group = cpu_quota.node_group(self._cgroup, node_id, cores)
+            cpu_quota.move(group, [info.process.pid for infos in node.all_processes.values() for info in infos])
+        except OSError as e:  # the cluster's group went (a `down` meanwhile): run unlimited
+            print(f"cpu_quota: node {node_id} runs without its quota ({e})", file=sys.stderr, flush=True)
+            return None
+        return group
+
+    def _terminate_node(self, node):
+        super()._terminate_node(node)
+        cpu_quota.remove(node.get("cgroup"))  # `down` removes one a lingering process holds
