@@ -46,7 +46,7 @@ STAMP := $(VENV)/.installed
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images image cost plan bench test test-offline test-cluster test-adaptdl kube-testbed bench-data bench-wait clean
+.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images image cost plan bench test test-offline test-cluster test-adaptdl kube-testbed bench-data bench-wait bench-autopilot clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -149,6 +149,7 @@ test-cluster: $(STAMP) ## the tests that run a local Ray cluster (pytest -m clus
 # Each of adaptdl-ray's test modules replaces functions in adaptdl-ray's modules before it
 # imports the others, so each runs in a process of its own. adaptdl's scaling-rule
 # optimisations take 2.5 of its 4 CPU minutes, on one thread: they run beside the rest.
+# --timeout 900: a hang guard; one optimisation alone may take 5 minutes on a loaded core.
 ADAPTDL_SUITES := adaptdl adaptdl.torch.scaling_rules_test adaptdl_ray.aws.test_controller \
                   adaptdl_ray.aws.test_controller_mocked_ray adaptdl_ray.aws.test_worker
 ADAPTDL_SPLIT_OFF := --ignore-glob=*/adaptdl/torch/scaling_rules_test.py
@@ -161,7 +162,7 @@ test-adaptdl: $(STAMP) ## adaptdl 0.2.11's own unit tests, run under the kit's c
 adaptdl-suite/%: $(STAMP)
 	@echo "== $*"
 	@$(PY) -m pytest -q -p tests.adaptdl_shipped_plugin -p no:cacheprovider -o asyncio_mode=auto \
-	  -o asyncio_default_fixture_loop_scope=function --timeout 300 \
+	  -o asyncio_default_fixture_loop_scope=function --timeout 900 \
 	  $(if $(filter adaptdl,$*),$(ADAPTDL_SPLIT_OFF)) --pyargs $*
 
 bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataLoader (ratios)
@@ -169,6 +170,9 @@ bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataL
 
 bench-wait: $(STAMP) ## the trainer's data wait with light preprocessing on CLUSTER (< 5%, no stalls)
 	@$(PY) -m scripts.benchmarks.bench_wait
+
+bench-autopilot: $(STAMP) ## the autopilot vs fixed_min, fixed_max and Ray Data's autoscaler on CLUSTER (default local_autopilot)
+	@KIT_CLUSTER_ORIGIN=$(origin CLUSTER) $(PY) -m scripts.benchmarks.bench_autopilot
 
 clean: $(STAMP) ## remove build/, keeping records of clusters that may be running, job summaries and benches
 	@$(KIT) clean

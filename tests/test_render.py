@@ -236,7 +236,10 @@ def test_local_nodes_are_placed_by_labels_not_custom_resources():
     config = build("local").config
     head = config["available_node_types"][local.HEAD_TYPE]
     worker = config["available_node_types"]["cpu_worker"]
-    assert set(head["resources"]) == set(worker["resources"]) == {"CPU", "memory", "object_store_memory"}
+    assert set(head["resources"]) == {"CPU", "memory", "object_store_memory"}
+    # a worker type's own resource: only the autopilot's requests name it (Ray's v1
+    # autoscaler ignores their label selectors); work is placed by labels
+    assert set(worker["resources"]) == {"CPU", "memory", "object_store_memory", "raykit-node-cpu_worker"}
     assert head["labels"] == {"raykit-node-type": "head", "ray-subcluster": "train",
                               "raykit-trainer-slots": "1"}
     assert worker["labels"] == {"raykit-node-type": "cpu_worker", "ray-subcluster": "preprocess"}

@@ -16,7 +16,8 @@ The count stays within min..max workers and under the $/h ceiling.
 The driver side (steering): every rank's TrainProfile publishes each step to a small actor
 (StepLog); a thread in the driver reads the last window every POLL_S, counts the preprocess
 nodes up (Ray's node table, by label), decides, and asks for one bundle of the node's CPUs
-per node it holds, for that node type's label, through Ray Data's AutoscalingCoordinator:
+per node it holds (its CPUs, and locally its type's own resource), for that node type's
+label, through Ray Data's AutoscalingCoordinator:
 the actor through which Ray's own components share `ray.autoscaler.sdk.request_resources`
 (a request made beside it would be replaced at its next tick). Ray Data's own cluster
 autoscaler is switched off meanwhile by the kit (scripts/pricing/cost.py's autopilot_env).
@@ -111,8 +112,8 @@ def decide(settings: Settings, state: State, now: float, share: float | None, jo
 
 # --- the driver side ------------------------------------------------------------------
 
-def settings_from_env(text: str | None = None) -> tuple[Settings, str, int] | None:
-    """(the policy's settings, the node type it steers, one node's CPUs) from the kit's
+def settings_from_env(text: str | None = None) -> tuple[Settings, str, dict[str, float]] | None:
+    """(the policy's settings, the node type it steers, one node's bundle) from the kit's
     RAYKIT_AUTOPILOT; None where it is not set (autopilot off). Anything else in it is
     refused in one line: the kit writes it, a hand-made one may be wrong."""
     text = os.environ.get(SETTINGS_ENV, "") if text is None else text
@@ -126,14 +127,15 @@ def settings_from_env(text: str | None = None) -> tuple[Settings, str, int] | No
             node_usd_per_hour=None if given["node_usd_per_hour"] is None else float(given["node_usd_per_hour"]),
             base_usd_per_hour=float(given["base_usd_per_hour"]),
             max_usd_per_hour=None if given["max_usd_per_hour"] is None else float(given["max_usd_per_hour"]))
-        node_type, cpus = str(given["node_type"]), int(given["node_cpus"])
+        node_type = str(given["node_type"])
+        bundle = {str(k): float(v) for k, v in given["node_bundle"].items()}
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise SystemExit(f"error: {SETTINGS_ENV} is not the kit's autopilot settings "
                          f"({type(e).__name__}: {e}); run the job through `make submit`") from None
     if not (0 < settings.target_wait_share < 1 and 0 <= settings.min_nodes <= settings.max_nodes
-            and cpus > 0):
-        raise SystemExit(f"error: {SETTINGS_ENV}: a target outside 0-1, min above max, or no CPUs")
-    return settings, node_type, cpus
+            and bundle.get("CPU", 0) > 0 and all(v > 0 for v in bundle.values())):
+        raise SystemExit(f"error: {SETTINGS_ENV}: a target outside 0-1, min above max, or a bundle with no CPUs")
+    return settings, node_type, bundle
 
 
 _step_log = None  # this process's handle on the StepLog actor (False: there is none)
@@ -171,9 +173,9 @@ class StepLog:
 class Pilot(threading.Thread):
     """The loop in the driver: read, decide, ask; and the timeline the summary keeps."""
 
-    def __init__(self, settings: Settings, node_type: str, node_cpus: int, log):
+    def __init__(self, settings: Settings, node_type: str, bundle: dict[str, float], log):
         super().__init__(name="raykit-autopilot", daemon=True)
-        self.settings, self.node_type, self.node_cpus, self.log = settings, node_type, node_cpus, log
+        self.settings, self.node_type, self.bundle, self.log = settings, node_type, bundle, log
         self.state = State(asked=settings.min_nodes)
         self.timeline: list[dict] = []
         self.errors: list[str] = []
@@ -196,7 +198,7 @@ class Pilot(threading.Thread):
         from raykit.placement import NODE_TYPE
 
         self.coordinator.request_resources(
-            resources=[{"CPU": float(self.node_cpus)}] * nodes, expire_after_s=REQUEST_EXPIRES_S,
+            resources=[dict(self.bundle) for _ in range(nodes)], expire_after_s=REQUEST_EXPIRES_S,
             label_selectors=[{NODE_TYPE: self.node_type}] * nodes)
 
     def tick(self) -> None:
@@ -252,9 +254,9 @@ def steering():
         return
     import ray
 
-    settings, node_type, cpus = found
+    settings, node_type, bundle = found
     log = ray.remote(num_cpus=0)(StepLog).options(name=STEP_LOG).remote()
-    pilot = Pilot(settings, node_type, cpus, log)
+    pilot = Pilot(settings, node_type, bundle, log)
     print(f"autopilot: steering {node_type} between {settings.min_nodes} and {settings.max_nodes} "
           f"node(s), trainers' data wait under {settings.target_wait_share:.0%}", flush=True)
     pilot.start()

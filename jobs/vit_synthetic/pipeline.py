@@ -8,10 +8,12 @@ tests run exactly the code the job runs.
 """
 
 import io
+import os
 import zlib
 
 import numpy as np
 import torch
+from raykit.autopilot import SETTINGS_ENV
 from raykit.measure import measured
 from torchvision import transforms
 
@@ -87,8 +89,10 @@ def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count
     import ray
 
     # Ray Data reserves part of the CPUs for each operator by default; with the cheap
-    # read as its own operator that idles half of a small cluster's CPUs.
-    ray.data.DataContext.get_current().op_resource_reservation_enabled = False
+    # read as its own operator that idles half of a small cluster's CPUs. Where the
+    # autopilot steers, the reservation stays: it bounds Ray Data's tasks to the CPUs its
+    # nodes have, so that no queue of tasks makes Ray's autoscaler add nodes by itself.
+    ray.data.DataContext.get_current().op_resource_reservation_enabled = bool(os.environ.get(SETTINGS_ENV))
     # batches_per_task > 1: longer tasks amortise Ray Data's per-task cost (make bench-data)
     # (rounded up: a short run of a batch or two per CPU still spreads over the workers)
     blocks = -(-num_records // (batch_size * batches_per_task))

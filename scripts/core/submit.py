@@ -19,6 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
+from scripts.core import charts
 from scripts.core.errors import KitError, short
 from scripts.core.inputs import job_dir, job_requirements, json_text, shown
 from scripts.core.paths import JOB_LIBRARY
@@ -185,6 +186,15 @@ def keep_result(results_dir: Path, submission_id: str, job: str, args: list[str]
     write_atomic(path, json_text({"submission_id": submission_id, "job": job, "args": args,
                                   "exit_code": code, "result": result}) + "\n", 0o644)
     print(f"summary kept in {shown(path)}", flush=True)
+    report = result.get("autopilot") if isinstance(result, dict) else None
+    if report and report.get("timeline"):
+        chart = path.with_name(f"{submission_id}.autopilot.png")
+        try:
+            charts.autopilot_chart(report, chart)
+        except (KeyError, TypeError, ValueError) as e:  # a summary of another shape: no chart
+            print(f"no autopilot chart: its timeline is not the kit's ({type(e).__name__})", flush=True)
+        else:
+            print(f"autopilot's nodes and data wait over time: {shown(chart)}", flush=True)
 
 
 def lost(submission_id: str, error: Exception) -> KitError:

@@ -287,7 +287,7 @@ def autopilot_env(built: Built, priced: tuple[dict[str, float], str] | None) -> 
         if ceiling < least:
             raise KitError(f"{where}: ${ceiling:g}/h is below what the mix costs at min_workers "
                            f"(${least:.2f}/h); raise it or lower min_workers")
-    settings = {"node_type": kind, "node_cpus": built.provider.preprocess_node_cpus(values, kind),
+    settings = {"node_type": kind, "node_bundle": built.provider.preprocess_node_bundle(values, kind),
                 "min_nodes": worker["min_workers"], "max_nodes": worker["max_workers"],
                 "target_wait_share": pilot["target_wait_share"], "cooldown_s": pilot["cooldown_s"],
                 "node_usd_per_hour": node_usd, "base_usd_per_hour": base_usd or 0.0,

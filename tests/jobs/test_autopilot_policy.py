@@ -122,21 +122,27 @@ def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_data
     env = cost.job_env(build("local_autopilot"))
     settings = json.loads(env[cost.AUTOPILOT_ENV])
     assert settings | {"node_usd_per_hour": None, "base_usd_per_hour": None} == {
-        "node_type": "cpu_worker", "node_cpus": 1, "min_nodes": 1, "max_nodes": 3,
+        "node_type": "cpu_worker", "node_bundle": {"CPU": 1, "raykit-node-cpu_worker": 1}, "min_nodes": 1, "max_nodes": 3,
         "target_wait_share": 0.1, "cooldown_s": 10, "max_usd_per_hour": None,
         "node_usd_per_hour": None, "base_usd_per_hour": None}
     prices = cost.node_hour_prices(build("hetero"))[0]  # local_autopilot's prices_as
     assert settings["node_usd_per_hour"] == prices["cpu_worker"] and settings["base_usd_per_hour"] == prices["head"]
     assert env["RAY_DATA_DEFAULT_CLUSTER_SCALING_UP_CPU_UTIL_THRESHOLD"] == "2"  # never reached: off
-    found, node_type, cpus = settings_from_env(env[cost.AUTOPILOT_ENV])
-    assert (found.min_nodes, found.max_nodes, node_type, cpus) == (1, 3, "cpu_worker", 1)
+    found, node_type, bundle = settings_from_env(env[cost.AUTOPILOT_ENV])
+    assert (found.min_nodes, found.max_nodes, node_type) == (1, 3, "cpu_worker")
+    # the local v1 autoscaler counts the head's free CPUs and ignores selectors: the
+    # type's own resource makes each bundle a node of that type
+    assert bundle == {"CPU": 1.0, "raykit-node-cpu_worker": 1.0}
+    worker_type = next(t for t in build("local_autopilot").config["available_node_types"].values()
+                       if "raykit-node-cpu_worker" in t["resources"])
+    assert worker_type["resources"]["raykit-node-cpu_worker"] == 1
     assert cost.AUTOPILOT_ENV not in cost.job_env(build("local"))  # off by default
 
 
 def test_an_aws_mix_steers_its_preprocess_type_by_the_vcpus_left_to_preprocessing():
     built = built_with("hetero", lambda v: v.setdefault("autopilot", {}).update(enabled=True))
     settings = json.loads(cost.job_env(built)[cost.AUTOPILOT_ENV])
-    assert settings["node_type"] == "cpu_worker" and settings["node_cpus"] == 15  # c5.4xlarge: 16 - 1
+    assert settings["node_type"] == "cpu_worker" and settings["node_bundle"] == {"CPU": 15}  # c5.4xlarge: 16 - 1
 
 
 @pytest.mark.parametrize("change,message", [
@@ -161,8 +167,11 @@ def test_a_ceiling_below_the_mix_at_min_workers_or_without_prices_is_refused():
 
 
 @pytest.mark.parametrize("text", ["{", "[]", '{"target_wait_share": 2}', json.dumps(
+    {"target_wait_share": 0.1, "min_nodes": 1, "max_nodes": 3, "cooldown_s": 5, "node_type": "w",
+     "node_bundle": {"GPU": 1}, "node_usd_per_hour": None, "base_usd_per_hour": 0, "max_usd_per_hour": None}),
+    json.dumps(
     {"target_wait_share": 0.1, "min_nodes": 3, "max_nodes": 1, "cooldown_s": 5, "node_type": "w",
-     "node_cpus": 1, "node_usd_per_hour": None, "base_usd_per_hour": 0, "max_usd_per_hour": None})])
+     "node_bundle": {"CPU": 1}, "node_usd_per_hour": None, "base_usd_per_hour": 0, "max_usd_per_hour": None})])
 def test_settings_that_are_not_the_kits_stop_the_job_with_one_line(text):
     with pytest.raises(SystemExit) as stopped:
         settings_from_env(text)
@@ -175,3 +184,24 @@ def test_the_summary_row_says_what_it_held_and_the_wait():
               "timeline": [{"preprocess_nodes": 1}, {"preprocess_nodes": 3}]}
     assert autopilot_text(report) == ("steered cpu_worker between 1 and 3 node(s) (1-3 allowed), 1 change(s); "
                                       "trainers waited 6% of each step on average (target 10%)")
+
+
+def test_a_kept_summary_with_an_autopilot_timeline_gets_its_chart(tmp_path, capsys):
+    """The summary the kit keeps on this machine, and beside it a PNG of the nodes and the
+    wait over time (scripts/core/charts.py); a summary without a timeline gets none."""
+    from scripts.core import submit
+
+    report = {"node_type": "cpu_worker", "target_wait_share": 0.1, "min_nodes": 1, "max_nodes": 3,
+              "mean_wait_share": 0.2, "changes": [], "given_up": 0, "errors": [],
+              "timeline": [{"t": 5.0 * i, "preprocess_nodes": min(1 + i // 3, 3), "asked": min(1 + i // 2, 3),
+                            "wait_share": max(0.6 - 0.1 * i, 0.02), "images_per_s": 10.0 + 4 * i}
+                           for i in range(10)] + [{"t": 50.0, "preprocess_nodes": 3, "asked": 3,
+                                                   "wait_share": None, "images_per_s": None}]}
+    submit.keep_result(tmp_path, "raysubmit_1", "vit_synthetic", [], 0, {"autopilot": report})
+    chart = tmp_path / "raysubmit_1.autopilot.png"
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
+    assert f"autopilot's nodes and data wait over time: {chart}" in capsys.readouterr().out
+    submit.keep_result(tmp_path, "raysubmit_2", "vit_synthetic", [], 0, {"autopilot": None})
+    assert not (tmp_path / "raysubmit_2.autopilot.png").exists()
+    submit.keep_result(tmp_path, "raysubmit_3", "vit_synthetic", [], 0, {"autopilot": {"timeline": [{"t": 1}]}})
+    assert "no autopilot chart: its timeline is not the kit's" in capsys.readouterr().out

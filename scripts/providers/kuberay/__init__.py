@@ -328,9 +328,10 @@ def refused_packages(values: dict, job: str) -> None:
         raise KitError("; ".join(problems))
 
 
-def preprocess_node_cpus(values: dict, name: str) -> int:
-    """A worker pod's CPUs: its container's limit, what Ray sees in it."""
-    return values["workers"][name]["pod"]["cpus"]
+def preprocess_node_bundle(values: dict, name: str) -> dict[str, float]:
+    """A worker pod's CPUs: its container's limit, what Ray sees in it (the group's labels
+    match the bundle's selector)."""
+    return {"CPU": values["workers"][name]["pod"]["cpus"]}
 
 
 def images_to_bake(values: dict) -> dict[str, str]:

@@ -1,0 +1,128 @@
+"""make bench-autopilot: the autopilot against fixed mixes and Ray Data's own autoscaler.
+
+The same ViT job (ARGS) on CLUSTER (default local_autopilot: quarter-core preprocess
+nodes, so that each node adds throughput), one run after the other, each on a cluster of
+its own (`make run`), the values file changed only as the row says:
+
+  fixed_min  the preprocess type held at min_workers (autopilot off)
+  fixed_max  held at max_workers (autopilot off)
+  raydata    min..max workers, Ray Data's own cluster autoscaler (it scales on its
+             resource utilization), autopilot off
+  autopilot  min..max workers, the kit's autopilot steering from the trainers' data wait
+
+Each row, from the run's own summary: the job's wall time, images/s, the trainers' data
+wait (share of each step), the preprocess node-seconds, the nodes' bill (priced as the
+values file's prices_as) and $ per 1,000 images. Saved in build/bench/<time>-autopilot/:
+rows.json, rows.csv and the autopilot run's timeline (autopilot.png).
+"""
+
+import argparse
+import copy
+import csv
+import os
+import signal
+import sys
+
+import yaml
+
+from scripts.build import build, build_text
+from scripts.commands.jobs import run_once
+from scripts.core import charts, roles
+from scripts.core.errors import KitError
+from scripts.core.inputs import check_name, json_text, split_args
+from scripts.core.paths import BENCH
+from scripts.kit import raise_keyboard_interrupt
+from scripts.pricing.bench_table import new_run_dir
+from scripts.pricing.output import cell, text_table
+
+DEFAULT_ARGS = "--steps 30 --blur-count 30 --image-size 96 --log-every 10"
+ROWS = ("fixed_min", "fixed_max", "raydata", "autopilot")
+FIELDS = ["row", "preprocess_nodes", "wall_s", "images_per_s", "data_wait_fraction",
+          "preprocess_node_s", "usd", "usd_per_1k_images"]
+
+
+def variant(values: dict, row: str) -> dict:
+    """The values file as `row` runs it: only the preprocess type's bounds and the
+    autopilot's switch change."""
+    values = copy.deepcopy(values)
+    (kind,) = roles.preprocess_types(values)
+    worker = values["workers"][kind]
+    if row == "fixed_min":
+        worker["max_workers"] = worker["min_workers"]
+    if row == "fixed_max":
+        worker["min_workers"] = worker["max_workers"]
+    values["autopilot"]["enabled"] = row == "autopilot"
+    return values
+
+
+def measured(row: str, summary: dict, kind: str, bounds: str) -> dict:
+    images = (summary.get("steps") or 0) * summary["batch_size"] * summary["workers"]  # all ranks' trained images
+    usd = (summary.get("bill") or {}).get("usd")
+    return {"row": row, "preprocess_nodes": bounds, "wall_s": summary["wall_s"],
+            "images_per_s": summary["images_per_s"], "data_wait_fraction": summary["data_wait_fraction"],
+            "preprocess_node_s": (summary.get("node_seconds") or {}).get(kind),
+            "usd": usd, "usd_per_1k_images": usd / images * 1000 if usd is not None and images else None}
+
+
+def table(rows: list[dict]) -> list[str]:
+    header = ("run", "preprocess nodes", "wall s", "images/s", "data wait", "node-s", "$", "$/1k images")
+    return text_table([header] + [
+        (r["row"], r["preprocess_nodes"], cell(r["wall_s"], ".0f"), cell(r["images_per_s"], ".1f"),
+         cell(r["data_wait_fraction"], ".0%"), cell(r["preprocess_node_s"], ".0f"),
+         cell(r["usd"], ".4f"), cell(r["usd_per_1k_images"], ".4f")) for r in rows], left=(0, 1))
+
+
+def main(argv=None) -> int:
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # `kill`: the teardown still runs
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # CLUSTER as the user gave it; the Makefile's own default (local) is not an autopilot mix
+    given = os.environ.get("KIT_CLUSTER_ORIGIN", "command line") != "file"
+    p.add_argument("--cluster", default=(given and os.environ.get("KIT_CLUSTER")) or "local_autopilot")
+    p.add_argument("--args", default=os.environ.get("KIT_ARGS") or DEFAULT_ARGS, help="the job's flags")
+    a = p.parse_args(argv)
+    try:
+        cluster = check_name("CLUSTER", a.cluster)
+        base = build(cluster)
+        kinds = roles.preprocess_types(base.values)
+        if len(kinds) != 1 or base.values["workers"][kinds[0]]["min_workers"] >= \
+                base.values["workers"][kinds[0]]["max_workers"]:
+            raise KitError(f"CLUSTER={cluster}: bench-autopilot needs one preprocess worker type with "
+                           "min_workers < max_workers (local_autopilot.yaml is one)")
+        (kind,) = kinds
+        # every variant built (and so checked) before the first cluster starts
+        runs = {row: build_text(cluster, yaml.safe_dump(variant(base.values, row)).encode()) for row in ROWS}
+        rows, reports = [], {}
+        for i, (row, built) in enumerate(runs.items(), 1):
+            w = built.values["workers"][kind]
+            bounds = f"{w['min_workers']}" if w["min_workers"] == w["max_workers"] else \
+                f"{w['min_workers']}-{w['max_workers']}"
+            print(f"\n== bench-autopilot {i}/{len(runs)}: {row} ({kind} {bounds})", flush=True)
+            code, summary = run_once(built, "vit_synthetic", split_args(a.args), None)
+            if code != 0 or summary is None:
+                raise KitError(f"bench-autopilot: the {row} run failed (exit {code}); its log is above")
+            rows.append(measured(row, summary, kind, bounds))
+            reports[row] = summary.get("autopilot")
+    except KitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    out = new_run_dir(BENCH, "-autopilot")
+    (out / "rows.json").write_text(json_text({"cluster": cluster, "args": a.args, "rows": rows,
+                                              "autopilot": reports.get("autopilot")}) + "\n")
+    with open(out / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    if reports.get("autopilot") and reports["autopilot"].get("timeline"):
+        charts.autopilot_chart(reports["autopilot"], out / "autopilot.png")
+    print(f"\nthe autopilot against fixed mixes and Ray Data's autoscaler on '{cluster}', "
+          f"ARGS=\"{a.args}\" (one run each, this machine, one after the other):")
+    print("\n".join(table(rows)))
+    print(f"saved in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
