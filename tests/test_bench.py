@@ -222,3 +222,56 @@ def test_bench_of_adaptdl_stops_the_cluster_it_started_when_a_run_fails(tmp_path
     assert "error: bench: the fixed run failed on 'local'" in run.stderr
     assert "tearing down 'local'" in run.stdout  # the bench started it: the bench stops it
     assert not marked(build_dir.resolve(), ["local"]) and not list(build_dir.glob("launched/*.json"))
+
+
+# --- make bench-autopilot's rows (its runs are a benchmark: docs/benchmarks.md) ------
+
+def test_bench_autopilots_rows_change_only_the_bounds_and_the_switch():
+    from scripts.benchmarks import bench_autopilot
+
+    values = build("local_autopilot").values
+    rows = {row: bench_autopilot.variant(values, row) for row in bench_autopilot.ROWS}
+    bounds = {row: (v["workers"]["cpu_worker"]["min_workers"], v["workers"]["cpu_worker"]["max_workers"],
+                    v["autopilot"]["enabled"]) for row, v in rows.items()}
+    assert bounds == {"fixed_min": (1, 1, False), "fixed_max": (3, 3, False),
+                      "raydata": (1, 3, False), "autopilot": (1, 3, True)}
+    for v in rows.values():  # nothing else moved
+        v["workers"]["cpu_worker"] |= values["workers"]["cpu_worker"]
+        assert v | {"autopilot": values["autopilot"]} == values
+    for row, v in rows.items():  # each variant is a values file the kit accepts
+        built = build_text("local_autopilot", yaml.safe_dump(v).encode())
+        assert (cost_env_has_autopilot(built)) == (row == "autopilot")
+
+
+def cost_env_has_autopilot(built) -> bool:
+    from scripts.pricing import cost
+
+    return cost.AUTOPILOT_ENV in cost.job_env(built)
+
+
+def test_bench_autopilot_refuses_a_mix_it_cannot_steer_before_anything_starts(capsys):
+    from scripts.benchmarks import bench_autopilot
+
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert bench_autopilot.main(["--cluster", "local"]) == 2  # cpu_worker min = max = 2
+    finally:
+        signal.signal(signal.SIGTERM, before)  # main() makes SIGTERM a Ctrl-C, for its teardown
+    err = capsys.readouterr().err
+    assert err.startswith("error: CLUSTER=local: bench-autopilot needs one preprocess worker type with "
+                          "min_workers < max_workers") and len(err.splitlines()) == 1
+
+
+def test_bench_autopilots_table_prices_a_thousand_images():
+    from scripts.benchmarks import bench_autopilot
+
+    summary = {"steps": 30, "batch_size": 16, "workers": 1, "wall_s": 120.0, "images_per_s": 40.0,
+               "data_wait_fraction": 0.25, "node_seconds": {"cpu_worker": 200.0, "head": 120.0},
+               "bill": {"usd": 0.048}}
+    row = bench_autopilot.measured("autopilot", summary, "cpu_worker", "1-3")
+    assert row["usd_per_1k_images"] == pytest.approx(0.048 / 480 * 1000)
+    lines = bench_autopilot.table([row])
+    assert lines[0].split()[:3] == ["run", "preprocess", "nodes"]
+    assert lines[1].split() == ["autopilot", "1-3", "120", "40.0", "25%", "200", "0.0480", "0.1000"]

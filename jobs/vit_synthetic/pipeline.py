@@ -92,7 +92,9 @@ def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count
     # read as its own operator that idles half of a small cluster's CPUs. Where the
     # autopilot steers, the reservation stays: it bounds Ray Data's tasks to the CPUs its
     # nodes have, so that no queue of tasks makes Ray's autoscaler add nodes by itself.
-    ray.data.DataContext.get_current().op_resource_reservation_enabled = bool(os.environ.get(SETTINGS_ENV))
+    ctx = ray.data.DataContext.get_current()
+    ctx.op_resource_reservation_enabled = bool(os.environ.get(SETTINGS_ENV))
+    ctx.op_resource_reservation_ratio = 0.0  # bounded, but no operator's share held back
     # batches_per_task > 1: longer tasks amortise Ray Data's per-task cost (make bench-data)
     # (rounded up: a short run of a batch or two per CPU still spreads over the workers)
     blocks = -(-num_records // (batch_size * batches_per_task))

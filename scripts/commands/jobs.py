@@ -30,8 +30,10 @@ def cmd_submit(a) -> int:
 
 
 def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
-              verbose: bool = False) -> tuple[int, dict | None]:
-    """The job's exit code and summary (its RESULT line, None if it printed none)."""
+              verbose: bool = False, env_vars: dict[str, str] | None = None) -> tuple[int, dict | None]:
+    """The job's exit code and summary (its RESULT line, None if it printed none).
+    `env_vars`: the job's prices and autopilot settings where the caller built the values
+    (`make run`, a bench's variant); else read from the record's values file."""
     provider = PROVIDERS[record["provider"]]
     problems = provider.job_problems(record, job, args)
     if problems:  # before the job runs: its tasks would fail on the nodes
@@ -42,7 +44,8 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
               f"{timeout / 3600:g} h; set TIMEOUT=<seconds> (up to 7 days) to change it", flush=True)
     with provider.job_address(record) as (address, python, token):
         return submit.submit(address, job, args, python, token, timeout_s=timeout,
-                             env_vars=prices_for(record), results_dir=RESULTS, verbose=verbose,
+                             env_vars=prices_for(record) if env_vars is None else env_vars,
+                             results_dir=RESULTS, verbose=verbose,
                              job_packages=provider.JOB_PACKAGES, job_files=provider.JOB_FILES)
 
 
@@ -158,9 +161,9 @@ def run_once(built, job: str, args: list[str], timeout: float | None,
     """Up, submit, down: the job's exit code and summary. Down runs whatever happens; a
     cluster this run did not start is refused, never torn down. Where the platform runs
     the job and deletes its cluster itself (a RayJob), the provider does it all."""
-    ran = built.provider.run_job(built, job, args, timeout, verbose,
-                                 cost.job_env(built))
+    env_vars = cost.job_env(built)  # of the values this run launches, not of the file on disk
+    ran = built.provider.run_job(built, job, args, timeout, verbose, env_vars)
     if ran is not None:
         return ran
     with running_or_started(built, reuse=False) as record:
-        return submit_to(record, job, args, timeout, verbose)
+        return submit_to(record, job, args, timeout, verbose, env_vars)

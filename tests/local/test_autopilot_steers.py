@@ -1,0 +1,67 @@
+"""The autopilot's actuator on a real local cluster: a job run through the kit (so with
+the kit's RAYKIT_AUTOPILOT settings and bundle) feeds the autopilot steps that starve
+(the trainers waiting 90% of each step), and the autopilot's request alone brings the
+preprocess type from min_workers to max_workers, as Ray's node table shows; then steps
+with no wait, and it asks for one node fewer after its cooldown. The policy's other
+cases are replayed on traces (jobs/test_autopilot_policy.py); the nodes given back leave
+after idle_timeout_minutes (at least one minute: not waited for here)."""
+
+import shutil
+import uuid
+
+import pytest
+import yaml
+
+from conftest import USER_JOBS, USER_VALUES, kept_summary, load_example, local_cluster_up, make
+
+JOB = '''import dataclasses, json, time
+import ray
+from raykit import autopilot
+
+ray.init()
+settings, node_type, bundle = autopilot.settings_from_env()
+settings = dataclasses.replace(settings, window_s=4.0)  # a 4 s window: the test's steps age out fast
+log = ray.remote(num_cpus=0)(autopilot.StepLog).options(name=autopilot.STEP_LOG).remote()
+pilot = autopilot.Pilot(settings, node_type, bundle, log)
+seen = {"before": pilot.joined(), "bundle": bundle}
+
+def steps(wait_s):
+    now = time.time()
+    ray.get([log.record.remote(now - 3 + 0.3 * i, 0.3, 0.3 * wait_s, 16) for i in range(10)])
+
+steps(0.9)  # starving: 90% of each step waiting for data
+pilot.tick()
+seen["asked_up"] = pilot.state.asked
+deadline = time.time() + 90
+while pilot.joined() < settings.max_nodes and time.time() < deadline:
+    time.sleep(0.5)
+seen["after_up"] = pilot.joined()
+time.sleep(max(settings.cooldown_s, settings.window_s) + 0.5)
+steps(0.0)  # fed, with slack: one node can go
+pilot.tick()
+seen["asked_down"] = pilot.state.asked
+seen["reasons"] = pilot.state.reasons
+pilot.coordinator.cancel_request()
+print("RESULT " + json.dumps(seen))
+'''
+
+
+@pytest.mark.slow
+def test_the_autopilots_request_alone_scales_the_preprocess_type_up_then_asks_for_less(tmp_path):
+    values = load_example("local_autopilot") | {"cluster_name": "steered"}
+    values["autopilot"]["cooldown_s"] = 5
+    (USER_VALUES / "steered.yaml").write_text(yaml.safe_dump(values))
+    job = USER_JOBS / f"steer_{uuid.uuid4().hex[:6]}"
+    job.mkdir()
+    (job / "main.py").write_text(JOB)
+    try:
+        with local_cluster_up(tmp_path / "build", "steered") as (env, _):
+            run = make("submit", "CLUSTER=steered", f"JOB={job.name}", env=env, timeout=240)
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+            seen = kept_summary(run.stdout)
+    finally:
+        shutil.rmtree(job, ignore_errors=True)
+    assert seen["bundle"] == {"CPU": 1.0, "raykit-node-cpu_worker": 1.0}
+    assert seen["before"] == 1 and seen["asked_up"] == 3  # min_workers 1; 1 / (1 - 0.9) > 3: max
+    assert seen["after_up"] == 3, seen  # Ray's node table: the three the autopilot asked for
+    assert seen["asked_down"] == 2 and "slack" in seen["reasons"][-1], seen
