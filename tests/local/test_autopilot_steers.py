@@ -14,29 +14,30 @@ import yaml
 
 from conftest import USER_JOBS, USER_VALUES, kept_summary, load_example, local_cluster_up, make
 
-JOB = '''import dataclasses, json, time
+JOB = '''import json, time
 import ray
 from raykit import autopilot
 
 ray.init()
 settings, node_type, bundle = autopilot.settings_from_env()
-settings = dataclasses.replace(settings, window_s=4.0)  # a 4 s window: the test's steps age out fast
-log = ray.remote(num_cpus=0)(autopilot.StepLog).options(name=autopilot.STEP_LOG).remote()
-pilot = autopilot.Pilot(settings, node_type, bundle, log)
+StepLog = ray.remote(num_cpus=0)(autopilot.StepLog)
+pilot = autopilot.Pilot(settings, node_type, bundle, StepLog.options(name=autopilot.STEP_LOG).remote())
 seen = {"before": pilot.joined(), "bundle": bundle}
 
-def steps(wait_s):
+def steps(wait_share):  # ten steps that end now: inside the window however slow this machine is
+    ray.get(pilot.log.since.remote(0))  # the actor is up (its start may take seconds here)
     now = time.time()
-    ray.get([log.record.remote(now - 3 + 0.3 * i, 0.3, 0.3 * wait_s, 16) for i in range(10)])
+    ray.get([pilot.log.record.remote(now - 0.01 * i, 0.3, 0.3 * wait_share, 16) for i in range(10)])
 
 steps(0.9)  # starving: 90% of each step waiting for data
 pilot.tick()
-seen["asked_up"] = pilot.state.asked
+seen["asked_up"], seen["first"] = pilot.state.asked, pilot.timeline[-1]
 deadline = time.time() + 90
 while pilot.joined() < settings.max_nodes and time.time() < deadline:
     time.sleep(0.5)
 seen["after_up"] = pilot.joined()
-time.sleep(max(settings.cooldown_s, settings.window_s) + 0.5)
+time.sleep(settings.cooldown_s + 0.5)
+pilot.log = StepLog.remote()  # a fresh log: the starving steps are not in the window any more
 steps(0.0)  # fed, with slack: one node can go
 pilot.tick()
 seen["asked_down"] = pilot.state.asked
@@ -62,6 +63,6 @@ def test_the_autopilots_request_alone_scales_the_preprocess_type_up_then_asks_fo
     finally:
         shutil.rmtree(job, ignore_errors=True)
     assert seen["bundle"] == {"CPU": 1.0, "raykit-node-cpu_worker": 1.0}
-    assert seen["before"] == 1 and seen["asked_up"] == 3  # min_workers 1; 1 / (1 - 0.9) > 3: max
+    assert seen["before"] == 1 and seen["asked_up"] == 3, seen  # min_workers 1; 1 / (1 - 0.9) > 3: max
     assert seen["after_up"] == 3, seen  # Ray's node table: the three the autopilot asked for
     assert seen["asked_down"] == 2 and "slack" in seen["reasons"][-1], seen
