@@ -137,7 +137,7 @@ def test_hetero_head_is_gpu_trainer_and_workers_cpu_preprocessors():
                               "raykit-trainer-slots": "1"}
     assert worker["node_config"]["InstanceType"] == "c5.4xlarge"
     # a CPU worker keeps one vCPU for its raylet and object transfers (catalog.preprocess_vcpus)
-    assert worker["resources"] == {"CPU": 15}
+    assert worker["resources"] == {"CPU": 15, "raykit-node-cpu_worker": 1}  # and the type's own: the autopilot names it
     assert worker["labels"] == {"raykit-node-type": "cpu_worker", "ray-subcluster": "preprocess"}
     assert (worker["min_workers"], worker["max_workers"]) == (2, 4)
     assert config["max_workers"] == 4
@@ -303,7 +303,7 @@ def test_several_train_nodes_beside_a_coordinating_head():
     assert head["labels"] == {"raykit-node-type": aws.HEAD_TYPE, "ray-subcluster": "coordinate"}
     assert config["docker"]["image"] == catalog.DOCKER_IMAGE["cpu"]
     assert "--gpus all" not in config["docker"]["head_run_options"]
-    assert train["resources"] == {"CPU": 48, "GPU": 4}
+    assert train["resources"] == {"CPU": 48, "GPU": 4, "raykit-node-gpu_worker": 1}
     assert train["labels"] == {"raykit-node-type": "gpu_worker", "ray-subcluster": "train",
                                "raykit-trainer-slots": "4"}
     assert (train["min_workers"], train["max_workers"]) == (2, 2)

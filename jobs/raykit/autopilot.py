@@ -4,22 +4,30 @@ that it can be tested on recorded traces; the job's driver applies it (through R
 request_resources, never a cloud's API).
 
 The signal is the share of each training step spent waiting for data, over the steps of
-the last `window_s`, every rank's. Above the target the trainers starve: ask for the nodes
+the last `window_s`, every rank's, and the waits still open: a trainer blocked for its next
+batch (the pipeline's first fill, a stall) counts as waiting now, not only once its step
+ends, so the autopilot acts within a poll of a starving trainer, not a step later. Above the target the trainers starve: ask for the nodes
 that would feed them (while data-bound, throughput grows with the preprocess nodes, so a
 wait share w needs about n / (1 - w) nodes where n run now). Below a third of the target
 (the hysteresis band between keeps it from flapping) the trainers are compute-bound with
-slack: give one node back. After any change, nothing moves for `cooldown_s` (at least the
+slack: give one node back. Where giving one back made them starve (a mix on the edge of
+the target), the next one goes back only after twice the wait (up to MAX_DOWN_BACKOFF
+cooldowns): such a mix flaps ever more slowly, not every cooldown. The first decision waits one cooldown after the start (imports
+and the pipeline's first fill: a wait more nodes would not shorten). After any change, nothing moves for `cooldown_s` (at least the
 time a node takes to join: its steps would not show yet); a node asked for that has not
 joined after `join_timeout_s` is given up (capacity, quota), not asked for again and again.
 The count stays within min..max workers and under the $/h ceiling.
 
 The driver side (steering): every rank's TrainProfile publishes each step to a small actor
 (StepLog); a thread in the driver reads the last window every POLL_S, counts the preprocess
-nodes up (Ray's node table, by label), decides, and asks for one bundle of the node's CPUs
-per node it holds (its CPUs, and locally its type's own resource), for that node type's
-label, through Ray Data's AutoscalingCoordinator:
-the actor through which Ray's own components share `ray.autoscaler.sdk.request_resources`
-(a request made beside it would be replaced at its next tick). Ray Data's own cluster
+nodes up (Ray's node table, by label), decides, and asks for one bundle per node it holds,
+for that node type's label, through Ray Data's AutoscalingCoordinator: the actor through
+which Ray's own components share `ray.autoscaler.sdk.request_resources` (a request made
+beside it would be replaced at its next tick). The bundle is the type's own resource
+(placement.type_resource), not its CPUs: the coordinator reserves what a request names to
+its requester, and Ray Data's budget is what is left, so a bundle of CPUs would keep Ray
+Data off the very nodes asked for it (measured: 6.4 images/s with three nodes, 13.7 with
+one). Ray Data's own cluster
 autoscaler is switched off meanwhile by the kit (scripts/pricing/cost.py's autopilot_env).
 Nodes given back leave when the cluster's autoscaler finds them idle (idle_timeout_minutes).
 The kit passes the settings in RAYKIT_AUTOPILOT; without it, steering does nothing.
@@ -38,6 +46,7 @@ STEP_LOG = "raykit-step-log"       # the named actor every rank's steps go to
 POLL_S = float(os.environ.get("RAYKIT_AUTOPILOT_POLL_S") or 5)
 REQUESTER = "raykit-autopilot"     # its name at Ray Data's AutoscalingCoordinator
 REQUEST_EXPIRES_S = 120            # re-sent every poll: a dead driver's request lapses
+MAX_DOWN_BACKOFF = 8               # cooldowns before a node goes back, after flaps
 
 
 @dataclass(frozen=True)
@@ -71,13 +80,20 @@ class State:
     asked: int                       # the preprocess nodes it last asked for
     changed_at: float | None = None  # when it last changed the ask (None: not yet)
     given_up: int = 0                # nodes asked for that never joined: not asked again
+    last_move: int = 0               # +1 up, -1 down: the last change's direction
+    down_backoff: int = 1            # giving a node back waits this many cooldowns
     reasons: list[str] = field(default_factory=list)
 
 
-def wait_share(steps: list[tuple[float, float, float]], now: float, window_s: float) -> float | None:
+def wait_share(steps: list[tuple[float, float, float]], now: float, window_s: float,
+               waiting: list[float] = ()) -> float | None:
     """Share of step time spent waiting for data over the last window_s, every rank's
-    steps: (end time, step seconds, of which waiting). None without a step in the window."""
-    recent = [(step, wait) for end, step, wait in steps if end >= now - window_s and step > 0]
+    steps: (end time, step seconds, of which waiting), and every rank's open wait (since
+    when it has been blocked for its next batch: its part inside the window, all waiting).
+    None without a step or an open wait in the window."""
+    start = now - window_s
+    recent = [(step, wait) for end, step, wait in steps if end >= start and step > 0]
+    recent += [(now - max(since, start),) * 2 for since in waiting if since < now]
     total = sum(step for step, _ in recent)
     return sum(wait for _, wait in recent) / total if total > 0 else None
 
@@ -94,18 +110,21 @@ def decide(settings: Settings, state: State, now: float, share: float | None, jo
     if joined < state.asked and state.changed_at is not None and since >= settings.join_timeout_s:
         state.given_up += state.asked - joined  # capacity or quota said no: stop asking for them
         want, why = max(low, joined), f"{state.asked - joined} node(s) never joined; holding {joined}"
-    elif share is None or since < settings.cooldown_s or joined < state.asked:
-        pass  # nothing measured yet, cooling down, or a node still joining (or the start's)
+    elif share is None or since < settings.cooldown_s or joined < state.asked or now < settings.cooldown_s:
+        pass  # nothing measured yet, cooling down, a node still joining (or the start's), starting up
     elif share > settings.target_wait_share:
         want = max(state.asked + 1, math.ceil(max(joined, 1) / max(1 - share, 0.05)))
         why = f"trainers wait {share:.0%} of each step (target {settings.target_wait_share:.0%})"
-    elif share < settings.slack_share:
+    elif share < settings.slack_share and since >= settings.cooldown_s * state.down_backoff:
         want, why = state.asked - 1, f"trainers wait only {share:.0%}: compute-bound with slack"
     clamped = min(max(want, low), high)
     if clamped != want and why:
         why += f"; held to {clamped} ({'max_workers or the $/h ceiling' if clamped < want else 'min_workers'})"
     if clamped != state.asked:
-        state.asked, state.changed_at = clamped, now
+        move = 1 if clamped > state.asked else -1
+        if move == 1 and state.last_move == -1:  # the node given back was needed: a flap
+            state.down_backoff = min(state.down_backoff * 2, MAX_DOWN_BACKOFF)
+        state.asked, state.changed_at, state.last_move = clamped, now, move
         state.reasons.append(f"{now:.0f}: {clamped} node(s): {why}")
     return state.asked
 
@@ -133,41 +152,67 @@ def settings_from_env(text: str | None = None) -> tuple[Settings, str, dict[str,
         raise SystemExit(f"error: {SETTINGS_ENV} is not the kit's autopilot settings "
                          f"({type(e).__name__}: {e}); run the job through `make submit`") from None
     if not (0 < settings.target_wait_share < 1 and 0 <= settings.min_nodes <= settings.max_nodes
-            and bundle.get("CPU", 0) > 0 and all(v > 0 for v in bundle.values())):
-        raise SystemExit(f"error: {SETTINGS_ENV}: a target outside 0-1, min above max, or a bundle with no CPUs")
+            and bundle and all(v > 0 for v in bundle.values())):
+        raise SystemExit(f"error: {SETTINGS_ENV}: a target outside 0-1, min above max, or an empty bundle")
     return settings, node_type, bundle
 
 
 _step_log = None  # this process's handle on the StepLog actor (False: there is none)
 
 
-def publish_step(step_s: float, wait_s: float, images: int) -> None:
-    """A training step, for the autopilot to read: fire and forget, nothing when no
-    autopilot steers (looked up once per process)."""
+def _log():
+    """The StepLog actor where an autopilot steers this job, else None (looked up once per
+    process; never starts Ray: outside a Ray worker, a unit test, there is no autopilot)."""
     global _step_log
     if _step_log is None:
         import ray
-        try:  # never starts Ray: outside a Ray worker (a unit test) there is no autopilot
+        try:
             _step_log = ray.is_initialized() and ray.get_actor(STEP_LOG)
         except ValueError:  # no autopilot steers this job
             _step_log = False
-    if _step_log:
-        _step_log.record.remote(time.time(), step_s, wait_s, images)
+    return _step_log or None
+
+
+def publish_step(step_s: float, wait_s: float, images: int, rank: str = "") -> None:
+    """A training step of `rank` (any id unique to the trainer), for the autopilot to
+    read; it ends that rank's open wait. Fire and forget; nothing where none steers."""
+    if log := _log():
+        log.record.remote(time.time(), step_s, wait_s, images, rank)
+
+
+def publish_wait(rank: str, since: float | None) -> None:
+    """`rank` has been blocked for its next batch since `since` (time.time()); None: it
+    waits no more (its loop ended). Fire and forget; nothing where none steers."""
+    if log := _log():
+        log.waiting.remote(rank, since)
 
 
 class StepLog:
-    """Every rank's steps: (end time, step s, waiting s, images), the last 10 minutes."""
+    """Every rank's steps: (end time, step s, waiting s, images), the last 10 minutes; and
+    since when each rank blocked for its next batch has been waiting."""
 
     def __init__(self):
         self.steps: list[tuple[float, float, float, int]] = []
+        self.open_waits: dict[str, float] = {}
 
-    def record(self, end: float, step_s: float, wait_s: float, images: int) -> None:
+    def record(self, end: float, step_s: float, wait_s: float, images: int, rank: str = "") -> None:
         self.steps.append((end, step_s, wait_s, images))
+        self.open_waits.pop(rank, None)
         if len(self.steps) > 10_000:
             self.steps = [s for s in self.steps if s[0] > end - 600]
 
+    def waiting(self, rank: str, since: float | None) -> None:
+        if since is None:
+            self.open_waits.pop(rank, None)
+        else:
+            self.open_waits[rank] = since
+
     def since(self, t: float) -> list[tuple[float, float, float, int]]:
         return [s for s in self.steps if s[0] >= t]
+
+    def window(self, t: float) -> tuple[list[tuple[float, float, float, int]], list[float]]:
+        """(the steps that ended since t, the start of every open wait)."""
+        return self.since(t), list(self.open_waits.values())
 
 
 class Pilot(threading.Thread):
@@ -205,8 +250,8 @@ class Pilot(threading.Thread):
         import ray
 
         now = time.time()
-        steps = ray.get(self.log.since.remote(now - self.settings.window_s), timeout=30)
-        share = wait_share([s[:3] for s in steps], now, self.settings.window_s)
+        steps, waiting = ray.get(self.log.window.remote(now - self.settings.window_s), timeout=30)
+        share = wait_share([s[:3] for s in steps], now, self.settings.window_s, waiting)
         joined = self.joined()
         asked = decide(self.settings, self.state, now - self.started, share, joined)  # run-relative times
         self.ask(asked)

@@ -21,6 +21,7 @@ against 0.3 ms an image after it).
 
 import json
 import math
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -93,14 +94,26 @@ class TrainProfile:
         self.steady_images, self.steady_cpu_s = 0, 0.0
         self._start = self._last = None
         self._cpu_start = time.process_time()
+        self._rank = f"{os.getpid()}-{id(self)}"  # this trainer, in the autopilot's step log
 
     def batches(self, iterable):
-        """The batches of `iterable`, each timed from the end of the last step."""
+        """The batches of `iterable`, each timed from the end of the last step. Where an
+        autopilot steers, each wait is published as it starts (a trainer blocked for long
+        shows at once), and its end with the step (step_done) or the loop's."""
         self._start = self._last = time.perf_counter()
-        for batch in iterable:
-            self._got = time.perf_counter()
-            self._compute_start = self._compute_clock()
-            yield batch
+        batches = iter(iterable)
+        try:
+            while True:
+                autopilot.publish_wait(self._rank, time.time())
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                self._got = time.perf_counter()
+                self._compute_start = self._compute_clock()
+                yield batch
+        finally:
+            autopilot.publish_wait(self._rank, None)
 
     def step_done(self, batch: dict) -> None:
         """Call after the step's optimizer.step(): it waits for the GPU's work first."""
@@ -115,7 +128,7 @@ class TrainProfile:
         self.steps_s.append(done - self._last)
         self._last = done
         rows = len(next(iter(batch.values()))) if isinstance(batch, dict) and batch else 0
-        autopilot.publish_step(self.steps_s[-1], self.waits[-1], rows)  # where one steers
+        autopilot.publish_step(self.steps_s[-1], self.waits[-1], rows, self._rank)  # where one steers
         if NODE_COLUMN in batch:
             for node in np.unique(batch[NODE_COLUMN]):
                 here, ip = batch[NODE_COLUMN] == node, str(node)

@@ -14,6 +14,10 @@ providers render them from the values file, scripts/providers/):
                         mix, or `preprocess: true` on a head)
   raykit-node-type      the node type's name in the values file (summaries count per type)
 
+and every worker node one unit of a resource named after its type (type_resource): the
+autopilot's requests name it, since Ray's v1 autoscaler (the local cluster's) ignores
+label selectors, and a bundle of CPUs would reserve them away from Ray Data.
+
 A job places its work with the three selectors below: Ray Data's (in its DataContext and
 in Train's DataConfig, which drops the context's), and Ray Train's (ScalingConfig).
 """
@@ -26,6 +30,12 @@ TRAINER_SLOTS = "raykit-trainer-slots"
 TRAIN_NODE_PREPROCESSES = "raykit-preprocess"
 NODE_TYPE = "raykit-node-type"
 CORES = "raykit-cores"  # a pinned local node: the cores it really has (its CPUs may differ)
+
+
+def type_resource(node_type: str) -> str:
+    """The resource one unit of which each node of worker type `node_type` has, and
+    nothing asks for but the autopilot."""
+    return f"raykit-node-{node_type}"
 
 
 def node_labels(node_type: str, trainer_slots: int, preprocess: bool) -> dict[str, str]:

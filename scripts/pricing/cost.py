@@ -13,6 +13,7 @@ cost_table; `make bench` prices each row with priced().
 import copy
 import json
 
+from jobs.raykit import placement
 from scripts import catalog
 from scripts.build import Built, build
 from scripts.core import roles
@@ -287,7 +288,9 @@ def autopilot_env(built: Built, priced: tuple[dict[str, float], str] | None) -> 
         if ceiling < least:
             raise KitError(f"{where}: ${ceiling:g}/h is below what the mix costs at min_workers "
                            f"(${least:.2f}/h); raise it or lower min_workers")
-    settings = {"node_type": kind, "node_bundle": built.provider.preprocess_node_bundle(values, kind),
+    # one bundle per node: its type's own resource, no CPUs (the autopilot's reservation at
+    # Ray Data's AutoscalingCoordinator would take them out of Ray Data's budget)
+    settings = {"node_type": kind, "node_bundle": {placement.type_resource(kind): 1},
                 "min_nodes": worker["min_workers"], "max_nodes": worker["max_workers"],
                 "target_wait_share": pilot["target_wait_share"], "cooldown_s": pilot["cooldown_s"],
                 "node_usd_per_hour": node_usd, "base_usd_per_hour": base_usd or 0.0,

@@ -105,11 +105,6 @@ class Provider(Protocol):
         the RayJob, its limits and files), in lines a person reads; None where `make run`
         is up, submit and down (the dry run then says what `up` would launch)."""
 
-    def preprocess_node_bundle(self, values: dict, name: str) -> dict[str, float]:
-        """What one node of preprocess worker type `name` offers Ray, as the autopilot asks
-        for it (one bundle a node): its CPUs, and where the autoscaler cannot match a
-        bundle to a node type by its labels, a resource only that type has."""
-
     def images_to_bake(self, values: dict) -> dict[str, str]:
         """{"gpu"|"cpu": the tag the pods pull} for `make image` to build with the jobs'
         packages baked in; raise KitError saying why where the nodes get them otherwise."""

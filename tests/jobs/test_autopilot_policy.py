@@ -34,14 +34,14 @@ def replay(settings: Settings, trace, joins_after_s: float = 10.0, start: int = 
 
 
 def starving(t, joined):
-    """Data-bound: wait share falls as nodes join (one node feeds 30% of the trainers)."""
-    return max(0.0, 1 - 0.3 * joined)
+    """Data-bound: wait share falls as nodes join (one node feeds 32% of the trainers)."""
+    return max(0.0, 1 - 0.32 * joined)
 
 
 def test_a_starving_trainer_gets_the_nodes_that_feed_it_in_few_steps():
     out, state = replay(SETTINGS, starving)
     asks = sorted({asked for _, asked, _ in out})
-    assert out[-1][1:] == (3, 3)  # the fewest that feed it: 1 - 0.3 * 3 <= 0.10 < 1 - 0.3 * 2
+    assert out[-1][1:] == (3, 3)  # the fewest that feed it: 1 - 0.32 * 3 <= 0.10 < 1 - 0.32 * 2
     assert len(asks) <= 4  # proportional steps (n / (1 - w)), not one node at a time
     assert all(1 <= asked <= 6 for _, asked, _ in out)
 
@@ -53,6 +53,17 @@ def test_a_saturated_trainer_gives_nodes_back_one_at_a_time_to_min_workers():
     assert all(a - b <= 1 for a, b in zip(counts, counts[1:]))  # one at a time
     changes = [t for (t, a, _), (_, b, _) in zip(out, out[1:]) if a != b]
     assert all(b - a >= SETTINGS.cooldown_s for a, b in zip(changes, changes[1:]))
+
+
+def test_a_mix_on_the_edge_of_the_target_flaps_ever_more_slowly():
+    """3 nodes: a hair above the target; 4: no wait at all. Each node given back that
+    was needed doubles the wait before the next goes back."""
+    edge = lambda t, joined: max(0.0, 1 - 0.3 * joined) + (0.001 if joined == 3 else 0)  # noqa: E731
+    out, state = replay(SETTINGS, edge)
+    downs = [t for (_, a, _), (t, b, _) in zip(out, out[1:]) if b < a]
+    assert len(downs) <= 5, state.reasons  # every 40 s without the back-off: 15
+    held = [b - a for a, b in zip(downs, downs[1:])]
+    assert held == sorted(held) and held[-1] >= 4 * SETTINGS.cooldown_s, downs
 
 
 def test_a_wait_inside_the_band_does_not_flap():
@@ -98,6 +109,37 @@ def test_the_wait_share_is_every_ranks_steps_in_the_window():
     assert wait_share(steps, now=500.0, window_s=30) is None
 
 
+def test_a_rank_still_blocked_for_its_batch_counts_as_waiting_now():
+    """The pipeline's first fill, or a stall: no step ends, yet the trainer starves."""
+    assert wait_share([], now=100.0, window_s=30, waiting=[90.0]) == 1.0
+    steps = [(99.0, 1.0, 0.1)]  # one rank stepping, another blocked for 9 s of the window
+    assert wait_share(steps, now=100.0, window_s=30, waiting=[91.0]) == pytest.approx(9.1 / 10.0)
+    # only the part inside the window: a wait open for 10 minutes weighs 30 s, not 600
+    assert wait_share(steps, now=700.0, window_s=30, waiting=[100.0]) == 1.0
+    assert wait_share([(699.0, 30.0, 0.0)], now=700.0, window_s=30, waiting=[100.0]) == pytest.approx(0.5)
+
+
+def test_the_step_log_closes_a_ranks_wait_with_its_step_or_its_loops_end():
+    from raykit.autopilot import StepLog
+
+    log = StepLog()
+    log.waiting("a", 10.0)
+    log.waiting("b", 11.0)
+    assert log.window(0) == ([], [10.0, 11.0])
+    log.record(12.0, 2.0, 2.0, 16, "a")
+    log.waiting("b", None)
+    assert log.window(0) == ([(12.0, 2.0, 2.0, 16)], [])
+
+
+def test_a_trainer_starving_from_its_start_gets_nodes_after_one_cooldown_not_a_step_later():
+    """The first batch takes 90 s at min_workers: the open wait drives the first ask."""
+    state = State(asked=1)
+    for t in range(0, 20, 5):  # start-up: imports and the first fill, whatever the wait
+        assert decide(SETTINGS, state, float(t), 1.0, 1) == 1
+    assert decide(SETTINGS, state, 20.0, 1.0, 1) == 6  # max_workers: 1 / (1 - 1.0) is unbounded
+    assert state.reasons and "wait 100%" in state.reasons[0]
+
+
 # --- what the kit passes the job, and what the job makes of it --------------------------
 
 import json  # noqa: E402
@@ -122,7 +164,7 @@ def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_data
     env = cost.job_env(build("local_autopilot"))
     settings = json.loads(env[cost.AUTOPILOT_ENV])
     assert settings | {"node_usd_per_hour": None, "base_usd_per_hour": None} == {
-        "node_type": "cpu_worker", "node_bundle": {"CPU": 1, "raykit-node-cpu_worker": 1}, "min_nodes": 1, "max_nodes": 3,
+        "node_type": "cpu_worker", "node_bundle": {"raykit-node-cpu_worker": 1}, "min_nodes": 1, "max_nodes": 3,
         "target_wait_share": 0.1, "cooldown_s": 10, "max_usd_per_hour": None,
         "node_usd_per_hour": None, "base_usd_per_hour": None}
     prices = cost.node_hour_prices(build("hetero"))[0]  # local_autopilot's prices_as
@@ -131,18 +173,27 @@ def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_data
     found, node_type, bundle = settings_from_env(env[cost.AUTOPILOT_ENV])
     assert (found.min_nodes, found.max_nodes, node_type) == (1, 3, "cpu_worker")
     # the local v1 autoscaler counts the head's free CPUs and ignores selectors: the
-    # type's own resource makes each bundle a node of that type
-    assert bundle == {"CPU": 1.0, "raykit-node-cpu_worker": 1.0}
+    # type's own resource makes each bundle a node of that type; no CPUs, which Ray Data's
+    # AutoscalingCoordinator would reserve to the autopilot, out of Ray Data's budget
+    assert bundle == {"raykit-node-cpu_worker": 1.0}
     worker_type = next(t for t in build("local_autopilot").config["available_node_types"].values()
                        if "raykit-node-cpu_worker" in t["resources"])
     assert worker_type["resources"]["raykit-node-cpu_worker"] == 1
     assert cost.AUTOPILOT_ENV not in cost.job_env(build("local"))  # off by default
 
 
-def test_an_aws_mix_steers_its_preprocess_type_by_the_vcpus_left_to_preprocessing():
-    built = built_with("hetero", lambda v: v.setdefault("autopilot", {}).update(enabled=True))
+@pytest.mark.parametrize("cluster", ["hetero", "k8s_hetero"])
+def test_aws_and_kuberay_mixes_carry_the_resource_the_autopilot_names(cluster):
+    built = built_with(cluster, lambda v: v.setdefault("autopilot", {}).update(enabled=True))
     settings = json.loads(cost.job_env(built)[cost.AUTOPILOT_ENV])
-    assert settings["node_type"] == "cpu_worker" and settings["node_bundle"] == {"CPU": 15}  # c5.4xlarge: 16 - 1
+    kind = "cpu_worker" if cluster == "hetero" else "cpu-worker"  # KubeRay's group names are DNS labels
+    assert settings["node_type"] == kind and settings["node_bundle"] == {f"raykit-node-{kind}": 1}
+    if cluster == "hetero":  # Ray's cluster config: the type's resources, its CPUs as before
+        assert built.config["available_node_types"]["cpu_worker"]["resources"] == {
+            "CPU": 15, "raykit-node-cpu_worker": 1}  # c5.4xlarge: 16 - 1 for Ray's own processes
+    else:  # the RayCluster's group: the top-level resources (KubeRay >= 1.5), CPUs from limits
+        (group,) = [g for g in built.config["spec"]["workerGroupSpecs"] if g["groupName"] == kind]
+        assert group["resources"] == {"raykit-node-cpu-worker": "1"}
 
 
 @pytest.mark.parametrize("change,message", [
@@ -168,7 +219,7 @@ def test_a_ceiling_below_the_mix_at_min_workers_or_without_prices_is_refused():
 
 @pytest.mark.parametrize("text", ["{", "[]", '{"target_wait_share": 2}', json.dumps(
     {"target_wait_share": 0.1, "min_nodes": 1, "max_nodes": 3, "cooldown_s": 5, "node_type": "w",
-     "node_bundle": {"GPU": 1}, "node_usd_per_hour": None, "base_usd_per_hour": 0, "max_usd_per_hour": None}),
+     "node_bundle": {}, "node_usd_per_hour": None, "base_usd_per_hour": 0, "max_usd_per_hour": None}),
     json.dumps(
     {"target_wait_share": 0.1, "min_nodes": 3, "max_nodes": 1, "cooldown_s": 5, "node_type": "w",
      "node_bundle": {"CPU": 1}, "node_usd_per_hour": None, "base_usd_per_hour": 0, "max_usd_per_hour": None})])

@@ -84,7 +84,9 @@ def test_values_land_where_kuberay_reads_them():
     assert spec["autoscalerOptions"] == {"version": "v2", "upscalingMode": "Default", "idleTimeoutSeconds": 600}
     assert spec["enableInTreeAutoscaling"] is True and spec["authOptions"] == {"mode": "token"}
     assert head["resources"] == {"CPU": "0"}  # a coordinating head: Ray schedules nothing there
-    assert "resources" not in gpu and gpu["rayStartParams"] == {}  # GPUs from the container's limits
+    # GPUs and CPUs from the container's limits; the group's resources: only its own, which
+    # the autopilot's requests name (the operator passes it to ray start --resources)
+    assert gpu["resources"] == {"raykit-node-gpu-worker": "1"} and gpu["rayStartParams"] == {}
     container = gpu["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"] == {"cpu": "44", "memory": "160Gi", "nvidia.com/gpu": "4"}
     assert container["resources"]["requests"] == container["resources"]["limits"]

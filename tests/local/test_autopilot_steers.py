@@ -62,7 +62,7 @@ def test_the_autopilots_request_alone_scales_the_preprocess_type_up_then_asks_fo
             seen = kept_summary(run.stdout)
     finally:
         shutil.rmtree(job, ignore_errors=True)
-    assert seen["bundle"] == {"CPU": 1.0, "raykit-node-cpu_worker": 1.0}
+    assert seen["bundle"] == {"raykit-node-cpu_worker": 1.0}
     assert seen["before"] == 1 and seen["asked_up"] == 3, seen  # min_workers 1; 1 / (1 - 0.9) > 3: max
     assert seen["after_up"] == 3, seen  # Ray's node table: the three the autopilot asked for
     assert seen["asked_down"] == 2 and "slack" in seen["reasons"][-1], seen

@@ -568,12 +568,6 @@ def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> None:
     return None
 
 
-def preprocess_node_bundle(values: dict, name: str) -> dict[str, float]:
-    """The vCPUs the catalog leaves to preprocessing (one stays with Ray's own processes);
-    Ray's v2 autoscaler matches the bundle's label selector to the type."""
-    return {"CPU": catalog.preprocess_vcpus(values["workers"][name]["instance_type"])}
-
-
 def images_to_bake(values: dict) -> dict[str, str]:
     raise KitError("`make image` builds the images a KubeRay values file names (images.job_packages: "
                    "baked, see k8s_hetero.yaml); AWS nodes install the jobs' packages at setup (node_packages.install_commands)")

@@ -91,7 +91,7 @@ def template_context(cluster: str, values: dict) -> dict:
         | {"iam_instance_profile": iam_profile(head_profile_name(values)),
            "placement_group": placement_group_name(values) if head["role"] == "train" else None},
         "workers": [aws_node(name, w, preprocess=w["role"] == "preprocess", spot=w["spot"],
-                             root_device=aws["root_device"])
+                             root_device=aws["root_device"], worker=True)
                     | {"min_workers": w["min_workers"], "max_workers": w["max_workers"],
                        "placement_group": placement_group_name(values) if w["role"] == "train" else None,
                        "iam_instance_profile": iam_profile(worker_profile_name(values))}
@@ -142,10 +142,11 @@ def iam_profile(name_or_arn: str | None) -> dict | None:
 
 
 def aws_node(name: str, node: dict, preprocess: bool, spot: bool, root_device: str,
-             coordinate: bool = False) -> dict:
+             coordinate: bool = False, worker: bool = False) -> dict:
     spec = catalog.INSTANCE_TYPES[node["instance_type"]]
     disk = node["disk"]
-    # Where work runs is the labels' business (placement.py): no custom resources. A node
+    # Where work runs is the labels' business (placement.py); a worker type's one custom
+    # resource is what the autopilot's requests name (placement.type_resource). A node
     # that preprocesses offers Ray the vCPUs the catalog leaves to it (one stays with
     # Ray's own processes), plus one per GPU for its training workers. A coordinating
     # head offers none (Ray's advice for larger clusters): the job's driver needs none.
@@ -153,6 +154,8 @@ def aws_node(name: str, node: dict, preprocess: bool, spot: bool, root_device: s
                          if preprocess else spec.vcpus)}
     if spec.gpus:
         resources["GPU"] = spec.gpus
+    if worker:
+        resources[placement.type_resource(name)] = 1
     volumes = [{"device": root_device, "size_gb": disk["root_gb"], "type": disk["volume_type"]}]
     if disk["data_gb"]:
         volumes.append({"device": "/dev/sdf", "size_gb": disk["data_gb"],

@@ -229,7 +229,8 @@ def template_context(cluster: str, values: dict) -> dict:
         "workers": [
             {"name": name, "min_workers": w["min_workers"], "max_workers": w["max_workers"]}
             | group(values, w, placement.node_labels(
-                name, w["pod"]["gpus"] if w["role"] == "train" else 0, w["role"] == "preprocess"))
+                name, w["pod"]["gpus"] if w["role"] == "train" else 0, w["role"] == "preprocess"),
+                {placement.type_resource(name): "1"})
             for name, w in values["workers"].items()
         ],
     }
@@ -326,12 +327,6 @@ def refused_packages(values: dict, job: str) -> None:
     problems = package_problems(job, values["images"]["job_packages"])
     if problems:
         raise KitError("; ".join(problems))
-
-
-def preprocess_node_bundle(values: dict, name: str) -> dict[str, float]:
-    """A worker pod's CPUs: its container's limit, what Ray sees in it (the group's labels
-    match the bundle's selector)."""
-    return {"CPU": values["workers"][name]["pod"]["cpus"]}
 
 
 def images_to_bake(values: dict) -> dict[str, str]:

@@ -185,7 +185,7 @@ def template_context(cluster: str, values: dict) -> dict:
                  "labels": head_labels(values)},
         "workers": [
             {"name": name, "min_workers": w["min_workers"], "max_workers": w["max_workers"],
-             "resources": resources(w) | {type_resource(name): 1},
+             "resources": resources(w) | {placement.type_resource(name): 1},
              "labels": placement.node_labels(name, trainer_slots=w["trainer_slots"],
                                              preprocess=w["role"] == "preprocess"),
              # read by loopback_node_provider.py (Ray's schema leaves node_config alone)
@@ -560,19 +560,6 @@ def stop_processes(procs: list[psutil.Process], grace_s: float = 3) -> None:
 def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> None:
     """`make run` is up, submit and down here: its dry run is `up`'s."""
     return None
-
-
-def preprocess_node_bundle(values: dict, name: str) -> dict[str, float]:
-    """The node's CPUs, and its type's own resource (type_resource): Ray's v1 autoscaler,
-    which runs here, ignores a request's label selectors and counts the head's free CPUs
-    as meeting a CPU bundle, so CPUs alone would start fewer nodes than asked for."""
-    return {"CPU": values["workers"][name]["cpus"], type_resource(name): 1}
-
-
-def type_resource(name: str) -> str:
-    """A resource one unit of which each node of worker type `name` has, and nothing asks
-    for but the autopilot's bundles."""
-    return f"raykit-node-{name}"
 
 
 def images_to_bake(values: dict) -> dict[str, str]:
