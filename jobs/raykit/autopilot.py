@@ -41,6 +41,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from raykit import stall
+
 SETTINGS_ENV = "RAYKIT_AUTOPILOT"  # set by the kit (scripts/pricing/cost.py's autopilot_env)
 STEP_LOG = "raykit-step-log"       # the named actor every rank's steps go to
 POLL_S = float(os.environ.get("RAYKIT_AUTOPILOT_POLL_S") or 5)
@@ -188,24 +190,42 @@ def publish_wait(rank: str, since: float | None) -> None:
 
 
 class StepLog:
-    """Every rank's steps: (end time, step s, waiting s, images), the last 10 minutes; and
-    since when each rank blocked for its next batch has been waiting."""
+    """Every rank's steps: (end time, step s, waiting s, images), the last 10 minutes;
+    since when each rank blocked for its next batch has been waiting; and the progress the
+    stall watch judges (stall.py): which ranks are inside their loop, and when the last
+    step ended or loop began."""
 
     def __init__(self):
         self.steps: list[tuple[float, float, float, int]] = []
         self.open_waits: dict[str, float] = {}
+        self.in_loop: set[str] = set()
+        self.progress_at: float | None = None
+        self.count = 0
+
+    def _progressed(self, t: float) -> None:
+        self.progress_at = t if self.progress_at is None else max(self.progress_at, t)
 
     def record(self, end: float, step_s: float, wait_s: float, images: int, rank: str = "") -> None:
         self.steps.append((end, step_s, wait_s, images))
         self.open_waits.pop(rank, None)
+        self.count += 1
+        self._progressed(end)
         if len(self.steps) > 10_000:
             self.steps = [s for s in self.steps if s[0] > end - 600]
 
     def waiting(self, rank: str, since: float | None) -> None:
-        if since is None:
+        if since is None:  # its loop ended
             self.open_waits.pop(rank, None)
-        else:
-            self.open_waits[rank] = since
+            self.in_loop.discard(rank)
+            return
+        if rank not in self.in_loop:  # its loop began
+            self.in_loop.add(rank)
+            self._progressed(since)
+        self.open_waits[rank] = since
+
+    def progress(self) -> tuple[bool, float | None, int]:
+        """(a rank is inside its loop, the last step's end or loop's start, steps so far)."""
+        return bool(self.in_loop), self.progress_at, self.count
 
     def since(self, t: float) -> list[tuple[float, float, float, int]]:
         return [s for s in self.steps if s[0] >= t]
@@ -291,25 +311,34 @@ _last_report: dict | None = None
 @contextmanager
 def steering():
     """Around trainer.fit(): the autopilot steers while it runs, where the kit turned it
-    on (RAYKIT_AUTOPILOT); otherwise nothing. Its report goes into the job's summary."""
+    on (RAYKIT_AUTOPILOT), and the stall watch stops the job where its trainers make no
+    step for the kit's RAYKIT_STALL_S (stall.py); otherwise nothing. The autopilot's
+    report goes into the job's summary. Yields the Pilot (None where none steers)."""
     global _last_report
-    found = settings_from_env()
-    if found is None:
+    found, stall_limit = settings_from_env(), stall.limit_from_env()
+    if found is None and stall_limit is None:
         yield None
         return
     import ray
 
-    settings, node_type, bundle = found
     log = ray.remote(num_cpus=0)(StepLog).options(name=STEP_LOG).remote()
-    pilot = Pilot(settings, node_type, bundle, log)
-    print(f"autopilot: steering {node_type} between {settings.min_nodes} and {settings.max_nodes} "
-          f"node(s), trainers' data wait under {settings.target_wait_share:.0%}", flush=True)
-    pilot.start()
+    watch = stall.Watch(stall_limit, log) if stall_limit else None
+    pilot = Pilot(*found, log) if found else None
+    if pilot:
+        settings = pilot.settings
+        print(f"autopilot: steering {pilot.node_type} between {settings.min_nodes} and {settings.max_nodes} "
+              f"node(s), trainers' data wait under {settings.target_wait_share:.0%}", flush=True)
+        pilot.start()
+    if watch:
+        watch.start()
     try:
         yield pilot
     finally:
-        pilot.stop()
-        _last_report = pilot.report()
+        if watch:
+            watch.stop()
+        if pilot:
+            pilot.stop()
+            _last_report = pilot.report()
         ray.kill(log)
 
 

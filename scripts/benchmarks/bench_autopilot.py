@@ -35,7 +35,7 @@ from scripts.kit import raise_keyboard_interrupt
 from scripts.pricing.bench_table import new_run_dir
 from scripts.pricing.output import cell, text_table
 
-DEFAULT_ARGS = "--steps 30 --blur-count 30 --image-size 96 --log-every 10"
+DEFAULT_ARGS = "--steps 120 --blur-count 30 --image-size 96 --log-every 20"  # ~15 min for the four rows
 ROWS = ("fixed_min", "fixed_max", "raydata", "autopilot")
 FIELDS = ["row", "preprocess_nodes", "wall_s", "images_per_s", "data_wait_fraction",
           "preprocess_node_s", "usd", "usd_per_1k_images"]

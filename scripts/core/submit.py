@@ -130,6 +130,10 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
         result = None  # the job printed no summary (it failed early, or prints none)
     if results_dir is not None and result is not None:
         keep_result(results_dir, submission_id, job, args, code, result)
+    if isinstance(result, dict) and result.get("status") == "stalled":
+        print(f"job {submission_id} stalled: {short(str(result.get('reason')), 200)[1:-1]}; "
+              f"stopped by the values file's stall_minutes; its logs: make logs ID={submission_id}",
+              flush=True)
     return code, result
 
 

@@ -13,7 +13,7 @@ cost_table; `make bench` prices each row with priced().
 import copy
 import json
 
-from jobs.raykit import placement
+from jobs.raykit import placement, stall
 from scripts import catalog
 from scripts.build import Built, build
 from scripts.core import roles
@@ -213,10 +213,13 @@ NODE_PRICES_ENV = "RAYKIT_NODE_PRICES"
 
 def job_env(built: Built) -> dict[str, str]:
     """What a job run on this mix learns from its environment: its nodes' prices (the
-    summary bills the run with them) and the autopilot's settings; the prices are read
-    from the catalog once for both."""
+    summary bills the run with them) and the autopilot's settings, the prices read from
+    the catalog once for both; and the stall limit (jobs/raykit/stall.py), since a stalled
+    job bills too."""
     priced = node_hour_prices(built)
-    return price_env(priced) | autopilot_env(built, priced)
+    stall_s = built.values["stall_minutes"] * 60
+    return (price_env(priced) | autopilot_env(built, priced)
+            | ({stall.STALL_ENV: f"{stall_s:g}"} if stall_s else {}))
 
 
 def price_env(priced: tuple[dict[str, float], str] | None) -> dict[str, str]:
