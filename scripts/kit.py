@@ -49,7 +49,7 @@ import time
 import traceback
 
 from scripts.commands import container_image, day2, images, jobs, lifecycle, priceperf
-from scripts.core.errors import KitError
+from scripts.core.errors import KitError, network_error
 from scripts.core.paths import LOGS
 from scripts.core.state import make_dir
 
@@ -138,7 +138,11 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # the reader left (`make plan | head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except Exception as e:  # a bug in the kit, not the user's input
+    except Exception as e:  # a bug in the kit, not the user's input; or the network's
+        network = network_error(e)
+        if network:
+            print(f"error: {network}", file=sys.stderr)
+            return 2
         where = internal_error(e)
         print(f"error: internal error in the kit ({type(e).__name__}), not in your input; "
               f"details in {where}", file=sys.stderr)

@@ -2,6 +2,9 @@
 it, and a real local cluster that a running job holds up and that is gone after its limit."""
 
 import os
+import subprocess
+import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -16,8 +19,10 @@ from scripts.node.autostop import (
     JOB_LIMIT_KEY,
     seconds_left,
     stop_overdue,
+    supervisors_running,
     teardown_aws,
     terminate_tagged,
+    watch,
 )
 from scripts.build import build, build_text
 from scripts.providers.local import cluster_processes
@@ -72,6 +77,48 @@ def test_a_job_past_the_limit_recorded_with_it_is_stopped_by_the_watchdog():
     ])
     assert stop_overdue(client, now) == ["overdue", "pending-overdue"]
     assert client.stopped == ["overdue", "pending-overdue"]
+
+
+def test_a_job_that_ignores_its_stop_no_longer_holds_the_cluster_up(monkeypatch, capsys):
+    """Past its limit, asked to stop, still RUNNING after the grace: the idle clock counts
+    from the first stop asked, and autostop tears the cluster down as for an idle one."""
+    from ray import job_submission
+
+    now = time.time()
+    wedged = JobsStandIn([job("wedged", "RUNNING", 100, "10", now)])  # its stop changes nothing
+    monkeypatch.setattr(job_submission, "JobSubmissionClient", lambda address: wedged)
+    torn = []
+    watch("http://127.0.0.1:1", limit_s=0.5, teardown=lambda: torn.append(time.time()), poll_s=0.05,
+          stop_grace_s=0.3)
+    assert torn and "wedged" in wedged.stopped
+    out = capsys.readouterr().out
+    assert "job wedged has not stopped" in out and "it no longer holds the cluster up" in out
+    assert "tearing the cluster down" in out
+
+
+def test_while_the_job_api_is_down_a_running_supervisor_holds_the_cluster_up(capsys):
+    """The dashboard died, the job's supervisor (a detached actor) runs on: no teardown
+    under a healthy job; once it is gone, the clock runs out as before."""
+    supervisor = subprocess.Popen([sys.executable, "-c", "import time, ray._raylet as r; "
+                                   "r.setproctitle('ray::JobSupervisor'); time.sleep(120)"])
+    try:
+        deadline = time.monotonic() + 30
+        while not supervisors_running() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert supervisors_running() >= 1
+        torn = []
+        threading.Thread(target=watch, args=("http://127.0.0.1:1", 1.0, lambda: torn.append(1)),
+                         kwargs={"poll_s": 0.1}, daemon=True).start()
+        time.sleep(3)
+        assert not torn  # a job runs: busy, though its API cannot be asked
+    finally:
+        supervisor.kill()
+        supervisor.wait()
+    deadline = time.monotonic() + 10
+    while not torn and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert torn
+    assert "job supervisor(s) running here: busy" in capsys.readouterr().out
 
 
 def test_make_submit_records_the_jobs_limit_with_the_job(monkeypatch):

@@ -223,6 +223,13 @@ VALUE_CASES = [
      "head.cpus: a head that trains and preprocesses needs a CPU per trainer slot plus one; set cpus: 2"),
     ("a local worker type its prices_as file lacks", "local_hetero", lambda v: rename(v, "workers.cpu_worker", "cruncher"),
      "workers.cruncher: hetero.yaml has no worker type 'cruncher'"),
+    # a name alone is no match: a training head is not priced as a coordinating one
+    ("a node priced as a node of the same name but another role", "local_hetero",
+     lambda v: set_path(v, "prices_as", "multi_g5"),
+     "head.role: train here, but multi_g5.yaml's is coordinate: it would be priced as the other kind"),
+    ("a train type that can never start", "multi_g5",
+     lambda v: (set_path(v, "workers.gpu_worker.min_workers", 0), set_path(v, "workers.gpu_worker.max_workers", 0)),
+     "workers.gpu_worker.max_workers: 0, so this train type never starts"),
     ("pin_cpus as a string", "local", lambda v: set_path(v, "pin_cpus", "yes"), "pin_cpus"),
     ("a GPU older than the pinned torch supports", "single",
      lambda v: set_path(v, "head.instance_type", "p3.2xlarge"),
@@ -312,6 +319,39 @@ VALUE_CASES = [
         {"claim": "data", "mount": "/home/ray", "read_only": True}]), "volumes[0].mount: /home/ray would hide"),
     ("a volume under /dev through '..'", "k8s_multi", lambda v: set_path(v, "volumes", [
         {"claim": "data", "mount": "/data/../dev/shm", "read_only": True}]), "volumes[0].mount"),
+    # mounts as the container sees them: slashes collapsed, whole trees the image needs
+    ("a volume over /usr written //usr/", "k8s_multi", lambda v: set_path(v, "volumes", [
+        {"claim": "data", "mount": "//usr/", "read_only": True}]), "volumes[0].mount: //usr/ would hide"),
+    ("a volume under the image's Python", "k8s_multi", lambda v: set_path(v, "volumes", [
+        {"claim": "data", "mount": "/home/ray/anaconda3/lib/python3.11/site-packages", "read_only": True}]),
+     "volumes[0].mount: /home/ray/anaconda3/lib/python3.11/site-packages would hide"),
+    ("a volume under /usr/lib", "k8s_multi", lambda v: set_path(v, "volumes", [
+        {"claim": "data", "mount": "/usr/lib/x86_64-linux-gnu", "read_only": True}]), "volumes[0].mount"),
+    ("two volumes on one mount, one with a trailing slash", "k8s_multi",
+     lambda v: v["volumes"].append({"claim": "other", "mount": "//data/", "read_only": True}),
+     "volumes: two volumes share a mount"),
+    # image references the runtime refuses (the pod would wait in InvalidImageName)
+    ("an image with an empty path component", "k8s_hetero", lambda v: set_path(v, "images.cpu", "rayproject//ray:2.60.0"),
+     "images.cpu: 'rayproject//ray:2.60.0' is no image reference"),
+    ("an image with two tags", "k8s_hetero", lambda v: set_path(v, "images.gpu", "rayproject/ray:2.60:gpu"),
+     "images.gpu: 'rayproject/ray:2.60:gpu': the tag"),
+    ("an image with an empty tag", "k8s_hetero", lambda v: set_path(v, "images.cpu", "rayproject/ray:"),
+     "images.cpu: 'rayproject/ray:': the tag ''"),
+    ("an image with no tag (latest)", "k8s_hetero", lambda v: set_path(v, "images.cpu", "rayproject/ray"),
+     "images.cpu: 'rayproject/ray' names no tag"),
+    ("an image path starting with a separator", "k8s_hetero", lambda v: set_path(v, "images.cpu", "ray/-ray:1"),
+     "images.cpu: 'ray/-ray:1' is no image reference"),
+    ("an image with a short digest", "k8s_hetero", lambda v: set_path(v, "images.cpu", "rayproject/ray@sha256:abc"),
+     "images.cpu"),
+    # tolerations the API server refuses (the pod is never created)
+    ("a toleration key with a bad prefix", "k8s_hetero", lambda v: set_path(v, "head.tolerations", [
+        {"key": "nvidia..com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+     "head.tolerations[0].key: prefix part must be a DNS-1123 subdomain"),
+    ("a toleration key name over 63", "k8s_hetero", lambda v: set_path(v, "head.tolerations", [
+        {"key": "a" * 64, "operator": "Exists", "effect": "NoSchedule"}]), "head.tolerations[0].key: name part"),
+    ("a value with operator Exists", "k8s_hetero", lambda v: set_path(v, "head.tolerations", [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "value": "true", "effect": "NoSchedule"}]),
+     "head.tolerations[0].value: must be empty with operator Exists"),
     ("KubeRay min_workers above max_workers", "k8s_multi",
      lambda v: set_path(v, "workers.cpu-worker.min_workers", 9), "workers.cpu-worker: min_workers (9) > max_workers (8)"),
     ("a pod field KubeRay does not know", "k8s_hetero",

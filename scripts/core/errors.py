@@ -26,6 +26,26 @@ def not_running(cluster: str) -> str:
             f"CLUSTER={cluster}` then `make up CLUSTER={cluster}`")
 
 
+def network_error(error: Exception) -> str | None:
+    """The one line for a cloud API that could not be reached, or answered with something
+    that is not its answer (a proxy's or a login portal's HTML page: botocore's
+    ResponseParserError, which is no ClientError and no BotoCoreError); None for any other
+    error. Wherever in the kit an AWS call meets one, the CLI prints this, not an internal
+    error. botocore is only looked at where something imported it."""
+    import sys
+
+    parsers, exceptions = sys.modules.get("botocore.parsers"), sys.modules.get("botocore.exceptions")
+    if parsers and isinstance(error, parsers.ResponseParserError):
+        return ("AWS's API answered with something that is not AWS's answer (a proxy's or a login "
+                "page's?); check this machine's network and its HTTPS_PROXY, then try again")
+    if exceptions and isinstance(error, (exceptions.EndpointConnectionError, exceptions.ConnectTimeoutError,
+                                         exceptions.ReadTimeoutError, exceptions.ProxyConnectionError,
+                                         exceptions.SSLError)):
+        return (f"AWS's API could not be reached ({type(error).__name__}: {one_line(str(error), 160)}); "
+                "check this machine's network and its HTTPS_PROXY, then try again")
+    return None
+
+
 def one_line(text: str, limit: int = 600) -> str:
     """Newlines folded, length capped: a hostile input never makes a long error."""
     text = " | ".join(part.strip() for part in str(text).splitlines() if part.strip())

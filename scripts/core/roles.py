@@ -41,6 +41,9 @@ def role_problems(values: dict) -> list[str]:
     if trains and values["mix"] == "homogeneous":
         problems.append("mix: train worker types belong to a heterogeneous mix (train nodes "
                         "fed by preprocess nodes); set mix: heterogeneous")
+    problems += [f"workers.{name}.max_workers: 0, so this train type never starts and the job "
+                 "never trains while the rest of the cluster bills; raise it, or drop the type"
+                 for name in trains if values["workers"][name]["max_workers"] == 0]
     if head["role"] == "train" and trains:
         problems.append(f"head.role: the head trains, and so do worker type(s) {', '.join(trains)}; "
                         "with train workers set role: coordinate (the head then only coordinates)")

@@ -22,8 +22,17 @@ cluster down and exits:
            autoscaler's Role to it, and the namespace's admin, once, a Role that may
            delete this one RayCluster and nothing else (`make render` writes both)
 
-While the job API cannot be reached, no job is seen to start: the clock runs on from the
-last one seen, so a head whose dashboard died does not bill forever either.
+While the job API cannot be reached, the jobs' supervisors are looked for among the
+processes here (Ray's detached JobSupervisor actors outlive the dashboard, and so do the
+jobs they run): one running holds the cluster up, so a healthy long job is not torn down
+under itself; with none, the clock runs on from the last job seen, so a head whose
+dashboard died does not bill forever either. (A KubeRay watchdog is a container of its
+own, which sees no process of Ray's: there the clock runs on from the last job seen.)
+
+A job past its limit that has not stopped STOP_GRACE_S after the first stop asked of it
+(a driver that ignores the signal, a wedged supervisor) no longer holds the cluster up:
+the idle clock counts from that first stop, and autostop tears the cluster down as for
+an idle one. With autostop off, the watchdog says so in its log and goes on asking.
 
 `make status` shows the time left, computed by the same seconds_left from the same jobs
 and the same start: the head node's start time as Ray publishes it (head_started_at).
@@ -49,6 +58,8 @@ KIT_TAG = "ray-kit-cluster"  # the kit's tag on every instance of a cluster (aws
 JOB_LIMIT_KEY = "raykit_limit_s"  # a job's time limit in seconds, in its metadata
 TERMINATE_ATTEMPTS = 20  # the teardown's sweeps (throttling, a transient API error)
 TERMINATE_RETRY_S = 15
+STOP_GRACE_S = 300  # a job past its limit still running this long after the first stop is stuck
+SUPERVISOR_TITLE = b"ray::JobSupervisor"  # the process title of Ray's job supervisor actor
 
 
 def duration(minutes: float) -> str:
@@ -67,10 +78,23 @@ def seconds_left(jobs: list[tuple[str, float | None]], idle_from: float, now: fl
     return limit_s - (now - max([idle_from, *ends]))
 
 
-def job_states(client) -> list[tuple[str, float | None]]:
-    """(status, end time) of every job, from Ray's JobSubmissionClient."""
+def job_states(client, ignore: frozenset = frozenset()) -> list[tuple[str, float | None]]:
+    """(status, end time) of every job but those in `ignore`, from Ray's JobSubmissionClient."""
     return [(info.status.value, info.end_time / 1000 if info.end_time else None)
-            for info in client.list_jobs()]
+            for info in client.list_jobs() if (info.submission_id or info.job_id) not in ignore]
+
+
+def supervisors_running(proc: str = "/proc") -> int:
+    """Ray's job supervisors running on this host (their process title), read from /proc:
+    the sign of a running job while the job API cannot be reached."""
+    found = 0
+    for pid in os.listdir(proc) if os.path.isdir(proc) else []:
+        try:
+            with open(os.path.join(proc, pid, "cmdline"), "rb") as f:
+                found += f.read(len(SUPERVISOR_TITLE)) == SUPERVISOR_TITLE
+        except OSError:  # not a process, or gone since the listing
+            continue
+    return found
 
 
 def overdue_jobs(jobs: list[dict], now: float) -> list[str]:
@@ -119,23 +143,39 @@ def head_started_at(address: str) -> float | None:
     return min(times) if times else None
 
 
-def watch(address: str, limit_s: float | None, teardown, poll_s: float = POLL_S) -> None:
+def watch(address: str, limit_s: float | None, teardown, poll_s: float = POLL_S,
+          stop_grace_s: float = STOP_GRACE_S) -> None:
     """Every poll_s: stop the jobs past their limit; then, where limit_s is set (autostop
-    on), tear the cluster down once no job has run for limit_s. Runs until that teardown."""
+    on), tear the cluster down once no job has run for limit_s (a job stuck past its stop
+    counts as ended when its stop was first asked). Runs until that teardown."""
     from ray.job_submission import JobSubmissionClient  # the token comes from the environment
 
     started = head_started_at(address) or time.time()
     last_busy = time.time()
+    stop_asked: dict[str, float] = {}  # overdue job -> when its stop was first asked
+    said_stuck: set[str] = set()
     while True:
         now = time.time()
         try:
             client = JobSubmissionClient(address)
-            stop_overdue(client, now)
-            jobs = job_states(client)
-        except Exception as e:  # the dashboard is down: count on from the last job seen
-            print(f"autostop: job API unreachable ({type(e).__name__}); idle since "
-                  f"{time.ctime(last_busy)}", flush=True)
-            jobs = [("UNKNOWN", last_busy)]
+            overdue = stop_overdue(client, now)  # the jobs still running past their limit
+            for submission_id in overdue:
+                stop_asked.setdefault(submission_id, now)
+            stuck = {i: stop_asked[i] for i in overdue if now - stop_asked[i] > stop_grace_s}
+            jobs = job_states(client, frozenset(stuck))
+            for submission_id, asked in stuck.items():  # counted as ended when its stop was asked
+                jobs.append(("STUCK", asked))
+                if submission_id not in said_stuck:
+                    said_stuck.add(submission_id)
+                    print(f"autostop: job {submission_id} has not stopped {now - asked:.0f} s after it "
+                          "was asked to; " + ("it no longer holds the cluster up" if limit_s else
+                                              "autostop is off: it runs on until stopped by hand"), flush=True)
+        except Exception as e:  # the dashboard is down: a supervisor running here holds it up
+            running = supervisors_running()
+            print(f"autostop: job API unreachable ({type(e).__name__}); "
+                  + (f"{running} job supervisor(s) running here: busy" if running
+                     else f"idle since {time.ctime(last_busy)}"), flush=True)
+            jobs = [("RUNNING", None)] if running else [("UNKNOWN", last_busy)]
         left = seconds_left(jobs, started, now, limit_s) if limit_s else None
         if not limit_s:
             pass  # job limits only

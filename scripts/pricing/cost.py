@@ -90,6 +90,14 @@ def check_prices_as(built: Built) -> Built | None:
     problems = [f"workers.{worker}: {name}.yaml has no worker type '{worker}' to price it as; "
                 f"name the local worker types as in {name}.yaml"
                 for worker in built.values["workers"] if worker not in theirs.values["workers"]]
+    # a name alone is no match: a node is priced as the node of the same role it stands for
+    # (a train node as a GPU instance, a preprocess node as a CPU one)
+    pairs = [("head", built.values["head"], theirs.values["head"])] + [
+        (f"workers.{worker}", w, theirs.values["workers"][worker])
+        for worker, w in built.values["workers"].items() if worker in theirs.values["workers"]]
+    problems += [f"{where_}.role: {ours['role']} here, but {name}.yaml's is {other['role']}: it would be "
+                 f"priced as the other kind of node; give both the same role, or name another prices_as"
+                 for where_, ours, other in pairs if ours["role"] != other["role"]]
     if problems:
         raise KitError(joined(where, problems))
     return theirs

@@ -1,6 +1,9 @@
 """The rendered AWS configs launch what they say, against moto (in-process, offline)."""
 
 import copy
+import http.server
+import threading
+import time
 import types
 from contextlib import contextmanager
 
@@ -264,13 +267,50 @@ def test_down_reports_what_ray_left_behind_and_keeps_the_group_without_purge():
 
     with mock_aws():
         ec2 = boto3.client("ec2", region_name="us-east-1")
-        group = ec2.create_security_group(GroupName="ray-hetero", Description="Ray's")["GroupId"]
+        group = ec2.create_security_group(GroupName="ray-hetero", Description="the kit's", TagSpecifications=[
+            {"ResourceType": "security-group", "Tags": [{"Key": "ray-kit-cluster", "Value": "hetero"}]}])["GroupId"]
         notes = left_behind(ec2, RECORD, purge=False)
         assert notes == [f"security group ray-hetero ({group}; free, `make down PURGE=1` deletes it)",
                          "key pair ray-autoscaler_us-east-1 (shared by Ray's clusters in the region; free)"]
         assert ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"]
         assert left_behind(ec2, RECORD | {"security_group": None, "ray_key_pair": False}, purge=True) == []
         assert ec2.describe_security_groups(GroupIds=[group])["SecurityGroups"]  # not the kit's to delete
+
+
+def test_purge_deletes_only_the_clusters_own_group_and_waits_out_a_lingering_interface(monkeypatch):
+    """A group of the same name in another VPC is someone else's; EC2 refuses to delete a
+    group a terminated instance's interface still holds (DependencyViolation) for a while."""
+    from botocore.stub import Stubber
+
+    from scripts.providers import aws
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        other_vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+        theirs = ec2.create_security_group(GroupName="ray-hetero", Description="another team's",
+                                           VpcId=other_vpc)["GroupId"]
+        ours = ec2.create_security_group(GroupName="ray-hetero", Description="the kit's", TagSpecifications=[
+            {"ResourceType": "security-group", "Tags": [{"Key": "ray-kit-cluster", "Value": "hetero"}]}])["GroupId"]
+        record = RECORD | {"ray_key_pair": False}
+        assert aws.left_behind(ec2, record, purge=True) == ["nothing of security group ray-hetero (deleted)"]
+        left = {g["GroupId"] for g in ec2.describe_security_groups()["SecurityGroups"]}
+        assert theirs in left and ours not in left
+
+    monkeypatch.setattr(aws, "READY_POLL_S", 0.01)
+    client = boto3.client("ec2", region_name="us-east-1")
+    in_use = "resource sg-0123 has a dependent object"
+    with Stubber(client) as stub:
+        stub.add_client_error("delete_security_group", "DependencyViolation", in_use)
+        stub.add_client_error("delete_security_group", "DependencyViolation", in_use)
+        stub.add_response("delete_security_group", {}, {"GroupId": "sg-0123"})
+        aws.when_free(lambda: client.delete_security_group(GroupId="sg-0123"), "security group ray-hetero",
+                      limit_s=5, poll_s=0.01)
+        stub.assert_no_pending_responses()
+        stub.add_client_error("delete_security_group", "DependencyViolation", in_use)
+        with pytest.raises(aws.KitError, match="security group ray-hetero is still in use after 0 s "
+                                               r"\(DependencyViolation: resource sg-0123 has a dependent object\)"):
+            aws.when_free(lambda: client.delete_security_group(GroupId="sg-0123"), "security group ray-hetero",
+                          limit_s=0, poll_s=0.01)
 
 
 # --- preflight: read-only checks of the account, in moto --------------------------------
@@ -685,10 +725,12 @@ def test_dlami_driver_is_unknown_for_other_names():
 # --- the head's least-privilege IAM policy ------------------------------------------------
 
 def allows(policy: dict, action: str, tags: dict | None = None, request_tags: dict | None = None,
-           resource: str = "instance", create_action: str | None = None) -> bool:
+           resource: str = "instance", create_action: str | None = None, request: dict | None = None) -> bool:
     """Whether a statement of `policy` allows `action` on a resource of that kind, given
-    the resource's tags, the request's, and the call that tags at creation (the conditions
-    this policy uses)."""
+    the resource's tags, the request's, the call that tags at creation, and the request's
+    other condition keys (`request`: ec2:InstanceType, ec2:MetadataHttpTokens; a list in
+    StringEquals matches any of its values, and a key the request lacks matches nothing)."""
+    request = request or {}
     for statement in policy["Statement"]:
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
@@ -700,8 +742,10 @@ def allows(policy: dict, action: str, tags: dict | None = None, request_tags: di
            all((request_tags or {}).get(k.split("/", 1)[1]) == v for k, v in wanted.items()
                if k.startswith("aws:RequestTag/")) and \
            wanted.get("ec2:CreateAction", create_action) == create_action and \
+           all(request.get(k) in (v if isinstance(v, list) else [v]) for k, v in wanted.items()
+               if k in ("ec2:InstanceType", "ec2:MetadataHttpTokens")) and \
            all(k.startswith(("ec2:ResourceTag/", "aws:RequestTag/", "aws:RequestedRegion",
-                             "ec2:CreateAction")) for k in wanted):
+                             "ec2:CreateAction", "ec2:InstanceType", "ec2:MetadataHttpTokens")) for k in wanted):
             return True
     return False
 
@@ -817,10 +861,12 @@ def test_the_head_policy_allows_what_the_autoscaler_does_to_its_own_cluster_only
     assert {"RunInstances", "CreateTags", "TerminateInstances", "DescribeInstances"} <= ops
     for name, params in calls:
         if name == "RunInstances":
+            launch = {"ec2:InstanceType": params["InstanceType"],
+                      "ec2:MetadataHttpTokens": params["MetadataOptions"]["HttpTokens"]}
             for spec in params["TagSpecifications"]:
                 request_tags = {t["Key"]: t["Value"] for t in spec["Tags"]}
                 assert allows(policy, "ec2:RunInstances", request_tags=request_tags,
-                              resource=spec["ResourceType"]), spec
+                              resource=spec["ResourceType"], request=launch), spec
                 # tags given at launch need CreateTags with ec2:CreateAction RunInstances
                 assert allows(policy, "ec2:CreateTags", resource=spec["ResourceType"],
                               create_action="RunInstances")
@@ -833,6 +879,16 @@ def test_the_head_policy_allows_what_the_autoscaler_does_to_its_own_cluster_only
     assert not allows(policy, "ec2:TerminateInstances", tags=tags_of[other])
     assert not allows(policy, "ec2:CreateTags", tags=tags_of[other])
     assert not allows(policy, "ec2:RunInstances", request_tags={"ray-kit-cluster": "other"})
+    # of the cluster's tag, but another type (a p5.48xlarge, say) or IMDSv1: refused
+    ours = {"ray-kit-cluster": values["cluster_name"]}
+    assert allows(policy, "ec2:RunInstances", request_tags=ours,
+                  request={"ec2:InstanceType": "c5.4xlarge", "ec2:MetadataHttpTokens": "required"})
+    assert not allows(policy, "ec2:RunInstances", request_tags=ours,
+                      request={"ec2:InstanceType": "p5.48xlarge", "ec2:MetadataHttpTokens": "required"})
+    assert not allows(policy, "ec2:RunInstances", request_tags=ours,
+                      request={"ec2:InstanceType": "c5.4xlarge", "ec2:MetadataHttpTokens": "optional"})
+    assert not any("ec2:StopInstances" in s["Action"] or "ec2:StartInstances" in s["Action"]
+                   for s in policy["Statement"])
     assert not any(s["Action"] == "iam:CreateServiceLinkedRole" for s in policy["Statement"])
 
 
@@ -1044,3 +1100,97 @@ def test_submit_refuses_s3_data_the_nodes_cannot_read_before_the_job_runs():
     assert problem.startswith("ARGS: s3://payroll: the nodes of 'hetero' cannot read bucket payroll")
     assert "add it to aws.data_buckets" in problem
     assert aws.job_problems(RECORD, "vit_synthetic", ["--data", "s3://any"])[0].startswith("ARGS: s3://any:")  # none named
+
+
+class NotAws(http.server.BaseHTTPRequestHandler):
+    """A proxy's error page, with 200 OK: what a captive portal or a broken proxy answers."""
+
+    def do_POST(self):
+        body = b"<html><head><title>Proxy error</title></head><body><p>502 Bad Gateway<br></body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_answer_that_is_not_aws_is_one_line_naming_the_network(monkeypatch, capsys, home):
+    """botocore's ResponseParserError is no ClientError: it used to end as an internal error."""
+    from scripts import kit
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotAws)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    try:
+        code = kit.main(["preflight", "--cluster", "hetero"])
+    finally:
+        server.shutdown()
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: AWS's API answered with something that is not AWS's answer"), err
+    assert "HTTPS_PROXY" in err
+
+
+def test_ssh_auto_behind_a_proxy_or_with_internal_ips_is_refused_naming_the_key(monkeypatch, hetero_values):
+    from scripts.core.errors import KitError
+    from scripts.providers.aws.preflight import own_address_range
+
+    monkeypatch.delenv("RAYKIT_CHECKIP_URL", raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    problems = []
+    assert own_address_range(problems) is None  # nothing asked of the network
+    assert problems and problems[0].startswith("aws.ssh_cidr: auto would look up this machine's "
+                                               "address through the proxy in HTTPS_PROXY")
+    internal = copy.deepcopy(hetero_values)
+    internal["aws"]["use_internal_ips"] = True
+    with pytest.raises(KitError, match="aws.ssh_cidr: auto opens SSH to this machine's public address only"):
+        checked(internal)
+    internal["aws"]["ssh_cidr"] = "10.0.0.0/16"
+    checked(internal)  # a range of its own: fine
+
+
+def test_a_head_one_of_rays_tries_launched_is_neither_denied_nor_doubled_in_another_zone(
+        home, launches, hetero_values, capsys):
+    """Ray's head launch retries: one try refused capacity, a later one got a head. `make
+    up` must not say none was launched, nor launch a second head in another zone."""
+    from scripts.commands.lifecycle import preflight_and_launch
+    from scripts.core.errors import KitError
+
+    tried, full = launches
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        image = publish_dlami(ec2, "20261020")
+        first = preflight_of(checked(hetero_values))["availability_zone"]
+        full.add(first)
+        ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="g5.xlarge",
+                          TagSpecifications=[{"ResourceType": "instance", "Tags": [
+                              {"Key": "ray-kit-cluster", "Value": hetero_values["cluster_name"]},
+                              {"Key": "ray-node-kind", "Value": "head"}]}])
+        with pytest.raises(KitError, match=r"`ray up` failed \(exit 1\); instances of 'hetero' may be running"):
+            preflight_and_launch(build_text("hetero", yaml.safe_dump(hetero_values).encode()))
+    assert tried == [first]
+    assert "no head was launched" not in capsys.readouterr().out
+
+
+@mock_aws
+def test_make_up_waits_until_ec2_takes_a_new_instance_profile(hetero_values, capsys):
+    """EC2 refuses a profile IAM has not propagated yet (moto: one that does not exist yet);
+    the dry runs go on until it is taken, or the limit passes."""
+    from scripts.providers.aws.iam import wait_until_usable
+
+    ec2, iam = boto3.client("ec2", region_name="us-east-1"), boto3.client("iam")
+    values = checked(hetero_values)
+    values["aws"]["image_id"] = publish_dlami(ec2, "20261020")
+    threading.Timer(0.5, lambda: iam.create_instance_profile(InstanceProfileName="late")).start()
+    started = time.monotonic()
+    assert wait_until_usable(ec2, "late", values, limit_s=20, poll_s=0.1) is True
+    assert 0.5 <= time.monotonic() - started < 10
+    assert wait_until_usable(ec2, "never", values, limit_s=0.3, poll_s=0.1) is False
+    assert "EC2 does not take instance profile never yet after 0.3 s" in capsys.readouterr().out
+    assert not ec2.describe_instances()["Reservations"]  # dry runs: nothing launched

@@ -396,6 +396,9 @@ def test_a_stuck_pod_fails_up_with_its_events_and_deletes_what_was_applied(kube)
     ({"STANDIN_NO_KUBECONFIG": "1"}, "kubectl has no cluster to talk to (no kubeconfig or no "
                                      "current context: it tried localhost:8080)"),
     ({"STANDIN_CAN_I": "no"}, "this identity may not create rayclusters.ray.io in namespace ray"),
+    # text where JSON was asked for (a wrapper script named kubectl): one line, no traceback
+    ({"STANDIN_TEXT_FOR_JSON": "1"}, "`kubectl version -o json` printed no JSON object where it was "
+                                     "asked for one (it printed 'Client Version: v1.34.5"),
 ])
 def test_preflight_refuses_before_anything_is_applied(kube, setting, message):
     up = kube("up", "--cluster", "k8s_hetero", **setting)
@@ -681,3 +684,13 @@ def test_up_dry_run_says_when_the_cluster_deletes_itself_and_run_dry_run_does_no
         in up.stdout.splitlines()
     run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", "--dry-run", "1")
     assert run.returncode == 0 and "autostop" not in run.stdout  # the operator ends a RayJob's cluster
+
+
+@pytest.mark.parametrize("printed", ["", "[]", '"text"', "null", "Client Version: v1.34.5", "{"])
+def test_whatever_kubectl_prints_where_json_was_asked_is_an_object_or_one_error_line(printed):
+    from scripts.core.errors import KitError
+    from scripts.providers.kuberay.kubectl import json_object
+
+    with pytest.raises(KitError, match=r"^`kubectl get pods -o json` printed no JSON object"):
+        json_object(printed, "kubectl get pods -o json")
+    assert json_object('{"items": []}', "kubectl get pods -o json") == {"items": []}

@@ -24,7 +24,14 @@ from scripts.core import state, tunnel
 from scripts.core.errors import CapacityRefused, KitError, short
 from scripts.core.ray_cli import free_port, ray_cli, ray_env
 from scripts.core.submit import JobFiles, JobPackages
-from scripts.providers.aws.iam import delete_role, ensure_head_role, ensure_role, head_policy, worker_policy
+from scripts.providers.aws.iam import (
+    delete_role,
+    ensure_head_role,
+    ensure_role,
+    head_policy,
+    wait_until_usable,
+    worker_policy,
+)
 from scripts.providers.aws.names import (
     HEAD_TYPE,
     KIT_TAG,
@@ -237,14 +244,16 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         if record["worker_role"]:  # first: the head's policy passes it
             ensure_role(iam, values, record["worker_role"], worker_policy(values), "the workers' data reads")
         if record["head_role"]:
-            ensure_head_role(iam, values)
+            # Ray's head launch retries back to back: EC2 must take the profile first
+            wait_until_usable(boto3.client("ec2", region_name=record["region"]),
+                              ensure_head_role(iam, values), values)
     try:
         code, output = run_ray(["up", "-y", "--no-config-cache", "--disable-usage-stats",
                                 str(state.config_path(cluster))], keep_output=True)
     except KeyboardInterrupt:
         print(f"interrupted: {stop_hint}", flush=True)
         raise
-    if code != 0 and CAPACITY_ERROR in output:
+    if code != 0 and CAPACITY_ERROR in output and not head_launched(record):
         zone = values["aws"]["availability_zone"]
         raise CapacityRefused(zone, f"zone {zone} has no {values['head']['instance_type']} "
                               f"capacity now ({CAPACITY_ERROR}); no head was launched")
@@ -252,6 +261,20 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         raise KitError(f"`ray up` failed (exit {code}); {stop_hint}")
     wait_until_ready(record)
     return record
+
+
+def head_launched(record: dict) -> bool:
+    """Whether a head of this cluster is pending or running: one of the tries of Ray's
+    head launch may have got one after another was refused capacity. Then `make up` must
+    not say that none was launched, nor try another zone beside it."""
+    import boto3
+
+    ec2 = boto3.client("ec2", region_name=record["region"])
+    found = ec2.describe_instances(Filters=[
+        {"Name": f"tag:{KIT_TAG}", "Values": [record["cluster_name"]]},
+        {"Name": "tag:ray-node-kind", "Values": ["head"]},
+        {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    return any(r["Instances"] for r in found["Reservations"])
 
 
 def joined_workers(record: dict, status: str = UP_TO_DATE) -> dict[str, int]:
@@ -467,21 +490,46 @@ def cluster_instances(ec2, record: dict, states: list[str]) -> list[str]:
             for r in page["Reservations"] for i in r["Instances"]]
 
 
+DEPENDENCY_WAIT_S = 180  # a terminated instance's network interface lingers a while
+
+
+def when_free(delete, what: str, limit_s: float = DEPENDENCY_WAIT_S, poll_s: float = READY_POLL_S) -> None:
+    """Run `delete` (an EC2 deletion), again while EC2 answers DependencyViolation: the
+    network interfaces of instances just terminated detach a while after. Past limit_s, one
+    line saying to run `make down PURGE=1` again."""
+    import botocore.exceptions
+
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            return delete()
+        except botocore.exceptions.ClientError as e:
+            if e.response.get("Error", {}).get("Code") != "DependencyViolation":
+                raise
+            if time.monotonic() >= deadline:
+                raise KitError(f"{what} is still in use after {limit_s:g} s (DependencyViolation: "
+                               f"{short(e.response['Error'].get('Message', ''), 120)[1:-1]}); every "
+                               "instance is terminated: run `make down PURGE=1` again in a few minutes") from None
+        time.sleep(poll_s)
+
+
 def left_behind(ec2, record: dict, purge: bool) -> list[str]:
     """What Ray created and `ray down` keeps: the cluster's security group (free, deleted
     with purge), and the key pair and IAM role Ray shares between all its clusters in the
     region (never deleted here: another cluster may use them)."""
     notes = []
     group = record["security_group"]
-    found = ec2.describe_security_groups(
-        Filters=[{"Name": "group-name", "Values": [group]}])["SecurityGroups"] if group else []
+    # the one `make up` made, by its tag: a group of that name in another VPC is not this cluster's
+    found = ec2.describe_security_groups(Filters=[
+        {"Name": "group-name", "Values": [group]},
+        {"Name": f"tag:{KIT_TAG}", "Values": [record["cluster_name"]]}])["SecurityGroups"] if group else []
     for g in found:
         if purge:
             # A group cannot be deleted while an instance, even a terminating one, uses it.
             deadline = time.monotonic() + 600
             while cluster_instances(ec2, record, ["shutting-down"]) and time.monotonic() < deadline:
                 time.sleep(READY_POLL_S)
-            ec2.delete_security_group(GroupId=g["GroupId"])
+            when_free(lambda: ec2.delete_security_group(GroupId=g["GroupId"]), f"security group {group}")
             notes.append(f"nothing of security group {group} (deleted)")
         else:
             notes.append(f"security group {group} ({g['GroupId']}; free, "

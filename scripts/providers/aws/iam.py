@@ -13,7 +13,9 @@ def head_policy(values: dict) -> dict:
     """A least-privilege IAM policy for the head's instance profile (aws.iam_instance_profile).
     The head's autoscaler describes, launches, tags, and terminates this cluster's workers
     and nothing else: launches must carry the cluster's tag on the instance and its volumes,
-    and only instances with that tag may be tagged, stopped or terminated. Ray's default
+    be of one of the cluster's worker types and require IMDSv2 (as the kit's node config
+    does), and only instances with that tag may be tagged or terminated. (No stop or start:
+    the config sets cache_stopped_nodes: false, so Ray's provider never calls them.) Ray's default
     role (ray-autoscaler-v1) gets AmazonEC2FullAccess and AmazonS3FullAccess instead.
     Workers get no profile: they call no AWS API."""
     region, name = values["aws"]["region"], values["cluster_name"]
@@ -23,8 +25,13 @@ def head_policy(values: dict) -> dict:
         {"Sid": "ReadTheCluster", "Effect": "Allow", "Resource": "*", "Condition": in_region,
          "Action": ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeImages",
                     "ec2:DescribeSubnets", "ec2:DescribeSecurityGroups"]},
-        {"Sid": "LaunchOnlyTaggedWorkers", "Effect": "Allow", "Action": "ec2:RunInstances",
-         "Resource": [f"{arn}:*:instance/*", f"{arn}:*:volume/*"],
+        {"Sid": "LaunchOnlyTheClustersWorkers", "Effect": "Allow", "Action": "ec2:RunInstances",
+         "Resource": f"{arn}:*:instance/*",
+         "Condition": {"StringEquals": {f"aws:RequestTag/{KIT_TAG}": name,
+                                        "ec2:InstanceType": worker_types(values),
+                                        "ec2:MetadataHttpTokens": "required"}}},
+        {"Sid": "LaunchOnlyTaggedVolumes", "Effect": "Allow", "Action": "ec2:RunInstances",
+         "Resource": f"{arn}:*:volume/*",
          "Condition": {"StringEquals": {f"aws:RequestTag/{KIT_TAG}": name}}},
         {"Sid": "LaunchFromTheClustersNetworkAndImage", "Effect": "Allow",
          "Action": "ec2:RunInstances",
@@ -34,8 +41,7 @@ def head_policy(values: dict) -> dict:
          "Resource": [f"{arn}:*:instance/*", f"{arn}:*:volume/*"],
          "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}}},
         {"Sid": "ManageOnlyTheClustersNodes", "Effect": "Allow",
-         "Action": ["ec2:CreateTags", "ec2:TerminateInstances", "ec2:StopInstances",
-                    "ec2:StartInstances"],
+         "Action": ["ec2:CreateTags", "ec2:TerminateInstances"],
          "Resource": f"{arn}:*:instance/*",
          "Condition": {"StringEquals": {f"ec2:ResourceTag/{KIT_TAG}": name}}},
     ]
@@ -75,6 +81,12 @@ def head_policy(values: dict) -> dict:
     return {"Version": "2012-10-17", "Statement": statements}
 
 
+def worker_types(values: dict) -> list[str]:
+    """The instance types the head's autoscaler may launch: the worker types' (a list in
+    a StringEquals condition matches any of them)."""
+    return sorted({w["instance_type"] for w in values["workers"].values()})
+
+
 def data_read_statements(buckets: list[str]) -> list[dict]:
     """Read-only access to the data buckets: list them, read their objects."""
     return [
@@ -98,6 +110,8 @@ EC2_TRUST = {"Version": "2012-10-17", "Statement": [{
 
 
 IAM_PROPAGATION_S = 15  # a new instance profile is usable by RunInstances only after a while
+USABLE_LIMIT_S = 120    # then EC2's dry runs are asked, every USABLE_POLL_S, up to this long
+USABLE_POLL_S = 3
 
 
 def ensure_head_role(iam, values: dict, wait_s: float | None = None) -> str:
@@ -139,6 +153,39 @@ def ensure_role(iam, values: dict, name: str, policy: dict, purpose: str,
               "for IAM to propagate", flush=True)
         time.sleep(wait)
     return name
+
+
+def wait_until_usable(ec2, profile: str, values: dict, limit_s: float = USABLE_LIMIT_S,
+                      poll_s: float = USABLE_POLL_S) -> bool:
+    """After a new instance profile's first wait: EC2's dry run of the head's RunInstances
+    with it, until EC2 takes it (DryRunOperation) or limit_s passes. Ray's head launch
+    retries five times back to back (its node_provider.py), so a profile IAM has not yet
+    propagated to EC2 failed `ray up` where a second `make up` worked. True where EC2 took
+    it; False where the limit passed or EC2 refused for another reason (`ray up` then says
+    what EC2 says)."""
+    import botocore.exceptions
+
+    aws, head = values["aws"], values["head"]
+    launch = {"DryRun": True, "ImageId": aws["image_id"], "InstanceType": head["instance_type"],
+              "MinCount": 1, "MaxCount": 1, "IamInstanceProfile": {"Name": profile}}
+    if aws["subnet_ids"]:
+        launch["SubnetId"] = aws["subnet_ids"][0]
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            ec2.run_instances(**launch)
+            return True  # no dry run error: taken (an EC2 that ignores DryRun would launch: never here)
+        except botocore.exceptions.ClientError as e:
+            error = e.response.get("Error", {})
+            if error.get("Code") == "DryRunOperation":
+                return True
+            if "instance profile" not in str(error.get("Message", "")).lower():
+                return False  # not about the profile: `ray up` reports it as EC2 says it
+        if time.monotonic() >= deadline:
+            print(f"EC2 does not take instance profile {profile} yet after {limit_s:g} s; "
+                  "`ray up` tries anyway", flush=True)
+            return False
+        time.sleep(poll_s)
 
 
 def delete_role(iam, name: str) -> bool:

@@ -130,14 +130,27 @@ def customer_ebs_key(ec2, kms, notes: list[str]) -> str | None:
     return key["Arn"] if key.get("KeyManager") == "CUSTOMER" else None
 
 
+PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
+
+
 def own_address_range(problems: list[str]) -> str | None:
     """This machine's public IPv4 address as AWS sees it, as a /32: the one source SSH is
     opened to by default (ssh_cidr: auto). Asked of AWS's own checkip service
-    (RAYKIT_CHECKIP_URL overrides it: the tests' stand-in on 127.0.0.1)."""
+    (RAYKIT_CHECKIP_URL overrides it: the tests' stand-in on 127.0.0.1). Refused behind a
+    proxy, which the lookup would go through and SSH would not. (A NAT with a pool of
+    egress addresses cannot be seen from here: docs/aws.md says to set ssh_cidr there.)"""
     import ipaddress
     import urllib.request
 
     url = os.environ.get("RAYKIT_CHECKIP_URL") or CHECKIP_URL
+    proxy = next((name for name in PROXY_VARIABLES if os.environ.get(name)), None)
+    if proxy and not os.environ.get("RAYKIT_CHECKIP_URL"):
+        # the lookup goes through the proxy (urllib honours it) and would see the proxy's
+        # address; `ray up`'s SSH does not go through it: SSH would time out, silently
+        problems.append(f"aws.ssh_cidr: auto would look up this machine's address through the "
+                        f"proxy in {proxy}, and find the proxy's, not the one SSH comes from; set "
+                        "ssh_cidr to the range SSH reaches AWS from, e.g. 203.0.113.7/32")
+        return None
     try:
         with urllib.request.urlopen(url, timeout=CHECKIP_TIMEOUT_S) as answer:
             text = answer.read(64).decode("ascii", "replace").strip()

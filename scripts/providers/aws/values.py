@@ -42,6 +42,12 @@ def value_problems(values: dict) -> list[str]:
         problems.append(f"aws.availability_zone: {zone} is not in region {region}; "
                         f"use a zone such as {region}a")
     problems += volume_problems(docker["volumes"])
+    if aws["ssh_cidr"] == "auto" and aws["use_internal_ips"] and not aws["security_group_ids"]:
+        # auto finds the public address this machine reaches AWS from; with internal IPs
+        # `ray up` connects to the nodes' private ones, from a VPN, a peered VPC or the VPC
+        problems.append("aws.ssh_cidr: auto opens SSH to this machine's public address only, but "
+                        "with aws.use_internal_ips: true `ray up` connects from a private one; set "
+                        "ssh_cidr to the range it connects from (your VPN's or VPC's, e.g. 10.0.0.0/16)")
     if aws["ssh_cidr"] != "auto" and aws["security_group_ids"]:
         problems.append("aws.ssh_cidr: applies to the group the kit creates, but "
                         "aws.security_group_ids names your own; set the SSH rule in your group "

@@ -23,6 +23,7 @@ a RayCluster carrying that id, then waits until none of its pods is left.
 import base64
 import json
 import os
+import re
 import secrets
 import subprocess
 import time
@@ -44,6 +45,7 @@ from scripts.providers.kuberay.kubectl import (
     MANAGED_BY,
     exists,
     get_json,
+    json_object,
     kubectl,
     kubectl_error,
     missing,
@@ -66,8 +68,11 @@ STOPS_WITHOUT_RECORD = False  # without the record's launch id, no RayCluster is
 DASHBOARD_PORT = 8265  # the head service's dashboard port (KubeRay's default)
 LAUNCH_ID = "raykit.dev/launch-id"  # a label on the RayCluster: `down` deletes only that one
 SHM_VOLUME = "dshm"  # Ray's object store lives in /dev/shm: the container default is 64 MiB
-# a volume mounted on one of these hides what the image needs there
-SYSTEM_PATHS = ("/", "/bin", "/etc", "/home", "/home/ray", "/lib", "/opt", "/root", "/tmp", "/usr", "/var")
+# A volume mounted at one of these, or anywhere under the second kind, hides what the
+# image needs there (Ray's images keep Python in /home/ray/anaconda3, Ray's session in /tmp/ray).
+SYSTEM_PATHS = ("/", "/home", "/home/ray", "/tmp")
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/opt", "/proc", "/root",
+                "/run", "/sbin", "/sys", "/usr", "/var", "/home/ray/anaconda3", "/tmp/ray")
 
 RECORD_SCHEMA = {
     "type": "object",
@@ -122,14 +127,74 @@ def value_problems(values: dict) -> list[str]:
         problems += [f"images.{kind}: {images[kind]} is a stock Ray image, without the jobs' packages; "
                      "name the image `make image` built, or set images.job_packages: install"
                      for kind in ("gpu", "cpu") if is_stock_image(images[kind])]
-    mounts = [v["mount"].rstrip("/") or "/" for v in values["volumes"]]
-    if len(set(mounts)) < len(mounts):
+    for kind in ("gpu", "cpu"):
+        problems += [f"images.{kind}: {p}" for p in image_problems(images[kind])]
+    for where, node in [("head", head)] + [(f"workers.{n}", w) for n, w in workers.items()]:
+        problems += toleration_problems(where, node["tolerations"])
+    mounts = [v["mount"] for v in values["volumes"]]
+    if len({mount_path(m) for m in mounts}) < len(mounts):
         problems.append("volumes: two volumes share a mount; give each its own path")
     for i, mount in enumerate(mounts):
-        parts = mount.split("/")
-        if ".." in parts or "." in parts or mount in SYSTEM_PATHS or parts[1] in ("dev", "proc", "sys"):
-            problems.append(f"volumes[{i}].mount: {mount} would hide the image's own files (or Ray's "
-                            "object store in /dev/shm); mount it on a path of its own, e.g. /data")
+        path = mount_path(mount)
+        if (".." in mount.split("/") or "." in mount.split("/") or path in SYSTEM_PATHS
+                or any(path == tree or path.startswith(tree + "/") for tree in SYSTEM_TREES)):
+            problems.append(f"volumes[{i}].mount: {mount} would hide the image's own files (its "
+                            "Python, Ray's, or the object store in /dev/shm); mount it on a path of "
+                            "its own, e.g. /data")
+    return problems
+
+
+def mount_path(mount: str) -> str:
+    """A mount path as the container sees it: repeated and trailing slashes collapsed."""
+    return "/" + "/".join(part for part in mount.split("/") if part)
+
+
+# The image reference grammar of the container runtimes (distribution/reference, which the
+# kubelet's runtime parses): [domain[:port]/]path[:tag][@algorithm:digest].
+PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+IMAGE_NAME = re.compile(rf"(?:{DOMAIN_COMPONENT}(?:\.{DOMAIN_COMPONENT})*(?::[0-9]+)?/)?"
+                        rf"{PATH_COMPONENT}(?:/{PATH_COMPONENT})*")
+IMAGE_TAG = re.compile(r"[\w][\w.-]{0,127}")
+IMAGE_DIGEST = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}")
+
+
+def image_problems(image: str) -> list[str]:
+    """An image reference the runtime would refuse (the pod then waits in
+    InvalidImageName until the ready time-out), or one with no tag nor digest (`latest`:
+    another image on every pull)."""
+    name, _, digest = image.partition("@")
+    tag = ""
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:  # the tag: after the last path component's colon (a registry's port is before a /)
+        name, tag = name[: len(name) - len(last)] + last.split(":", 1)[0], last.split(":", 1)[1]
+    first = name.split("/", 1)[0]
+    is_domain = "/" in name and ("." in first or ":" in first or first == "localhost")  # as the runtime normalizes it
+    if not IMAGE_NAME.fullmatch(name) or len(name) > 255 or (
+            not is_domain and not re.fullmatch(PATH_COMPONENT, first)):
+        return [f"{short(image)} is no image reference a container runtime accepts (repository "
+                "path components of a-z 0-9 separated by '.', '_', '__' or '-', at most 255); "
+                "e.g. rayproject/ray:2.60.0-py311-cpu"]
+    if "@" in image and not IMAGE_DIGEST.fullmatch(digest):
+        return [f"{short(image)}: the digest after '@' is no algorithm:hex digest; e.g. @sha256:<64 hex>"]
+    if ":" in last and not IMAGE_TAG.fullmatch(tag):
+        return [f"{short(image)}: the tag {short(tag)} is not 1-128 letters, digits, '_', '.' or '-' "
+                "(starting with a letter, digit or '_')"]
+    if not tag and not digest:
+        return [f"{short(image)} names no tag: every pull may take another image (latest); add one, "
+                "e.g. :2.60.0-py311-cpu"]
+    return []
+
+
+def toleration_problems(where: str, tolerations: list[dict]) -> list[str]:
+    """What the API server's ValidateTolerations refuses (the pod is never created): a key
+    that is no qualified name, a value with operator Exists."""
+    problems = []
+    for i, toleration in enumerate(tolerations):
+        problems += [f"{where}.tolerations[{i}].key: {p}" for p in crd.qualified_name_problems(toleration["key"])]
+        if toleration.get("operator") == "Exists" and toleration.get("value"):
+            problems.append(f"{where}.tolerations[{i}].value: must be empty with operator Exists "
+                            "(Kubernetes refuses it); drop the value, or use operator: Equal")
     return problems
 
 
@@ -379,7 +444,7 @@ def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
     if version.returncode != 0:
         raise KitError(f"kubectl cannot reach the cluster: {kubectl_error(version)}; check "
                        "kubernetes.context and `kubectl cluster-info`")
-    server = (json.loads(version.stdout or "{}").get("serverVersion") or {}).get("gitVersion", "?")
+    server = (json_object(version.stdout, "kubectl version -o json").get("serverVersion") or {}).get("gitVersion", "?")
     for field, since, what in crd.VERSIONED_FIELDS:
         known = run_kubectl(where, "explain", field, f"--api-version={crd.API_VERSION}", check=False)
         if "doesn't have a resource type" in known.stderr:
@@ -565,8 +630,8 @@ def ours(record: dict) -> dict | None:
         if missing(result):
             return None
         raise KitError(f"could not read RayCluster {record['name']}: {kubectl_error(result)}")
-    found = json.loads(result.stdout)
-    if found.get("metadata", {}).get("labels", {}).get(LAUNCH_ID) != record["launch_id"]:
+    found = json_object(result.stdout, f"kubectl get raycluster {record['name']} -o json")
+    if (found.get("metadata") or {}).get("labels", {}).get(LAUNCH_ID) != record["launch_id"]:
         raise KitError(f"RayCluster {record['name']} in namespace {record['namespace']} is not the one "
                        "this checkout launched (another launch id); it is left alone")
     return found

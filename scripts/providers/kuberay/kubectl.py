@@ -44,11 +44,21 @@ def kubectl_error(result: subprocess.CompletedProcess) -> str:
 
 
 def get_json(record: dict, *args: str) -> dict:
-    result = run_kubectl(record, "get", *args, "-o", "json")
+    return json_object(run_kubectl(record, "get", *args, "-o", "json").stdout, f"kubectl get {' '.join(args)}")
+
+
+def json_object(text: str, command: str) -> dict:
+    """What kubectl printed where JSON was asked for, as an object; anything else (a
+    plugin's or a wrapper's text, a list, nothing) is one error line naming the command."""
     try:
-        return json.loads(result.stdout)
+        found = json.loads(text)
     except ValueError:
-        raise KitError(f"`kubectl get {' '.join(args)}` did not print JSON") from None
+        found = None
+    if not isinstance(found, dict):
+        raise KitError(f"`{short(command, 80)[1:-1]}` printed no JSON object where it was asked "
+                       f"for one (it printed {short(text.strip()[:60], 70)}); check that `kubectl` "
+                       "is kubectl itself, not a wrapper that prints text")
+    return found
 
 
 def target(values: dict) -> dict:

@@ -188,8 +188,9 @@ def run(built, job: str, args: list[str], timeout_s: float, verbose: bool,
         # which the API server caps at 256 KiB
         kube.run_kubectl(where, "create", "-f", "-", stdin=json.dumps(config_map))
         applied = True
-        created = json.loads(kube.run_kubectl(where, "create", "-f", "-", "-o", "json",
-                                                 stdin=json.dumps(ray_job)).stdout)
+        created = kube.json_object(kube.run_kubectl(where, "create", "-f", "-", "-o", "json",
+                                                    stdin=json.dumps(ray_job)).stdout,
+                                   "kubectl create -f - -o json")
         own(where, config_map, created)
         print(f"RayJob {name} created in namespace {where['namespace']} (the operator deletes its "
               f"cluster when the job ends, or after {timeout_s:g} s)", flush=True)
@@ -277,7 +278,8 @@ def stream(where: dict, name: str, seen: list[str], verbose: bool) -> bool:
 def delete(where: dict, name: str, config_map: str) -> str:
     """Delete the RayJob (its cluster and ConfigMap go with it), and check no pod of it is left."""
     status = kube.run_kubectl(where, "get", "rayjob", name, "-o", "json", check=False)
-    cluster = json.loads(status.stdout).get("status", {}).get("rayClusterName") if status.returncode == 0 else None
+    cluster = (kube.json_object(status.stdout, f"kubectl get rayjob {name} -o json").get("status") or {}
+               ).get("rayClusterName") if status.returncode == 0 else None
     kube.delete(where, "rayjob", name)
     kube.delete(where, "configmap", config_map)
     if cluster:
