@@ -162,6 +162,40 @@ INSTANCE_TYPES = {
                       "24xlarge": (96, 384, 4.608), "32xlarge": (128, 512, 6.144)}),
 }
 
+# Network bandwidth per instance type, Gbit/s: (baseline, burst). AWS's DescribeInstanceTypes
+# NetworkInfo.NetworkCards[].BaselineBandwidthInGbps / PeakBandwidthInGbps, summed over the
+# network cards, as AWS answered it and moto 5.2.5 ships it (moto/ec2/resources/
+# instance_types.json.gz, read 2026-11; tests/test_plan.py checks every row against it).
+# The baseline is what a node sustains: "up to" types burst above it on credits that run
+# out in 5-60 minutes, so the planner counts the baseline alone. The p3 types are not in
+# that capture: unknown (None), and refused for training anyway (gpu_support_problem).
+NETWORK_GBPS = {
+    "g4dn.xlarge": (5, 25), "g5.xlarge": (2.5, 10), "g5.2xlarge": (5, 10), "g5.4xlarge": (10, 25),
+    "g5.8xlarge": (25, 25), "g5.16xlarge": (25, 25), "g5.12xlarge": (40, 40), "g5.24xlarge": (50, 50),
+    "g5.48xlarge": (100, 100), "g6.xlarge": (2.5, 10), "g6.2xlarge": (5, 10), "g6.4xlarge": (10, 25),
+    "g6.8xlarge": (25, 25), "g6.16xlarge": (25, 25), "g6.12xlarge": (40, 40), "g6.24xlarge": (50, 50),
+    "g6.48xlarge": (100, 100), "p4d.24xlarge": (400, 400), "p5.48xlarge": (3200, 3200), "c5.large": (0.75, 10),
+    "c5.xlarge": (1.25, 10), "c5.2xlarge": (2.5, 10), "c5.4xlarge": (5, 10), "c5.9xlarge": (12, 12),
+    "c5.12xlarge": (12, 12), "c5.18xlarge": (25, 25), "c5.24xlarge": (25, 25), "c6i.large": (0.781, 12.5),
+    "c6i.xlarge": (1.562, 12.5), "c6i.2xlarge": (3.125, 12.5), "c6i.4xlarge": (6.25, 12.5), "c6i.8xlarge": (12.5, 12.5),
+    "c6i.12xlarge": (18.75, 18.75), "c6i.16xlarge": (25, 25), "c6i.24xlarge": (37.5, 37.5), "c6i.32xlarge": (50, 50),
+    "c7i.large": (0.781, 12.5), "c7i.xlarge": (1.562, 12.5), "c7i.2xlarge": (3.125, 12.5), "c7i.4xlarge": (6.25, 12.5),
+    "c7i.8xlarge": (12.5, 12.5), "c7i.12xlarge": (18.75, 18.75), "c7i.16xlarge": (25, 25), "c7i.24xlarge": (37.5, 37.5),
+    "c7i.48xlarge": (50, 50), "c6a.large": (0.781, 12.5), "c6a.xlarge": (1.562, 12.5), "c6a.2xlarge": (3.125, 12.5),
+    "c6a.4xlarge": (6.25, 12.5), "c6a.8xlarge": (12.5, 12.5), "c6a.12xlarge": (18.75, 18.75), "c6a.16xlarge": (25, 25),
+    "c6a.24xlarge": (37.5, 37.5), "c6a.32xlarge": (50, 50), "c6a.48xlarge": (50, 50), "m5.2xlarge": (2.5, 10),
+    "m5.4xlarge": (5, 10), "m6i.large": (0.781, 12.5), "m6i.xlarge": (1.562, 12.5), "m6i.2xlarge": (3.125, 12.5),
+    "m6i.4xlarge": (6.25, 12.5), "m6i.8xlarge": (12.5, 12.5), "m6i.12xlarge": (18.75, 18.75), "m6i.16xlarge": (25, 25),
+    "m6i.24xlarge": (37.5, 37.5), "m6i.32xlarge": (50, 50),
+}
+
+
+def network_gbps(instance_type: str) -> float | None:
+    """The baseline bandwidth a node of the type sustains, Gbit/s (None: unknown)."""
+    found = NETWORK_GBPS.get(instance_type)
+    return found[0] if found else None
+
+
 # EBS list prices, USD per GB-month (aws.amazon.com/ebs/pricing, as of 2026-11), the same
 # in every region of PRICED_REGIONS. An hour is 1/730 of a month in AWS's own arithmetic.
 EBS_USD_PER_GB_MONTH = {region: {"gp3": 0.08, "gp2": 0.10, "io1": 0.125, "io2": 0.125,

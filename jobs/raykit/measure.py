@@ -92,6 +92,7 @@ class TrainProfile:
         self.nodes, self.cpu_s = {}, {}  # per node: images, and their preprocessing CPU s
         # the images the per-image cost rests on: every one but the warm-up rows
         self.steady_images, self.steady_cpu_s = 0, 0.0
+        self.received_bytes, self.received_images = 0, 0  # what reached the trainer, measured
         self._start = self._last = None
         self._cpu_start = time.process_time()
         self._rank = f"{os.getpid()}-{id(self)}"  # this trainer, in the autopilot's step log
@@ -128,6 +129,10 @@ class TrainProfile:
         self.steps_s.append(done - self._last)
         self._last = done
         rows = len(next(iter(batch.values()))) if isinstance(batch, dict) and batch else 0
+        if rows and isinstance(batch, dict):  # the batch's arrays as they arrived, less the kit's columns
+            self.received_bytes += sum(int(getattr(v, "nbytes", 0)) for k, v in batch.items()
+                                       if k not in (NODE_COLUMN, CPU_COLUMN, WARMUP_COLUMN))
+            self.received_images += rows
         autopilot.publish_step(self.steps_s[-1], self.waits[-1], rows, self._rank)  # where one steers
         if NODE_COLUMN in batch:
             for node in np.unique(batch[NODE_COLUMN]):
@@ -171,6 +176,7 @@ class TrainProfile:
             "params_digest": params_digest(model) if model is not None else None,
             "preprocess_nodes": self.nodes, "preprocess_cpu_s": self.cpu_s,
             "steady_images": self.steady_images, "steady_cpu_s": self.steady_cpu_s,
+            "received_bytes": self.received_bytes, "received_images": self.received_images,
         }
         ranks = all_ranks(own)
         nodes, cpu_s = {}, {}
@@ -203,6 +209,10 @@ class TrainProfile:
             "preprocess_cost_includes_warmup": not steady_images and images > 0,
             "preprocess_nodes": nodes,
             "preprocess_cpu_s": cpu_s,
+            # bytes per image as the trainers received it (its arrays, every rank's): what
+            # crosses the network from a CPU worker, for the planner's network term
+            "bytes_per_image": (sum(r["received_bytes"] for r in ranks) / received
+                                if (received := sum(r["received_images"] for r in ranks)) else None),
             "ranks": [{k: r[k] for k in ("trainer_node", "steps", "mean_step_s", "mean_data_wait_s",
                                          "max_data_wait_s", "trainer_cpu_s", "params_digest")}
                       | {"images": int(sum(r["preprocess_nodes"].values()))} for r in ranks],

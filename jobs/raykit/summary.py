@@ -44,6 +44,7 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
         "mean_trainer_compute_s": metrics["mean_trainer_compute_s"],
         "data_wait_fraction": metrics["mean_data_wait_s"] / mean_step,
         "preprocess_s_per_image": metrics["preprocess_s_per_image"],
+        "bytes_per_image": metrics.get("bytes_per_image"),  # as the trainers received it (make plan's network term)
         # the images that cost rests on, and those left out as their process's warm-up
         **{k: metrics.get(k) for k in ("preprocess_images_measured", "preprocess_warmup_images",
                                        "preprocess_cost_includes_warmup")},

@@ -45,6 +45,7 @@ def cmd_plan(a) -> int:
           f"predicted data wait is < {planner.MAX_DATA_WAIT:.0%})")
     print(f"choice: {chosen.name}: ${chosen.usd_per_hour:.3f}/h, {chosen.images_per_s:.1f} images/s, "
           f"{chosen.data_wait:.0%} data wait, ${chosen.usd_per_million_images:.2f} per million images")
+    print("  " + planner.limit_text(chosen, profile))
     if chosen.train_nodes > 1:
         print(f"  {chosen.preprocess_vcpus} vCPUs preprocess, on the CPU workers (each keeps one for "
               f"its raylet); the train nodes' vCPUs stay with their training processes, and the "
@@ -61,8 +62,10 @@ def cmd_plan(a) -> int:
     if mix:
         print(f"  a mix of worker types would be cheaper still: {mix.name} "
               f"(${mix.usd_per_hour:.3f}/h)")
+    fed = planner.feeds(chosen)
     print(f"the {min(len(ranked), planner.SHOWN_OPTIONS)} cheapest of {len(ranked)} options "
-          f"that feed the trainers, and the GPU instance{'s' if nodes else ''} alone:")
+          + ("that feed the trainers" if fed else "(none feeds the trainers: each CPU type's best count)")
+          + f", and the GPU instance{'s' if nodes else ''} alone:")
     rows = ranked[:planner.SHOWN_OPTIONS] + ([alone] if alone not in ranked[:planner.SHOWN_OPTIONS] else [])
     print("\n".join("  " + line for line in planner.table(rows, alone)))
     if options.write:

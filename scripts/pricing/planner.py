@@ -20,6 +20,19 @@ Several train nodes (--train-nodes N, from one node's profile): the trainers con
 the mix is the recipe of multi_g5.yaml (a coordinating CPU head, N train nodes whose CPUs
 stay with their training processes, CPU workers that preprocess for all of them), so the
 preprocessing demand, and the CPU workers, scale with N.
+
+Where more CPUs stop paying, two limits the linear model misses:
+  - the network: every image a CPU worker preprocesses crosses the train nodes' network
+    (and leaves its worker's). Given the bytes per image (a job summary records what its
+    trainers received; or --bytes-per-image), the workers deliver at most the train
+    nodes' baseline bandwidth (scripts/catalog.py's NETWORK_GBPS) over it;
+  - the measured curve: from measured points (--points FILE: preprocess vCPUs against
+    images/s, from `make bench` or an autopilot run, or published), a saturating fit
+    r(v) = R - (R - r0) e^(-k (v - v0)) replaces vCPUs x C, with its ceiling R.
+For each CPU type the planner buys the fewest nodes that feed the trainers; where no count
+does (a limit caps the mix below the trainers' demand), the count with the lowest $ per
+million images, which stops at the knee: CPUs past a limit add cost and no images. The
+choice says which limit holds it: the trainers (fed), the CPUs, the network, the curve.
 """
 
 import argparse
@@ -42,11 +55,43 @@ SHOWN_OPTIONS = 10
 
 
 @dataclass(frozen=True)
+class Curve:
+    """Images/s preprocessing delivers against its vCPUs, fitted to measured points:
+    r(v) = ceiling - (ceiling - r0) * exp(-k (v - v0)); ceiling None: no flattening seen
+    (two points, or points on a line), then the slope alone: r0 + slope (v - v0)."""
+    v0: float
+    r0: float
+    k: float
+    ceiling: float | None
+    slope: float
+
+    def rate(self, vcpus: float) -> float:
+        if self.ceiling is None:
+            return max(0.0, self.r0 + self.slope * (vcpus - self.v0))
+        return max(0.0, self.ceiling - (self.ceiling - self.r0) * math.exp(-self.k * (vcpus - self.v0)))
+
+    def knee(self, share: float = 0.95) -> float | None:
+        """The vCPUs past which more stop paying: where the fit reaches `share` of its
+        ceiling (None without a ceiling)."""
+        if self.ceiling is None:
+            return None
+        if self.r0 >= share * self.ceiling:
+            return self.v0
+        return self.v0 + math.log((self.ceiling - self.r0) / ((1 - share) * self.ceiling)) / self.k
+
+
+@dataclass(frozen=True)
 class Profile:
     gpu_instance: str
     trainer_images_per_s: float  # all GPUs of one gpu_instance together, never waiting
     cpu_images_per_s: float      # per vCPU
     train_nodes: int = 1         # gpu_instance nodes training one job together
+    bytes_per_image: float | None = None  # what reaches the trainers per image (None: unknown)
+    curve: Curve | None = None   # measured images/s against preprocess vCPUs (None: linear)
+
+    def delivered(self, vcpus: float) -> float:
+        """Images/s `vcpus` preprocessing vCPUs deliver: the measured curve, else linear."""
+        return self.curve.rate(vcpus) if self.curve else vcpus * self.cpu_images_per_s
 
     @property
     def demand(self) -> float:
@@ -65,6 +110,8 @@ class Option:
     usd_per_million_images: float = 0.0
     train_nodes: int = 1            # of `head`'s type; more than one: beside a coordinator
     coordinator: str | None = None  # the coordinating head where train_nodes > 1
+    limit: str = "trainers"         # what holds its rate: trainers (fed), cpus, network, curve
+    network_images_per_s: float | None = None  # what the network carries from the workers
 
     @property
     def name(self) -> str:
@@ -85,33 +132,123 @@ def predicted_images_per_s(trainer_images_per_s: float, cpu_images_per_s: float,
     return min(trainer_images_per_s, preprocess_vcpus * cpu_images_per_s)
 
 
+def network_images_per_s(profile: Profile, head: str, workers: list) -> float | None:
+    """Images/s the network carries from the CPU workers to the train nodes: the train
+    nodes' baseline bandwidth in, the workers' out, over the bytes of an image; None
+    where the bytes or a bandwidth are unknown (not counted)."""
+    if not profile.bytes_per_image or not workers:
+        return None
+    inbound = catalog.network_gbps(head)
+    outbound = [catalog.network_gbps(w["instance_type"]) for w in workers]
+    if inbound is None or None in outbound:
+        return None
+    gbps = min(profile.train_nodes * inbound, sum(w["count"] * g for w, g in zip(workers, outbound)))
+    return gbps * 1e9 / 8 / profile.bytes_per_image
+
+
 def option(profile: Profile, head: str, workers: list, region: str) -> Option:
     """`head`'s GPUs fed by `workers`: one GPU head that preprocesses on its spare vCPUs,
     or (profile.train_nodes > 1) that many train nodes of `head`'s type beside the
-    coordinator, the CPU workers alone preprocessing."""
+    coordinator, the CPU workers alone preprocessing. What the workers preprocess reaches
+    the trainers at most as fast as the network carries it; the head's own does not cross it."""
     n = profile.train_nodes
-    vcpus = (catalog.preprocess_vcpus(head) if n == 1 else 0) + sum(
-        w["count"] * catalog.preprocess_vcpus(w["instance_type"]) for w in workers)
+    own = catalog.preprocess_vcpus(head) if n == 1 else 0
+    vcpus = own + sum(w["count"] * catalog.preprocess_vcpus(w["instance_type"]) for w in workers)
     usd = (n * node_usd(head, region) + (node_usd(COORDINATOR, region) if n > 1 else 0)
            + sum(w["count"] * node_usd(w["instance_type"], region) for w in workers))
-    return predicted(profile, head, workers, usd, vcpus, COORDINATOR if n > 1 else None)
+    cpu_rate = profile.delivered(vcpus)
+    remote = cpu_rate * (vcpus - own) / vcpus if vcpus else 0.0
+    carried = network_images_per_s(profile, head, workers)
+    supply = cpu_rate - remote + (min(remote, carried) if carried is not None else remote)
+    limit = ("trainers" if supply >= profile.demand else
+             "network" if carried is not None and remote > carried else
+             "curve" if profile.curve and profile.curve.ceiling is not None else "cpus")
+    return predicted(profile, head, workers, usd, vcpus, COORDINATOR if n > 1 else None,
+                     supply=supply, limit=limit, carried=carried)
 
 
 def alone(profile: Profile, region: str) -> Option:
     """The baseline: the GPU nodes without CPU workers, each preprocessing on its own spare
     vCPUs (one of them the head)."""
     n, gpu = profile.train_nodes, profile.gpu_instance
-    return predicted(profile, gpu, [], n * node_usd(gpu, region), n * catalog.preprocess_vcpus(gpu))
+    vcpus = n * catalog.preprocess_vcpus(gpu)
+    supply = profile.delivered(vcpus)
+    return predicted(profile, gpu, [], n * node_usd(gpu, region), vcpus, supply=supply,
+                     limit="trainers" if supply >= profile.demand else "cpus")
 
 
 def predicted(profile: Profile, head: str, workers: list, usd_per_hour: float, vcpus: int,
-              coordinator: str | None = None) -> Option:
+              coordinator: str | None = None, supply: float | None = None, limit: str = "trainers",
+              carried: float | None = None) -> Option:
     """An option of this $/h and preprocessing vCPUs, with the rate, wait and $/M images
-    the model predicts for the profile's trainers."""
-    rate = predicted_images_per_s(profile.demand, profile.cpu_images_per_s, vcpus)
+    the model predicts for the profile's trainers (supply: what its preprocessing delivers
+    to them; default the linear model's)."""
+    if supply is None:
+        supply = vcpus * profile.cpu_images_per_s
+    rate = min(profile.demand, supply)
     return Option(head, workers, usd_per_hour, vcpus, rate, 1 - rate / profile.demand,
                   usd_per_million_images(usd_per_hour, rate) if rate else math.inf,
-                  train_nodes=profile.train_nodes, coordinator=coordinator)
+                  train_nodes=profile.train_nodes, coordinator=coordinator, limit=limit,
+                  network_images_per_s=carried)
+
+
+MAX_POINTS = 50
+
+
+def fit_curve(points: list[tuple[float, float]]) -> Curve:
+    """The saturating curve through the first point that fits the rest best (least
+    squares on the rates, its ceiling searched from just above the highest rate to 3x
+    it); with two points, or where a line fits as well, the slope alone (no ceiling)."""
+    points = sorted(points)
+    (v0, r0), rest = points[0], points[1:]
+    slope = sum((v - v0) * (r - r0) for v, r in rest) / sum((v - v0) ** 2 for v, _ in rest)
+    line = Curve(v0, r0, 0.0, None, slope)
+    line_sse = sum((line.rate(v) - r) ** 2 for v, r in points)
+    if len(points) < 3:
+        return line
+    top, best = max(r for _, r in points), None
+    for step in range(1, 2001):
+        ceiling = top * (1 + step / 1000)
+        xs = [v - v0 for v, _ in rest]
+        ys = [math.log((ceiling - r) / (ceiling - r0)) for _, r in rest]
+        k = -sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+        if k <= 0:
+            continue
+        curve = Curve(v0, r0, k, ceiling, slope)
+        sse = sum((curve.rate(v) - r) ** 2 for v, r in points)
+        if best is None or sse < best[0]:
+            best = (sse, curve)
+    return best[1] if best and best[0] < line_sse else line
+
+
+def read_points(path_text: str) -> list[tuple[float, float]]:
+    """Measured points, [{"preprocess_vcpus": v, "images_per_s": r}, ...]: 2 to MAX_POINTS,
+    vCPUs distinct and >= 0, rates positive and not falling as vCPUs grow (a fall is a
+    noisy or mislabelled measurement: the fit would be fiction)."""
+    hint = "a JSON list of {\"preprocess_vcpus\": N, \"images_per_s\": R} (docs/price-performance.md)"
+    data = read_json("ARGS: --points", path_text, hint, MAX_PROFILE_BYTES)
+    if not isinstance(data, list) or not 2 <= len(data) <= MAX_POINTS:
+        raise KitError(f"ARGS: --points {short(path_text)}: not a list of 2 to {MAX_POINTS} points "
+                       "(one point has no slope); " + hint)
+    points = []
+    for i, row in enumerate(data):
+        if not isinstance(row, dict) or set(row) != {"preprocess_vcpus", "images_per_s"}:
+            raise KitError(f"ARGS: --points: points[{i}]: not an object of preprocess_vcpus and "
+                           "images_per_s alone; " + hint)
+        v = row["preprocess_vcpus"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 100_000:
+            raise KitError(f"ARGS: --points: points[{i}].preprocess_vcpus: {short(v)} is not a "
+                           "number of vCPUs from 0 to 100000")
+        points.append((float(v), positive(row["images_per_s"], f"ARGS: --points: points[{i}].images_per_s")))
+    points.sort()
+    if len({v for v, _ in points}) < len(points):
+        raise KitError("ARGS: --points: two points with the same preprocess_vcpus; keep one of each")
+    falls = [(a, b) for a, b in zip(points, points[1:]) if b[1] < a[1]]
+    if falls:
+        (v1, r1), (v2, r2) = falls[0]
+        raise KitError(f"ARGS: --points: images/s fall from {r1:g} at {v1:g} vCPUs to {r2:g} at "
+                       f"{v2:g}: more CPUs cannot deliver less; measure again (a noisy run?)")
+    return points
 
 
 def vcpus_to_feed(trainer_images_per_s: float, cpu_images_per_s: float) -> int:
@@ -143,31 +280,55 @@ def same_gpus(instance_type: str) -> list[str]:
             if (spec.gpu_model, spec.gpus) == (base.gpu_model, base.gpus)]
 
 
+def feeds(o: Option) -> bool:
+    return o.data_wait < MAX_DATA_WAIT
+
+
+def workers_of(profile: Profile, head: str, cpu: str, region: str) -> Option | None:
+    """The fewest `cpu` workers beside `head` that feed the trainers; where no count up
+    to MAX_WORKERS_PER_TYPE does, the count with the lowest $ per million images (a limit
+    holds the mix: CPUs past it add cost, not images). None where the type adds nothing."""
+    best = None
+    linear = math.ceil(max(1, missing_vcpus(profile, head)) / catalog.preprocess_vcpus(cpu))
+    start = linear if profile.curve is None and not profile.bytes_per_image else 1
+    for count in range(max(1, min(start, MAX_WORKERS_PER_TYPE)), MAX_WORKERS_PER_TYPE + 1):
+        o = option(profile, head, [{"instance_type": cpu, "count": count}], region)
+        if feeds(o):
+            return o
+        if best is None or o.usd_per_million_images < best.usd_per_million_images:
+            best = o
+        elif o.images_per_s <= best.images_per_s * 1.0001:  # flat: past a limit
+            break
+    return best
+
+
 def options(profile: Profile, region: str) -> tuple[list[Option], Option]:
-    """(every option that feeds the trainers, best first; the GPU instance alone)."""
-    feeding = []
+    """(every option that feeds the trainers, best first; or, where a limit lets none
+    feed them, every CPU type's best count, by $ per million images; the GPU instance
+    alone)."""
+    found = []
     for head in same_gpus(profile.gpu_instance):
-        missing = missing_vcpus(profile, head)
-        if missing <= 0:
-            feeding.append(option(profile, head, [], region))
+        if missing_vcpus(profile, head) <= 0 and feeds(option(profile, head, [], region)):
+            found.append(option(profile, head, [], region))
             continue
-        for cpu in cpu_types():
-            count = math.ceil(missing / catalog.preprocess_vcpus(cpu))
-            if count <= MAX_WORKERS_PER_TYPE:
-                feeding.append(option(profile, head, [{"instance_type": cpu, "count": count}], region))
-    if not feeding:
+        found += [o for cpu in cpu_types() if (o := workers_of(profile, head, cpu, region))]
+    feeding = [o for o in found if feeds(o)]
+    limited = profile.curve is not None or bool(profile.bytes_per_image)  # a limit may hold every mix
+    ranked = feeding or ([o for o in found if o.images_per_s > 0] if limited else [])
+    if not ranked:
         raise KitError(f"plan: feeding {profile.demand:g} images/s at "
                        f"{profile.cpu_images_per_s:g} images/s per vCPU takes "
                        f"{vcpus_to_feed(profile.demand, profile.cpu_images_per_s)} "
                        f"preprocessing vCPUs, more than {MAX_WORKERS_PER_TYPE} workers of any CPU "
                        "type hold; check the profile's figures")
-    feeding.sort(key=lambda o: (o.usd_per_million_images, o.usd_per_hour, o.name))
-    return feeding, alone(profile, region)
+    ranked.sort(key=lambda o: (o.usd_per_million_images, o.usd_per_hour, o.name))
+    return ranked, alone(profile, region)
 
 
 def cheaper_mix_of_types(chosen: Option, profile: Profile, region: str) -> Option | None:
-    """Two CPU types together that cover the chosen option's worker vCPUs for less."""
-    if not chosen.workers:
+    """Two CPU types together that cover the chosen option's worker vCPUs for less (and
+    feed the trainers as it does)."""
+    if not chosen.workers or chosen.limit != "trainers":
         return None
     missing = missing_vcpus(profile, chosen.head)
     best = None
@@ -181,7 +342,7 @@ def cheaper_mix_of_types(chosen: Option, profile: Profile, region: str) -> Optio
                     continue
                 mix = option(profile, chosen.head, [{"instance_type": first, "count": n_first},
                                                     {"instance_type": second, "count": n_second}], region)
-                if best is None or mix.usd_per_hour < best.usd_per_hour:
+                if feeds(mix) and (best is None or mix.usd_per_hour < best.usd_per_hour):
                     best = mix
     return best if best and best.usd_per_hour < chosen.usd_per_hour - 0.005 else None
 
@@ -200,6 +361,10 @@ def parser() -> Parser:
     p.add_argument("--trainer-images-per-s", type=float,
                    help="images/s all GPUs of the instance train when never waiting for data")
     p.add_argument("--cpu-images-per-s", type=float, help="images/s one vCPU preprocesses")
+    p.add_argument("--bytes-per-image", type=float, help="bytes of one preprocessed image as the "
+                   "trainers receive it (a job summary records it): caps what the network carries")
+    p.add_argument("--points", metavar="FILE", help="measured points, preprocess vCPUs against "
+                   "images/s: the planner fits a curve that can flatten")
     p.add_argument("--train-nodes", type=int, default=1, help="GPU nodes of --gpu-instance that train "
                    "together, each as fast as the profiled one (default 1; more: a coordinating head)")
     p.add_argument("--region", default="us-east-1", help="whose prices (default us-east-1)")
@@ -230,9 +395,13 @@ def read_profile(path_text: str) -> dict:
     {"trainer_images_per_s": ..., "preprocess_images_per_s_per_cpu": ...}."""
     data = read_json("PROFILE", path_text, "pass a job summary such as "
                      "build/results/<submission id>.json", MAX_PROFILE_BYTES)
+    bytes_per_image = None
     for key in ("result", "diagnosis"):  # build/results/ -> the job's summary -> its diagnosis
         if isinstance(data, dict) and isinstance(data.get(key), dict):
+            bytes_per_image = data.get("bytes_per_image", bytes_per_image)  # the summary's
             data = data[key]
+    if isinstance(data, dict) and bytes_per_image is not None:
+        data = data | {"bytes_per_image": bytes_per_image}
     if not isinstance(data, dict) or not {"trainer_images_per_s",
                                           "preprocess_images_per_s_per_cpu"} <= data.keys():
         raise KitError(f"PROFILE={short(path_text)}: no trainer_images_per_s and "
@@ -269,11 +438,38 @@ def profile_from(args: list[str], profile_path: str) -> tuple[Profile | None, ar
                        "ARGS=\"--trainer-images-per-s N --cpu-images-per-s M\"")
     if not 1 <= a.train_nodes <= MAX_WORKERS_PER_TYPE:
         raise KitError(f"ARGS: --train-nodes must be from 1 to {MAX_WORKERS_PER_TYPE} (got {a.train_nodes})")
+    size = a.bytes_per_image if a.bytes_per_image is not None else found.get("bytes_per_image")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, (int, float))
+                             or not 1 <= size <= 1e9):
+        raise KitError(f"bytes per image: {short(size)} is not a number of bytes from 1 to 1e9; "
+                       "measure it (a job summary records it) or pass --bytes-per-image N")
+    curve = fit_curve(read_points(a.points)) if a.points else None
     return Profile(gpu, positive(trainer, "trainer images/s"), positive(cpu, "CPU images/s per vCPU"),
-                   a.train_nodes), a
+                   a.train_nodes, float(size) if size is not None else None, curve), a
 
 
 # --- output ---------------------------------------------------------------------------
+
+def limit_text(chosen: Option, profile: Profile) -> str:
+    """What holds the chosen mix's rate, in one line, and what the planner did not count."""
+    if chosen.limit == "network":
+        head = catalog.network_gbps(chosen.head)
+        text = (f"held by the network: {chosen.train_nodes} x {chosen.head}'s {head:g} Gbit/s baseline "
+                f"carries {chosen.network_images_per_s:.0f} images/s of {profile.bytes_per_image / 1e3:.0f} kB "
+                "from the workers; more CPU workers would add cost and no images")
+    elif chosen.limit == "curve":
+        text = (f"held by the measured curve: its ceiling is {profile.curve.ceiling:.0f} images/s, and "
+                f"more CPUs stop paying past ~{profile.curve.knee():.0f} preprocess vCPUs")
+    elif chosen.limit == "cpus":
+        text = "held by its CPUs: a limit stops more of them from paying (see the options below)"
+    else:
+        text = "the trainers are fed: their own speed holds the rate"
+    if not profile.bytes_per_image:
+        text += ("; the network is not counted (no bytes per image: a job summary records it, or "
+                 "--bytes-per-image N)")
+    return text
+
+
 
 def table(rows: list[Option], baseline: Option) -> list[str]:
     cells = [("option", "$/h", "images/s", "data wait", "$/M images", "$/M vs alone")]

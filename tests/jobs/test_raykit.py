@@ -92,6 +92,21 @@ def profiled(fn) -> dict:
     return {k: v for k, v in steps.metrics().items() if k.startswith("preprocess_")}
 
 
+def test_the_bytes_per_image_are_what_reached_the_trainer_less_the_kits_columns():
+    """What a CPU worker ships to the trainer, measured on the batches (the planner's
+    network term): float32 CHW images are 4 bytes a value; the kit's columns do not count."""
+    import torch
+
+    def images(batch):
+        return {"image": np.zeros((len(batch["id"]), 3, 32, 32), np.float32), "label": batch["id"]}
+
+    stage = measure.measured(images)
+    steps = measure.TrainProfile(torch.device("cpu"))
+    for batch in steps.batches([stage({"id": np.arange(8)}) for _ in range(3)]):
+        steps.step_done(batch)
+    assert steps.metrics()["bytes_per_image"] == 3 * 32 * 32 * 4 + 8  # the image and its int64 label
+
+
 def test_a_slow_first_call_leaves_the_per_image_cost_unchanged():
     steady = profiled(blur_rows)
     slow = profiled(make_slow_first_call())
