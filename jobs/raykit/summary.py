@@ -20,6 +20,7 @@ from pathlib import Path
 from raykit import autopilot
 from raykit.diagnosis import diagnose
 from raykit.measure import finite
+from raykit.verdict import priced_verdict, verdict_text
 
 
 def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size: int,
@@ -33,7 +34,7 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
     types = node_types(shape["nodes"])
     mean_step = metrics["mean_step_s"] or float("nan")
     held = node_seconds(time.time() - wall_s)  # what the run held, node type by node type
-    return {
+    return with_verdict({
         "job": job, "workers": workers, "batch_size": batch_size, **(extra or {}),
         **{k: metrics.get(k) for k in ("steps", "restarts", "resumed_from_step", "device",
                                        "trainer_node", "warmup_s", "mean_step_s",
@@ -82,7 +83,17 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
             cpus_per_worker=shape["cpus_per_worker"] or 1, gpu_busy=metrics["gpu_utilization"],
             on_gpu=str(metrics["device"]).startswith("cuda"), train_type=shape.get("train_type")),
         "warnings": warnings_of(metrics),
-    }
+    })
+
+
+def with_verdict(summary: dict) -> dict:
+    """The summary with its priced verdict (verdict.py): the stall, its cause, the workers
+    that would remove it, $ per million images now and with them."""
+    trainers = list(summary.get("train_nodes") or {}) or [summary.get("trainer_node")]
+    return summary | {"verdict": priced_verdict(
+        summary["diagnosis"], summary["images_per_s"], summary["node_types"], trainers,
+        summary.get("preprocess_nodes") or {}, summary.get("bytes_per_image"),
+        os.environ.get(NODE_PRICES_ENV, ""))}
 
 
 def emit(summary: dict, results: str = "", headline: str = "") -> dict:
@@ -318,6 +329,8 @@ def print_summary(s: dict, headline: str = "") -> None:
     row("diagnosis", s["diagnosis"]["text"])
     if s.get("autopilot"):
         row("autopilot", autopilot_text(s["autopilot"]))
+    if s.get("verdict"):
+        row("verdict", verdict_text(s["verdict"]))
     row("run cost", bill_text(s.get("node_seconds") or {}, s.get("bill")))
     print()
 

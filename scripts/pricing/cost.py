@@ -226,13 +226,38 @@ def job_env(built: Built) -> dict[str, str]:
     job bills too."""
     priced = node_hour_prices(built)
     stall_s = built.values["stall_minutes"] * 60
-    return (price_env(priced) | autopilot_env(built, priced)
+    return (price_env(priced, node_network_gbps(built)) | autopilot_env(built, priced)
             | ({stall.STALL_ENV: f"{stall_s:g}"} if stall_s else {}))
 
 
-def price_env(priced: tuple[dict[str, float], str] | None) -> dict[str, str]:
-    """The job's environment entry carrying node_hour_prices ({} where there are none)."""
-    return {NODE_PRICES_ENV: json.dumps({"usd_per_hour": priced[0], "basis": priced[1]})} if priced else {}
+def price_env(priced: tuple[dict[str, float], str] | None,
+              network: dict[str, float] | None = None) -> dict[str, str]:
+    """The job's environment entry carrying node_hour_prices and each type's baseline
+    bandwidth (node_network_gbps; the verdict's network term) ({} where there are no prices)."""
+    if not priced:
+        return {}
+    return {NODE_PRICES_ENV: json.dumps({"usd_per_hour": priced[0], "basis": priced[1],
+                                         "network_gbps": network or {}})}
+
+
+def node_network_gbps(built: Built) -> dict[str, float]:
+    """Each node type's baseline bandwidth, Gbit/s, by its raykit-node-type label, as
+    priced (a local mix's as its prices_as; a KubeRay pod's as its node's); {} where the
+    instance types are unknown."""
+    values = built.values
+    if not built.provider.BILLS and "prices_as" not in values:  # KubeRay
+        kinds = {name: kuberay.instance_type_of(node)
+                 for name, node in [("head", values["head"])] + list(values["workers"].items())}
+    else:
+        if not built.provider.BILLS:
+            aws_mix = check_prices_as(built)
+            if aws_mix is None:
+                return {}
+            values = stand_in_values(values, aws_mix)
+        kinds = {name: node["instance_type"] for name, node in values["workers"].items()}
+        kinds |= {head: values["head"]["instance_type"] for head in HEAD_LABELS}
+    found = {name: catalog.network_gbps(kind) for name, kind in kinds.items() if kind}
+    return {name: gbps for name, gbps in found.items() if gbps is not None}
 
 
 def node_hour_prices(built: Built) -> tuple[dict[str, float], str] | None:

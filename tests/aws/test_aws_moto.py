@@ -368,6 +368,7 @@ def test_preflight_wants_a_subnet_with_public_ips_or_internal_ips(hetero_values)
         assert "the subnets in aws.subnet_ids" in str(error.value)
         assert "set aws.subnet_ids to one that does, or aws.use_internal_ips: true" in str(error.value)
         hetero_values["aws"]["use_internal_ips"] = True
+        hetero_values["aws"]["ssh_cidr"] = "10.0.0.0/16"  # SSH from inside: auto would find the public address
         # private IPs, but no route out: no node could pull its image or packages
         with pytest.raises(KitError, match=f"aws.use_internal_ips: no route out of {private} "):
             preflight_of(checked(hetero_values))
