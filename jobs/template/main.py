@@ -40,16 +40,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --- 1. preprocessing: runs on the CPU workers --------------------------------------------
 
 def decode_and_augment(batch: dict, image_size: int) -> dict:
-    """JPEG/PNG bytes -> float32 CHW images, flipped at random; label = the file's folder."""
+    """JPEG/PNG bytes -> uint8 CHW images, flipped at random; label = the file's folder.
+    uint8 crosses the network to the trainer: a quarter of float32's bytes (it scales them)."""
     from PIL import Image
 
     images = []
     for data in batch["bytes"]:
         with Image.open(io.BytesIO(data)) as image:
-            pixels = np.asarray(image.convert("RGB").resize((image_size, image_size)), np.float32)
+            pixels = np.asarray(image.convert("RGB").resize((image_size, image_size)), np.uint8)
         if np.random.rand() < 0.5:
             pixels = pixels[:, ::-1]
-        images.append(pixels.transpose(2, 0, 1) / 255.0)
+        images.append(np.ascontiguousarray(pixels.transpose(2, 0, 1)))
     labels = [int(path.split("/")[-2]) if path.split("/")[-2].isdigit() else 0 for path in batch["path"]]
     return {"image": np.stack(images), "label": np.array(labels, dtype=np.int64)}
 
@@ -76,7 +77,8 @@ def train_loop(config: dict) -> None:
     shard = ray.train.get_dataset_shard("train")
     for batch in steps.batches(shard.iter_batches(batch_size=config["batch_size"],
                                                         batch_format="numpy", drop_last=True)):
-        images = torch.tensor(batch["image"], device=steps.device)  # a copy: batches are read-only
+        # a copy (batches are read-only), scaled to [0, 1] here, on the trainer's device
+        images = torch.tensor(batch["image"], device=steps.device).float().div_(255)
         labels = torch.tensor(batch["label"], device=steps.device)
         loss = torch.nn.functional.cross_entropy(model(images), labels)
         optimizer.zero_grad()

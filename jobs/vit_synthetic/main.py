@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline import BATCHES_PER_TASK
+from pipeline import BATCHES_PER_TASK, normalize_on_device
 from raykit import autopilot, cluster, measure, summary
 
 MODEL_PRESETS = {
@@ -111,7 +111,7 @@ def train_loop(config: dict) -> None:
     batches = shard.iter_batches(batch_size=config["batch_size"], batch_format="numpy",
                                  prefetch_batches=config["prefetch_batches"], drop_last=True)
     for batch in steps.batches(batches):
-        images = torch.from_numpy(batch["image"].copy()).to(device, non_blocking=True)
+        images = normalize_on_device(torch.from_numpy(batch["image"].copy()).to(device, non_blocking=True))
         labels = torch.from_numpy(batch["label"].copy()).to(device, non_blocking=True)
         optimizer.zero_grad()
         loss = loss_fn(model(images), labels)

@@ -5,7 +5,9 @@ On the same images and transform (jobs/vit_synthetic/pipeline.py):
   (b) ray   : the job's Ray Data pipeline alone (generate + preprocess), iterated as the
               trainer iterates it
   (c) peer  : torch.utils.data.DataLoader(num_workers=cores) with the same transform
-The three run in turn, round after round (a b c a b c ...), so that a slow spell of a
+  (d) before: (b) shipping float32 images, as the job did before it shipped uint8: the
+              bytes per image the trainer receives, and images/s, beside (b)'s
+The four run in turn, round after round (a b c d a b c d ...), so that a slow spell of a
 shared machine hits all three alike; each figure is the median of its rounds. Prints
 images/s and the ratios b/a (target >= 0.95) and b/c (target >= 1), the mean length of a
 Ray Data task, and where the cores' time went during (b): Ray's workers (the transform),
@@ -78,14 +80,17 @@ class Limit:
 
 
 class RayData:
-    """(b) the job's dataset (build_dataset), consumed batch by batch like the trainer."""
+    """(b) the job's dataset (build_dataset), consumed batch by batch like the trainer;
+    ship: what it hands the trainer (the job's uint8; (d) float32, the old way)."""
 
-    def __init__(self, args, cores: int):
+    def __init__(self, args, cores: int, ship: str = "uint8"):
         import ray
 
-        self.args = args
-        ray.init(num_cpus=cores, include_dashboard=False, logging_level="ERROR",
-                 runtime_env={"env_vars": {"PYTHONPATH": f"{JOB_DIR}:{JOB_DIR.parent}"}})
+        self.args, self.ship = args, ship
+        self.image_bytes = self.images = 0
+        if not ray.is_initialized():  # (b) and (d) share one Ray
+            ray.init(num_cpus=cores, include_dashboard=False, logging_level="ERROR",
+                     runtime_env={"env_vars": {"PYTHONPATH": f"{JOB_DIR}:{JOB_DIR.parent}"}})
         ray.data.DataContext.get_current().enable_progress_bars = False
         logging.getLogger("ray.data").setLevel(logging.WARNING)  # a line per dataset run
         self.cores = cores
@@ -100,11 +105,13 @@ class RayData:
         batches_per_task batches: the sum of its rows' measured preprocess_cpu_s)."""
         a = self.args
         dataset = build_dataset(images, a.batch_size, a.image_size, a.blur_count, a.blur_kernel,
-                                batches_per_task=a.batches_per_task)
+                                batches_per_task=a.batches_per_task, ship=self.ship)
         done = 0
         for batch in dataset.iter_batches(batch_size=a.batch_size, batch_format="numpy",
                                           prefetch_batches=4):
             done += len(batch["label"])
+            self.image_bytes += batch["image"].nbytes + batch["label"].nbytes  # what a trainer receives
+            self.images += len(batch["label"])
             self.batch_cpu_s.append(float(batch["preprocess_cpu_s"].sum()))
         return done
 
@@ -188,7 +195,8 @@ class Loader:
         del self.loader
 
 
-ENGINES = {"a": Limit, "b": RayData, "c": Loader}
+ENGINES = {"a": Limit, "b": RayData, "c": Loader,
+           "d": lambda args, cores: RayData(args, cores, ship="float32")}
 
 
 def main() -> int:
@@ -228,13 +236,18 @@ def main() -> int:
     finally:
         for engine in engines.values():
             engine.close()
-    a, b, c = (statistics.median(rates[key]) for key in "abc")
+    a, b, c, d = (statistics.median(rates[key]) for key in "abcd")
     task_s = statistics.mean(engines["b"].task_cpu_s)
     labels = {"a": f"limit, {cores} processes", "b": "Ray Data pipeline",
               "c": f"DataLoader(num_workers={cores})"}
     for key, rate in zip("abc", (a, b, c)):
         print(f"({key}) {labels[key]:30} {rate:8.1f} images/s (median)")
     print(f"b/a = {b / a:.2f} (target >= 0.95)   b/c = {b / c:.2f} (target >= 1.00)")
+    # what crosses a train node's network per image: the job ships uint8 since 2026-11
+    before, after = (engines[k].image_bytes / engines[k].images for k in "db")
+    print(f"bytes per image the trainer receives: (d) float32 before {before:,.0f}, (b) uint8 "
+          f"after {after:,.0f} ({before / after:.1f}x fewer); images/s (d) {d:.1f}, (b) {b:.1f} "
+          f"(b/d = {b / d:.2f})")
     # Ray Data notices a finished task only at the end of a 0.1 s polling window, and each
     # task pays its scheduling on top: the shorter the task, the larger that share.
     print(f"Ray Data tasks: {len(engines['b'].task_cpu_s)} of "

@@ -198,7 +198,7 @@ def test_side_of_a_rounded_figure():
     assert side_of(0.050, 0.05, 0.0005) is None and side_of(1.000, 1.0, 0.0005) is None
 
 
-def test_bench_data_prints_all_three_rates_and_both_ratios():
+def test_bench_data_prints_all_three_rates_both_ratios_and_the_bytes_before_and_after():
     run = subprocess.run([sys.executable, "-m", "scripts.benchmarks.bench_data", "--images", "32",
                           "--rounds", "2", "--image-size", "32", "--blur-count", "1",
                           "--batches-per-task", "2"],
@@ -208,6 +208,11 @@ def test_bench_data_prints_all_three_rates_and_both_ratios():
     assert len(rates) == 3 and all(rate > 0 for rate in rates)
     assert len([line for line in run.stdout.splitlines() if line.startswith("round ")]) == 2
     assert "b/a = " in run.stdout and "b/c = " in run.stdout
+    # before/after in one run: float32 images, then the uint8 the job ships (and its int64 label)
+    (shipped,) = re.findall(r"^bytes per image the trainer receives: \(d\) float32 before ([\d,]+), "
+                            r"\(b\) uint8 after ([\d,]+) \(([\d.]+)x fewer\); images/s \(d\) ([\d.]+), "
+                            r"\(b\) ([\d.]+) \(b/d = ([\d.]+)\)$", run.stdout, re.M)
+    assert shipped[:3] == ("12,296", "3,080", "4.0") and float(shipped[3]) > 0 and float(shipped[4]) > 0
     (tasks,) = re.findall(r"^Ray Data tasks: (\d+) of 32 images, mean ([\d.]+) s CPU each$",
                           run.stdout, re.M)
     assert int(tasks[0]) == 2 * 32 // 32 and float(tasks[1]) > 0  # 2 rounds of 32 images
