@@ -267,11 +267,18 @@ def test_bench_autopilot_refuses_a_mix_it_cannot_steer_before_anything_starts(ca
 def test_bench_autopilots_table_prices_a_thousand_images():
     from scripts.benchmarks import bench_autopilot
 
+    timeline = [{"t": 5.0, "preprocess_nodes": 1, "asked": 3, "wait_share": 1.0, "images_per_s": None}]
     summary = {"steps": 30, "batch_size": 16, "workers": 1, "wall_s": 120.0, "images_per_s": 40.0,
                "data_wait_fraction": 0.25, "node_seconds": {"cpu_worker": 200.0, "head": 120.0},
-               "bill": {"usd": 0.048}}
+               "bill": {"usd": 0.048}, "mean_step_s": 0.4, "mean_data_wait_s": 0.1, "warmup_s": 20.0,
+               "autopilot": {"timeline": timeline}}
     row = bench_autopilot.measured("autopilot", summary, "cpu_worker", "1-3")
     assert row["usd_per_1k_images"] == pytest.approx(0.048 / 480 * 1000)
+    assert row["usd_per_million_images"] == pytest.approx(0.048 / 480 * 1e6)
+    # the ramp counts: the first step (20 s, the pipeline's fill) as waiting
+    assert row["mean_wait_share"] == pytest.approx((0.1 * 29 + 20) / (0.4 * 29 + 20))
+    assert row["policy"] == "autopilot" and row["node_seconds"] == summary["node_seconds"]
+    assert row["timeline"] == timeline
     lines = bench_autopilot.table([row])
     assert lines[0].split()[:3] == ["run", "preprocess", "nodes"]
     assert lines[1].split() == ["autopilot", "1-3", "120", "40.0", "25%", "200", "0.0480", "0.1000"]

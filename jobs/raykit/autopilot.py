@@ -16,7 +16,9 @@ cooldowns): such a mix flaps ever more slowly, not every cooldown. The first dec
 and the pipeline's first fill: a wait more nodes would not shorten). After any change, nothing moves for `cooldown_s` (at least the
 time a node takes to join: its steps would not show yet); a node asked for that has not
 joined after `join_timeout_s` is given up (capacity, quota), not asked for again and again.
-The count stays within min..max workers and under the $/h ceiling.
+The count stays within min..max workers and under the $/h ceiling. A node given back is
+drained through Ray's GCS (Pilot.give_back): Ray Data would otherwise keep it busy, and a
+busy node never goes idle for the autoscaler to remove.
 
 The driver side (steering): every rank's TrainProfile publishes each step to a small actor
 (StepLog); a thread in the driver reads the last window every POLL_S, counts the preprocess
@@ -29,7 +31,8 @@ its requester, and Ray Data's budget is what is left, so a bundle of CPUs would 
 Data off the very nodes asked for it (measured: 6.4 images/s with three nodes, 13.7 with
 one). Ray Data's own cluster
 autoscaler is switched off meanwhile by the kit (scripts/pricing/cost.py's autopilot_env).
-Nodes given back leave when the cluster's autoscaler finds them idle (idle_timeout_minutes).
+Nodes given back are drained (give_back): their raylets exit once their work is done, and
+the cluster's autoscaler removes the machines.
 The kit passes the settings in RAYKIT_AUTOPILOT; without it, steering does nothing.
 """
 
@@ -49,6 +52,7 @@ POLL_S = float(os.environ.get("RAYKIT_AUTOPILOT_POLL_S") or 5)
 REQUESTER = "raykit-autopilot"     # its name at Ray Data's AutoscalingCoordinator
 REQUEST_EXPIRES_S = 120            # re-sent every poll: a dead driver's request lapses
 MAX_DOWN_BACKOFF = 8               # cooldowns before a node goes back, after flaps
+GIVE_BACK_DEADLINE_S = 300         # a node given back: its running work's time to finish
 
 
 @dataclass(frozen=True)
@@ -244,6 +248,7 @@ class Pilot(threading.Thread):
         self.state = State(asked=settings.min_nodes)
         self.timeline: list[dict] = []
         self.errors: list[str] = []
+        self.drained: list[str] = []  # node ids it drained (or why Ray refused)
         self.started = time.time()
         self._halt = threading.Event()
         from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
@@ -251,13 +256,34 @@ class Pilot(threading.Thread):
         )
         self.coordinator = DefaultAutoscalingCoordinator(REQUESTER)
 
-    def joined(self) -> int:
-        """The steered type's nodes up now, from Ray's node table (by their label)."""
+    def steered_nodes(self) -> list[dict]:
+        """The steered type's nodes up now, from Ray's node table (by their label), the
+        longest up first."""
         import ray
 
         from raykit.placement import NODE_TYPE
 
-        return sum(1 for n in ray.nodes() if n["Alive"] and (n.get("Labels") or {}).get(NODE_TYPE) == self.node_type)
+        return [n for n in ray.nodes() if n["Alive"] and (n.get("Labels") or {}).get(NODE_TYPE) == self.node_type]
+
+    def joined(self) -> int:
+        return len(self.steered_nodes())
+
+    def give_back(self, nodes: int) -> None:
+        """Drain `nodes` of the steered type through Ray's GCS (the newest first): Ray
+        schedules nothing more there, the work on them finishes (or is retried elsewhere
+        by GIVE_BACK_DEADLINE_S), their raylets exit, and the cluster's autoscaler, whose
+        request no longer counts them, removes the machines. Without it Ray Data keeps a
+        node given back busy, and it never goes idle."""
+        import ray
+        from ray.core.generated import autoscaler_pb2
+
+        gcs = ray._private.worker.global_worker.gcs_client
+        deadline_ms = int((time.time() + GIVE_BACK_DEADLINE_S) * 1000)
+        for node in self.steered_nodes()[-nodes:]:
+            accepted, why = gcs.drain_node(
+                node["NodeID"], autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+                "the raykit autopilot gives this node back", deadline_ms)
+            self.drained.append(node["NodeID"] if accepted else f"refused: {why}")
 
     def ask(self, nodes: int) -> None:
         from raykit.placement import NODE_TYPE
@@ -272,9 +298,11 @@ class Pilot(threading.Thread):
         now = time.time()
         steps, waiting = ray.get(self.log.window.remote(now - self.settings.window_s), timeout=30)
         share = wait_share([s[:3] for s in steps], now, self.settings.window_s, waiting)
-        joined = self.joined()
+        joined, before = self.joined(), self.state.asked
         asked = decide(self.settings, self.state, now - self.started, share, joined)  # run-relative times
         self.ask(asked)
+        if asked < before and joined > asked:  # this tick gave nodes back: drain them
+            self.give_back(min(before - asked, joined - asked))
         images = sum(s[3] for s in steps)
         span = (max(s[0] for s in steps) - min(s[0] - s[1] for s in steps)) if steps else 0
         self.timeline.append({"t": round(now - self.started, 1), "preprocess_nodes": joined,
@@ -301,7 +329,7 @@ class Pilot(threading.Thread):
         return {"node_type": self.node_type, "target_wait_share": self.settings.target_wait_share,
                 "min_nodes": self.settings.min_nodes, "max_nodes": self.settings.max_nodes,
                 "mean_wait_share": sum(shares) / len(shares) if shares else None,
-                "changes": self.state.reasons, "given_up": self.state.given_up,
+                "changes": self.state.reasons, "given_up": self.state.given_up, "drained": self.drained,
                 "timeline": self.timeline, "errors": self.errors[-5:]}
 
 

@@ -34,6 +34,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--image-size", type=int, default=224, help="square images, multiple of 16")
     p.add_argument("--blur-count", type=int, default=10, help="GaussianBlur passes per image (0-50)")
     p.add_argument("--blur-kernel", type=int, default=11, help="GaussianBlur kernel size, odd")
+    p.add_argument("--light-after-steps", type=int, default=0,
+                   help="from this step on, one blur pass an image (a load that drops mid-run; 0: never)")
     p.add_argument("--model", choices=[*MODEL_PRESETS, "auto"], default="auto",
                    help="ViT preset; auto: base on a GPU, tiny on CPU")
     p.add_argument("--workers", type=int, default=0,
@@ -68,6 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         problems.append(f"--image-size must be a multiple of the ViT patch size 16 (got {args.image_size})")
     if args.blur_kernel % 2 == 0:
         problems.append(f"--blur-kernel must be odd (got {args.blur_kernel})")
+    if args.light_after_steps < 0 or (args.light_after_steps and args.data != "synthetic"):
+        problems.append(f"--light-after-steps must be 0 (off) or a step of a synthetic run "
+                        f"(got {args.light_after_steps}{' with --data' if args.data != 'synthetic' else ''})")
     if not 0 <= args.blur_count <= 50:
         problems.append(f"--blur-count must be between 0 and 50 (got {args.blur_count})")
     if args.workers < 0:
@@ -211,8 +216,10 @@ def main(argv=None) -> int:
             sys.exit(f"error: --data {args.data} holds {found} JPEG/PNG files; {args.steps} "
                      f"steps of {args.batch_size} x {workers} need {num_records}: lower --steps "
                      f"or write more (`make images ARGS=\"--count {num_records}\"`)")
+    light_from = args.batch_size * args.light_after_steps * workers if args.light_after_steps else None
     dataset = build_dataset(num_records, args.batch_size, args.image_size, args.blur_count,
-                            args.blur_kernel, files=files, batches_per_task=args.batches_per_task)
+                            args.blur_kernel, files=files, batches_per_task=args.batches_per_task,
+                            light_from=light_from)
     print(f"training ViT-{model} on {workers} worker(s) ({'GPU' if use_gpu else 'CPU'}), "
           f"{num_records} images of {args.image_size}px "
           f"({'synthetic' if args.data == 'synthetic' else 'files from ' + args.data}), "

@@ -32,7 +32,7 @@ def make_images(batch: dict, image_size: int, num_classes: int = NUM_CLASSES) ->
     ids = batch["id"]
     rng = np.random.default_rng(int(ids[0]))
     return {"image": rng.integers(0, 256, (len(ids), image_size, image_size, 3), dtype=np.uint8),
-            "label": rng.integers(0, num_classes, len(ids), dtype=np.int64)}
+            "label": rng.integers(0, num_classes, len(ids), dtype=np.int64), "id": ids}
 
 
 def decode_images(batch: dict, image_size: int, num_classes: int = NUM_CLASSES) -> dict:
@@ -73,14 +73,21 @@ class Preprocess:
     """HWC uint8 images -> CHW images through the heavy augmentation, shipped as uint8
     (or float32 in [0, 1])."""
 
-    def __init__(self, blur_count: int, blur_kernel: int, ship: str = "uint8"):
+    def __init__(self, blur_count: int, blur_kernel: int, ship: str = "uint8",
+                 light_from: int | None = None):
         assert ship in SHIP_DTYPES, ship
         self.transform = build_transform(blur_count, blur_kernel)
+        # a load that changes mid-run (make bench-autopilot): records from light_from on
+        # get one blur pass, not blur_count (None: every record the same)
+        self.light = build_transform(min(1, blur_count), blur_kernel) if light_from is not None else None
+        self.light_from = light_from
         self.ship = ship
         torch.set_num_threads(1)  # one Ray CPU per task: no oversubscription
 
     def __call__(self, batch: dict) -> dict:
-        images = torch.stack([self.transform(image) for image in batch["image"]])
+        ids = batch.get("id") if self.light is not None else None
+        images = torch.stack([(self.light if ids is not None and ids[i] >= self.light_from
+                               else self.transform)(image) for i, image in enumerate(batch["image"])])
         if self.ship == "uint8":
             images = images.mul_(255).round_().clamp_(0, 255).to(torch.uint8)
         return {"image": images.numpy(), "label": batch["label"]}
@@ -94,7 +101,8 @@ def normalize_on_device(images):
 
 def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count: int,
                   blur_kernel: int, files: tuple | None = None,
-                  batches_per_task: int = BATCHES_PER_TASK, ship: str = "uint8"):
+                  batches_per_task: int = BATCHES_PER_TASK, ship: str = "uint8",
+                  light_from: int | None = None):
     """num_records images in blocks of batches_per_task training batches: synthetic
     (ray.data.range -> random images) where `files` is None, else JPEG/PNG files
     (image_files' filesystem and paths: read, then decoded on the preprocessing nodes);
@@ -129,7 +137,7 @@ def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count
         images = read.map_batches(
             measured(decode_images), fn_kwargs={"image_size": image_size},
             batch_size=None, num_cpus=1)
-    return images.map_batches(measured(Preprocess(blur_count, blur_kernel, ship)),
+    return images.map_batches(measured(Preprocess(blur_count, blur_kernel, ship, light_from)),
                               batch_size=None, num_cpus=1)
 
 

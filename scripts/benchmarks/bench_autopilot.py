@@ -38,7 +38,7 @@ from scripts.pricing.output import cell, text_table
 DEFAULT_ARGS = "--steps 120 --blur-count 30 --image-size 96 --log-every 20"  # ~15 min for the four rows
 ROWS = ("fixed_min", "fixed_max", "raydata", "autopilot")
 FIELDS = ["row", "preprocess_nodes", "wall_s", "images_per_s", "data_wait_fraction",
-          "preprocess_node_s", "usd", "usd_per_1k_images"]
+          "mean_wait_share", "preprocess_node_s", "usd", "usd_per_1k_images", "usd_per_million_images"]
 
 
 def variant(values: dict, row: str) -> dict:
@@ -55,13 +55,26 @@ def variant(values: dict, row: str) -> dict:
     return values
 
 
+def whole_run_wait_share(summary: dict) -> float | None:
+    """The trainers' wait over the whole run, ramp included: the first step (the pipeline's
+    fill, which the summary's means leave out) counted as waiting."""
+    steps, first = summary.get("steps") or 0, summary.get("warmup_s") or 0.0
+    rest = max(0, steps - 1)
+    total = summary["mean_step_s"] * rest + first if summary.get("mean_step_s") is not None else 0
+    return (summary["mean_data_wait_s"] * rest + first) / total if total > 0 else None
+
+
 def measured(row: str, summary: dict, kind: str, bounds: str) -> dict:
     images = (summary.get("steps") or 0) * summary["batch_size"] * summary["workers"]  # all ranks' trained images
     usd = (summary.get("bill") or {}).get("usd")
-    return {"row": row, "preprocess_nodes": bounds, "wall_s": summary["wall_s"],
+    return {"row": row, "policy": row, "preprocess_nodes": bounds, "wall_s": summary["wall_s"],
             "images_per_s": summary["images_per_s"], "data_wait_fraction": summary["data_wait_fraction"],
+            "mean_wait_share": whole_run_wait_share(summary),
             "preprocess_node_s": (summary.get("node_seconds") or {}).get(kind),
-            "usd": usd, "usd_per_1k_images": usd / images * 1000 if usd is not None and images else None}
+            "node_seconds": summary.get("node_seconds") or {},
+            "usd": usd, "usd_per_1k_images": usd / images * 1000 if usd is not None and images else None,
+            "usd_per_million_images": usd / images * 1e6 if usd is not None and images else None,
+            "timeline": (summary.get("autopilot") or {}).get("timeline") or []}
 
 
 def table(rows: list[dict]) -> list[str]:
@@ -112,7 +125,7 @@ def main(argv=None) -> int:
     (out / "rows.json").write_text(json_text({"cluster": cluster, "args": a.args, "rows": rows,
                                               "autopilot": reports.get("autopilot")}) + "\n")
     with open(out / "rows.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")  # the lists stay in rows.json
         writer.writeheader()
         writer.writerows(rows)
     if reports.get("autopilot") and reports["autopilot"].get("timeline"):

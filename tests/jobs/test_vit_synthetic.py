@@ -37,10 +37,34 @@ def test_transform_gives_chw_float_and_blurs():
     assert float(blurred.std()) < float(plain.std())  # blurring smooths random noise
 
 
+def test_the_images_ship_as_uint8_and_a_load_that_drops_mid_run_lightens_later_records():
+    """The job ships uint8 (a quarter of float32's bytes) and the trainer scales it back;
+    with light_from, records from it on get one blur pass instead of blur_count."""
+    import torch
+
+    from pipeline import normalize_on_device
+
+    batch = make_images({"id": np.arange(0, 4)}, image_size=32)
+    heavy = Preprocess(4, 11, ship="float32")
+
+    def run(stage):  # GaussianBlur draws its sigma at random: the same draws for each
+        torch.manual_seed(0)
+        return stage(dict(batch))["image"]
+
+    changing = run(Preprocess(4, 11, ship="float32", light_from=2))
+    assert np.array_equal(changing[:2], run(heavy)[:2])  # before light_from: the heavy load
+    assert changing[2:].std() > run(heavy)[2:].std()     # after it: one pass, less smoothed
+    shipped = run(Preprocess(4, 11))
+    assert shipped.dtype == np.uint8 and shipped.nbytes * 4 == run(heavy).nbytes
+    scaled = normalize_on_device(torch.from_numpy(shipped))
+    assert scaled.dtype == torch.float32
+    assert float((scaled - torch.from_numpy(run(heavy))).abs().max()) <= 0.5 / 255 + 1e-6  # rounding only
+
+
 def test_measured_stages_record_node_and_add_up_their_cpu_time():
     images = measured(make_images)({"id": np.arange(3)}, image_size=32)
     out = measured(Preprocess(blur_count=1, blur_kernel=3))(images)
-    assert out["image"].shape == (3, 3, 32, 32) and out["image"].dtype == np.float32
+    assert out["image"].shape == (3, 3, 32, 32) and out["image"].dtype == np.uint8  # shipped as uint8
     assert len(out["node"]) == 3 and len(out["label"]) == 3
     assert (images["preprocess_cpu_s"] > 0).all()  # generating counts as reading
     assert (out["preprocess_cpu_s"] > images["preprocess_cpu_s"]).all()  # plus the transforms
@@ -87,6 +111,8 @@ def test_a_gpu_utilization_that_cannot_be_read_is_a_warning_not_a_dead_thread():
     (["--checkpoint-every", "-5"], "--checkpoint-every must be 0 or more"),
     (["--max-failures", "-1"], "--max-failures must be 0 or more"),
     (["--model", "huge"], "invalid choice: 'huge'"),
+    (["--light-after-steps", "-1"], "--light-after-steps must be 0 (off) or a step of a synthetic run"),
+    (["--light-after-steps", "5", "--data", "/tmp/images"], "(got 5 with --data)"),
 ])
 def test_bad_flags_are_refused_before_ray_starts(flags, message, capsys):
     with pytest.raises(SystemExit) as exit_:

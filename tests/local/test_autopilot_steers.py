@@ -2,9 +2,9 @@
 the kit's RAYKIT_AUTOPILOT settings and bundle) feeds the autopilot steps that starve
 (the trainers waiting 90% of each step), and the autopilot's request alone brings the
 preprocess type from min_workers to max_workers, as Ray's node table shows; then steps
-with no wait, and it asks for one node fewer after its cooldown. The policy's other
-cases are replayed on traces (jobs/test_autopilot_policy.py); the nodes given back leave
-after idle_timeout_minutes (at least one minute: not waited for here)."""
+with no wait, and after its cooldown it asks for one node fewer and drains it: the node
+leaves Ray's node table. The policy's other cases are replayed on traces
+(jobs/test_autopilot_policy.py)."""
 
 import shutil
 import uuid
@@ -41,7 +41,11 @@ pilot.log = StepLog.remote()  # a fresh log: the starving steps are not in the w
 steps(0.0)  # fed, with slack: one node can go
 pilot.tick()
 seen["asked_down"] = pilot.state.asked
-seen["reasons"] = pilot.state.reasons
+seen["reasons"], seen["drained"] = pilot.state.reasons, pilot.drained
+deadline = time.time() + 60  # drained and idle: its raylet exits
+while pilot.joined() > pilot.state.asked and time.time() < deadline:
+    time.sleep(0.5)
+seen["after_down"] = pilot.joined()
 pilot.coordinator.cancel_request()
 print("RESULT " + json.dumps(seen))
 '''
@@ -66,3 +70,5 @@ def test_the_autopilots_request_alone_scales_the_preprocess_type_up_then_asks_fo
     assert seen["before"] == 1 and seen["asked_up"] == 3, seen  # min_workers 1; 1 / (1 - 0.9) > 3: max
     assert seen["after_up"] == 3, seen  # Ray's node table: the three the autopilot asked for
     assert seen["asked_down"] == 2 and "slack" in seen["reasons"][-1], seen
+    assert len(seen["drained"]) == 1 and not seen["drained"][0].startswith("refused"), seen
+    assert seen["after_down"] == 2, seen  # Ray's node table: the node given back is gone
