@@ -90,10 +90,19 @@ def with_verdict(summary: dict) -> dict:
     """The summary with its priced verdict (verdict.py): the stall, its cause, the workers
     that would remove it, $ per million images now and with them."""
     trainers = list(summary.get("train_nodes") or {}) or [summary.get("trainer_node")]
-    return summary | {"verdict": priced_verdict(
+    verdict = priced_verdict(
         summary["diagnosis"], summary["images_per_s"], summary["node_types"], trainers,
         summary.get("preprocess_nodes") or {}, summary.get("bytes_per_image"),
-        os.environ.get(NODE_PRICES_ENV, ""))}
+        os.environ.get(NODE_PRICES_ENV, ""))
+    diagnosis = summary["diagnosis"]
+    if verdict["cause"] == "network":  # the diagnosis must not ask for CPUs the link cannot carry
+        diagnosis = diagnosis | {"verdict": "network-bound", "add_cpus": 0, "add_worker_nodes": 0, "text": (
+            f"NETWORK-BOUND: the trainer waits for data {diagnosis['data_wait_fraction']:.0%} of each step, "
+            f"and its CPU workers' images reach it about as fast as the train node's link carries them "
+            f"(~{verdict['network_images_per_s']:.0f} images/s of {summary['bytes_per_image']:,.0f} bytes): "
+            "more CPU workers would not help. Ship fewer bytes an image (uint8, smaller crops), "
+            "preprocess on the train node, or train on a type with more bandwidth (`make plan`).")}
+    return summary | {"diagnosis": diagnosis, "verdict": verdict}
 
 
 def emit(summary: dict, results: str = "", headline: str = "") -> dict:

@@ -64,3 +64,18 @@ def test_the_kit_passes_each_types_bandwidth_beside_its_price():
     assert passed["network_gbps"]["head"] == 2.5        # g5.xlarge's
     local = json.loads(cost.job_env(build("local"))[cost.NODE_PRICES_ENV])  # priced as hetero
     assert local["network_gbps"]["cpu_worker"] == 5.0
+
+
+def test_a_network_bound_run_is_diagnosed_as_such_and_asks_for_no_cpus(monkeypatch):
+    """The diagnosis row and the verdict row say the same: no CPUs where the link is full."""
+    from raykit import summary
+
+    monkeypatch.setenv(summary.NODE_PRICES_ENV, PRICES)
+    d = figures(wait_s=0.3, cpus=1)
+    s = summary.with_verdict({"diagnosis": d, "images_per_s": 500.0, "node_types": NODES,
+                              "train_nodes": {}, "trainer_node": "10.0.0.1",
+                              "preprocess_nodes": {"10.0.0.2": 1000}, "bytes_per_image": 602112})
+    assert s["verdict"]["cause"] == "network"
+    assert s["diagnosis"]["verdict"] == "network-bound" and s["diagnosis"]["add_worker_nodes"] == 0
+    assert s["diagnosis"]["text"].startswith("NETWORK-BOUND: the trainer waits for data 75% of each step")
+    assert "more CPU workers would not help" in s["diagnosis"]["text"]
