@@ -239,6 +239,18 @@ class StepLog:
         return self.since(t), list(self.open_waits.values())
 
 
+def start_step_log(name: str | None = STEP_LOG):
+    """The StepLog actor, on this process's node (the driver's: the head). Anywhere else it
+    could land on a preprocess node, which then never goes idle: a node given back or on a
+    spot notice would stay until its drain's deadline, and take the log with it."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    options = {"scheduling_strategy": here} | ({"name": name} if name else {})
+    return ray.remote(num_cpus=0)(StepLog).options(**options).remote()
+
+
 class Pilot(threading.Thread):
     """The loop in the driver: read, decide, ask; and the timeline the summary keeps."""
 
@@ -349,7 +361,7 @@ def steering():
         return
     import ray
 
-    log = ray.remote(num_cpus=0)(StepLog).options(name=STEP_LOG).remote()
+    log = start_step_log()
     watch = stall.Watch(stall_limit, log) if stall_limit else None
     pilot = Pilot(*found, log) if found else None
     if pilot:

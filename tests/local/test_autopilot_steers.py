@@ -20,9 +20,9 @@ from raykit import autopilot
 
 ray.init()
 settings, node_type, bundle = autopilot.settings_from_env()
-StepLog = ray.remote(num_cpus=0)(autopilot.StepLog)
-pilot = autopilot.Pilot(settings, node_type, bundle, StepLog.options(name=autopilot.STEP_LOG).remote())
+pilot = autopilot.Pilot(settings, node_type, bundle, autopilot.start_step_log())
 seen = {"before": pilot.joined(), "bundle": bundle}
+time.sleep(max(0.0, settings.cooldown_s - (time.time() - pilot.started)) + 0.5)  # its start-up cooldown
 
 def steps(wait_share):  # ten steps that end now: inside the window however slow this machine is
     ray.get(pilot.log.since.remote(0))  # the actor is up (its start may take seconds here)
@@ -37,7 +37,7 @@ while pilot.joined() < settings.max_nodes and time.time() < deadline:
     time.sleep(0.5)
 seen["after_up"] = pilot.joined()
 time.sleep(settings.cooldown_s + 0.5)
-pilot.log = StepLog.remote()  # a fresh log: the starving steps are not in the window any more
+pilot.log = autopilot.start_step_log(name=None)  # a fresh log: the starving steps are out of the window
 steps(0.0)  # fed, with slack: one node can go
 pilot.tick()
 seen["asked_down"] = pilot.state.asked
