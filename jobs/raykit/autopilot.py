@@ -6,14 +6,16 @@ request_resources, never a cloud's API).
 The signal is the share of each training step spent waiting for data, over the steps of
 the last `window_s`, every rank's, and the waits still open: a trainer blocked for its next
 batch (the pipeline's first fill, a stall) counts as waiting now, not only once its step
-ends, so the autopilot acts within a poll of a starving trainer, not a step later. Above the target the trainers starve: ask for the nodes
+ends, so the autopilot acts within a poll of a starving trainer, not a step later.
+Above the target the trainers starve: ask for the nodes
 that would feed them (while data-bound, throughput grows with the preprocess nodes, so a
 wait share w needs about n / (1 - w) nodes where n run now). Below a third of the target
 (the hysteresis band between keeps it from flapping) the trainers are compute-bound with
 slack: give one node back. Where giving one back made them starve (a mix on the edge of
 the target), the next one goes back only after twice the wait (up to MAX_DOWN_BACKOFF
-cooldowns): such a mix flaps ever more slowly, not every cooldown. The first decision waits one cooldown after the start (imports
-and the pipeline's first fill: a wait more nodes would not shorten). After any change, nothing moves for `cooldown_s` (at least the
+cooldowns): such a mix flaps ever more slowly, not every cooldown. The first decision
+waits one cooldown after the start (imports and the pipeline's first fill: a wait more
+nodes would not shorten). After any change, nothing moves for `cooldown_s` (at least the
 time a node takes to join: its steps would not show yet); a node asked for that has not
 joined after `join_timeout_s` is given up (capacity, quota), not asked for again and again.
 The count stays within min..max workers and under the $/h ceiling. A node given back is
@@ -29,8 +31,8 @@ beside it would be replaced at its next tick). The bundle is the type's own reso
 (placement.type_resource), not its CPUs: the coordinator reserves what a request names to
 its requester, and Ray Data's budget is what is left, so a bundle of CPUs would keep Ray
 Data off the very nodes asked for it (measured: 6.4 images/s with three nodes, 13.7 with
-one). Ray Data's own cluster
-autoscaler is switched off meanwhile by the kit (scripts/pricing/cost.py's autopilot_env).
+one). Ray Data's own cluster autoscaler is switched off meanwhile by the kit
+(scripts/pricing/cost.py's autopilot_env).
 Nodes given back are drained (give_back): their raylets exit once their work is done, and
 the cluster's autoscaler removes the machines.
 The kit passes the settings in RAYKIT_AUTOPILOT; without it, steering does nothing.
@@ -269,8 +271,7 @@ class Pilot(threading.Thread):
         self.coordinator = DefaultAutoscalingCoordinator(REQUESTER)
 
     def steered_nodes(self) -> list[dict]:
-        """The steered type's nodes up now, from Ray's node table (by their label), the
-        longest up first."""
+        """The steered type's nodes up now, from Ray's node table (by their label)."""
         import ray
 
         from raykit.placement import NODE_TYPE
@@ -281,7 +282,7 @@ class Pilot(threading.Thread):
         return len(self.steered_nodes())
 
     def give_back(self, nodes: int) -> None:
-        """Drain `nodes` of the steered type through Ray's GCS (the newest first): Ray
+        """Drain `nodes` of the steered type through Ray's GCS (the last the node table lists): Ray
         schedules nothing more there, the work on them finishes (or is retried elsewhere
         by GIVE_BACK_DEADLINE_S), their raylets exit, and the cluster's autoscaler, whose
         request no longer counts them, removes the machines. Without it Ray Data keeps a
