@@ -378,6 +378,34 @@ def test_a_summary_gives_the_planner_its_bytes_per_image(tmp_path):
     assert profile.bytes_per_image == VIT_224_FLOAT32
 
 
+def autopilot_summary(timeline: list[tuple[float, int, float, float | None]]) -> dict:
+    """A job summary as build/results/ keeps it, with the autopilot's timeline of (t,
+    preprocess nodes, wait share, images/s); its cpu_worker nodes have 4 CPUs each."""
+    return {"submission_id": "raysubmit_x", "result": {
+        "cpu_use_by_node_type": {"head": {"nodes": 1, "cores": 2.0},
+                                 "cpu_worker": {"nodes": 3, "cores": 12.0}},
+        "autopilot": {"node_type": "cpu_worker", "window_s": 10.0, "timeline": [
+            {"t": t, "preprocess_nodes": n, "asked": n, "wait_share": w, "images_per_s": r}
+            for t, n, w, r in timeline]}}}
+
+
+def test_an_autopilot_runs_timeline_is_read_as_measured_points(tmp_path):
+    timeline = [(0, 1, None, None), (5, 1, 0.9, 20.0),    # start-up: no window has passed
+                (10, 1, 0.8, 95.0), (15, 1, 0.8, 100.0), (20, 1, 0.8, 105.0),
+                (25, 2, 0.7, 130.0),                       # 2 nodes, not yet a whole window
+                (35, 2, 0.4, 170.0), (40, 2, 0.4, 180.0), (45, 2, 0.4, 175.0),
+                (50, 3, 0.3, 190.0), (60, 3, 0.2, 198.0), (65, 3, 0.2, 202.0), (70, 3, 0.2, 200.0),
+                (80, 3, 0.01, 260.0),                      # fed: the trainers set that rate
+                (85, 2, 0.3, 120.0)]                       # given back: its window still mixes counts
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(autopilot_summary(timeline)))
+    assert planner.read_points(str(path)) == [(4.0, 100.0), (8.0, 175.0), (12.0, 200.0)]  # medians
+    run = make("plan", f"ARGS=--trainer-images-per-s 900 --cpu-images-per-s 25 --points {path} --json")
+    assert run.returncode == 0, run.stderr
+    chosen = json.loads(run.stdout)["chosen"]
+    assert chosen["limit"] == "curve" and chosen["images_per_s"] < 230  # the ceiling, not 900
+
+
 BAD_POINTS = [
     ("a negative rate", [{"preprocess_vcpus": 2, "images_per_s": -5}, {"preprocess_vcpus": 4, "images_per_s": 9}],
      "points[0].images_per_s: -5 is not a number of images/s"),
@@ -392,7 +420,21 @@ BAD_POINTS = [
      "points[0].preprocess_vcpus: -1"),
     ("an unknown field", [{"preprocess_vcpus": 1, "images_per_s": 9, "x": 1}, {"preprocess_vcpus": 2, "images_per_s": 10}],
      "points[0]: not an object of preprocess_vcpus and images_per_s alone"),
-    ("not a list", {"preprocess_vcpus": 1}, "not a list of 2 to 50 points"),
+    ("not a list", "points", "not a list of 2 to 50 points"),
+    ("a summary with no autopilot", {"result": {"job": "vit_synthetic"}}, "a summary with no autopilot timeline"),
+    ("a timeline of one node count", {"result": {
+        "cpu_use_by_node_type": {"cpu": {"nodes": 1, "cores": 4}},
+        "autopilot": {"node_type": "cpu", "window_s": 10, "timeline": [
+            {"t": t, "preprocess_nodes": 1, "wait_share": 0.5, "images_per_s": 40} for t in (0, 10, 20)]}}},
+     "steady windows for 1 node count(s) (1), and a curve needs 2"),
+    ("a timeline not as a job writes it", {"result": {
+        "cpu_use_by_node_type": {"cpu": {"nodes": 1, "cores": 4}},
+        "autopilot": {"node_type": "cpu", "timeline": [{"t": "soon"}]}}},
+     "not what a raykit job writes"),
+    ("cores of another type", {"result": {
+        "cpu_use_by_node_type": {"head": {"nodes": 1, "cores": 4}},
+        "autopilot": {"node_type": "cpu", "timeline": []}}},
+     "not what a raykit job writes"),
 ]
 
 

@@ -340,6 +340,7 @@ class Pilot(threading.Thread):
     def report(self) -> dict:
         shares = [p["wait_share"] for p in self.timeline if p["wait_share"] is not None]
         return {"node_type": self.node_type, "target_wait_share": self.settings.target_wait_share,
+                "window_s": self.settings.window_s,  # each timeline rate's span (make plan --points)
                 "min_nodes": self.settings.min_nodes, "max_nodes": self.settings.max_nodes,
                 "mean_wait_share": sum(shares) / len(shares) if shares else None,
                 "changes": self.state.reasons, "given_up": self.state.given_up, "drained": self.drained,

@@ -221,12 +221,60 @@ def fit_curve(points: list[tuple[float, float]]) -> Curve:
     return best[1] if best and best[0] < line_sse else line
 
 
+# A timeline rate counts where the trainers waited at least this share of the window: fed
+# trainers set the rate themselves (their demand), which says nothing of what the CPUs deliver.
+MIN_STARVED_SHARE = MAX_DATA_WAIT
+
+
+def timeline_points(summary: dict, path_text: str) -> list[dict]:
+    """Measured points from an autopilot run's summary (build/results/<id>.json): for each
+    count of the steered type's nodes, the median images/s of the timeline's windows that
+    count held throughout, while the trainers waited for data. vCPUs are Ray's CPUs of
+    those nodes (the planner's preprocess vCPUs: the AWS template offers Ray exactly those)."""
+    result = summary.get("result", summary)
+    report = result.get("autopilot") if isinstance(result, dict) else None
+    where = f"ARGS: --points {short(path_text)}"
+    if not isinstance(report, dict) or not isinstance(report.get("timeline"), list):
+        raise KitError(f"{where}: a summary with no autopilot timeline; pass the summary of a run "
+                       "on a values file with an autopilot: block, or a list of points")
+    node_type = report.get("node_type")
+    use = (result.get("cpu_use_by_node_type") or {}).get(node_type) if isinstance(node_type, str) else None
+    try:
+        cores_per_node = float(use["cores"]) / int(use["nodes"])
+        window = float(report.get("window_s", 30.0))
+        rows = [(float(p["t"]), int(p["preprocess_nodes"]), p["wait_share"], p["images_per_s"])
+                for p in report["timeline"]]
+    except (TypeError, KeyError, ValueError, ZeroDivisionError, OverflowError):
+        raise KitError(f"{where}: its autopilot timeline or its node type's cores are not what a "
+                       "raykit job writes; pass the summary as the job kept it") from None
+    by_count: dict[int, list[float]] = {}
+    since: dict[int, float] = {}  # when the current count began
+    previous = None
+    for t, nodes, share, rate in rows:
+        if nodes != previous:
+            since, previous = {nodes: t}, nodes
+        held = t - since[nodes] >= window  # the whole window saw this count
+        if held and nodes > 0 and isinstance(rate, (int, float)) and rate > 0 \
+                and isinstance(share, (int, float)) and share >= MIN_STARVED_SHARE:
+            by_count.setdefault(nodes, []).append(float(rate))
+    if len(by_count) < 2:
+        seen = ", ".join(str(n) for n in sorted(by_count)) or "none"
+        raise KitError(f"{where}: its timeline holds starved, steady windows for {len(by_count)} "
+                       f"node count(s) ({seen}), and a curve needs 2; run longer or on a load "
+                       "that moves the autopilot (docs/autopilot.md)")
+    return [{"preprocess_vcpus": round(n * cores_per_node, 3),
+             "images_per_s": sorted(rates)[len(rates) // 2]} for n, rates in sorted(by_count.items())]
+
+
 def read_points(path_text: str) -> list[tuple[float, float]]:
     """Measured points, [{"preprocess_vcpus": v, "images_per_s": r}, ...]: 2 to MAX_POINTS,
     vCPUs distinct and >= 0, rates positive and not falling as vCPUs grow (a fall is a
     noisy or mislabelled measurement: the fit would be fiction)."""
-    hint = "a JSON list of {\"preprocess_vcpus\": N, \"images_per_s\": R} (docs/price-performance.md)"
+    hint = ("a JSON list of {\"preprocess_vcpus\": N, \"images_per_s\": R}, or the summary of "
+            "an autopilot run (docs/price-performance.md)")
     data = read_json("ARGS: --points", path_text, hint, MAX_PROFILE_BYTES)
+    if isinstance(data, dict):
+        data = timeline_points(data, path_text)
     if not isinstance(data, list) or not 2 <= len(data) <= MAX_POINTS:
         raise KitError(f"ARGS: --points {short(path_text)}: not a list of 2 to {MAX_POINTS} points "
                        "(one point has no slope); " + hint)
@@ -364,7 +412,8 @@ def parser() -> Parser:
     p.add_argument("--bytes-per-image", type=float, help="bytes of one preprocessed image as the "
                    "trainers receive it (a job summary records it): caps what the network carries")
     p.add_argument("--points", metavar="FILE", help="measured points, preprocess vCPUs against "
-                   "images/s: the planner fits a curve that can flatten")
+                   "images/s (a JSON list, or an autopilot run's build/results/<id>.json): "
+                   "the planner fits a curve that can flatten")
     p.add_argument("--train-nodes", type=int, default=1, help="GPU nodes of --gpu-instance that train "
                    "together, each as fast as the profiled one (default 1; more: a coordinating head)")
     p.add_argument("--region", default="us-east-1", help="whose prices (default us-east-1)")
