@@ -11,6 +11,7 @@ import boto3
 import pytest
 import yaml
 from moto import mock_aws
+from ray.autoscaler.tags import TAG_RAY_NODE_KIND
 
 from conftest import load_example, publish_dlami
 from scripts.providers.aws import iam as aws_iam
@@ -760,7 +761,7 @@ def test_the_train_nodes_launch_into_the_clusters_placement_group(home):
     with ray_provider_calls_in_moto("multi_p4d") as (config, provider, ec2, calls):
         for name in ("gpu_worker", "cpu_worker"):
             provider.create_node(copy.deepcopy(config["available_node_types"][name]["node_config"]),
-                                 {"ray-node-kind": "worker", "ray-user-node-type": name,
+                                 {TAG_RAY_NODE_KIND: "worker", "ray-user-node-type": name,
                                   "ray-node-name": "ray-multi-p4d-worker"}, 1)
     placements = [params.get("Placement", {}).get("GroupName") for name, params in calls if name == "RunInstances"]
     assert placements == ["raykit-multi-p4d", None]
@@ -848,7 +849,7 @@ def test_the_head_policy_allows_what_the_autoscaler_does_to_its_own_cluster_only
         worker_type = config["available_node_types"]["cpu_worker"]
         before = set(provider.non_terminated_nodes({}))
         provider.create_node(copy.deepcopy(worker_type["node_config"]),
-                             {"ray-node-kind": "worker", "ray-user-node-type": "cpu_worker",
+                             {TAG_RAY_NODE_KIND: "worker", "ray-user-node-type": "cpu_worker",
                               "ray-node-name": "ray-hetero-worker"}, 1)
         (worker,) = set(provider.non_terminated_nodes({})) - before
         provider.set_node_tags(worker, {"ray-node-status": "up-to-date"})
@@ -903,7 +904,7 @@ def test_the_head_policy_lets_the_autoscaler_launch_spot_workers(home, hetero_va
     spot = build_text("hetero", yaml.safe_dump(hetero_values).encode())
     with ray_provider_calls_in_moto("hetero", copy.deepcopy(spot.config)) as (config, provider, _, calls):
         provider.create_node(copy.deepcopy(config["available_node_types"]["cpu_worker"]["node_config"]),
-                             {"ray-node-kind": "worker", "ray-user-node-type": "cpu_worker",
+                             {TAG_RAY_NODE_KIND: "worker", "ray-user-node-type": "cpu_worker",
                               "ray-node-name": "ray-hetero-worker"}, 1)
     launches = [params for name, params in calls if name == "RunInstances"]
     assert launches and all(p["InstanceMarketOptions"]["MarketType"] == "spot" for p in launches)
@@ -1172,7 +1173,7 @@ def test_a_head_one_of_rays_tries_launched_is_neither_denied_nor_doubled_in_anot
         ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="g5.xlarge",
                           TagSpecifications=[{"ResourceType": "instance", "Tags": [
                               {"Key": "ray-kit-cluster", "Value": hetero_values["cluster_name"]},
-                              {"Key": "ray-node-kind", "Value": "head"}]}])
+                              {"Key": TAG_RAY_NODE_KIND, "Value": "head"}]}])
         with pytest.raises(KitError, match=r"`ray up` failed \(exit 1\); instances of 'hetero' may be running"):
             preflight_and_launch(build_text("hetero", yaml.safe_dump(hetero_values).encode()))
     assert tried == [first]

@@ -105,6 +105,14 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
     (group,) = ec2.describe_security_groups(GroupIds=[g["GroupId"] for g in head["SecurityGroups"]])["SecurityGroups"]
     assert [ip["CidrIp"] for rule in group["IpPermissions"] for ip in rule.get("IpRanges", [])] == [
         f"{CHECKIP_ADDRESS}/32"]
+    # a head whose host hangs runs none of its own safeguards: CloudWatch terminates it
+    cloudwatch = boto3.client("cloudwatch", endpoint_url=moto_server, region_name="us-east-1")
+    (alarm,) = cloudwatch.describe_alarms(AlarmNames=["raykit-hetero-head-hung"])["MetricAlarms"]
+    assert alarm["Dimensions"] == [{"Name": "InstanceId", "Value": head["InstanceId"]}]
+    assert alarm["AlarmActions"] == ["arn:aws:automate:us-east-1:ec2:terminate"]
+    assert (alarm["Namespace"], alarm["MetricName"], alarm["Period"], alarm["EvaluationPeriods"]) == (
+        "AWS/EC2", "StatusCheckFailed", 60, 15)
+    assert "hung-head alarm: CloudWatch terminates the head after 15 min" in up.stdout
     volume = ec2.describe_volumes(
         VolumeIds=[head["BlockDeviceMappings"][0]["Ebs"]["VolumeId"]])["Volumes"][0]
     assert (volume["Size"], volume["VolumeType"], volume["Encrypted"]) == (150, "gp3", True)
@@ -167,6 +175,7 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
     groups = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["ray-hetero"]}])
     assert groups["SecurityGroups"] == []
     assert not (tmp_path / "build" / "launched" / "hetero.json").exists()
+    assert cloudwatch.describe_alarms(AlarmNames=["raykit-hetero-head-hung"])["MetricAlarms"] == []
 
 
 def test_down_of_a_cluster_never_launched_says_so_and_creates_nothing(moto_server, tmp_path):

@@ -24,6 +24,7 @@ from scripts.core import state, tunnel
 from scripts.core.errors import CapacityRefused, KitError, short
 from scripts.core.ray_cli import free_port, ray_cli, ray_env
 from scripts.core.submit import JobFiles, JobPackages
+from scripts.providers.aws.alarm import HUNG_MINUTES, delete_head_alarm, set_head_alarm
 from scripts.providers.aws.iam import (
     delete_role,
     ensure_head_role,
@@ -259,22 +260,45 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
                               f"capacity now ({CAPACITY_ERROR}); no head was launched")
     if code != 0:
         raise KitError(f"`ray up` failed (exit {code}); {stop_hint}")
+    watch_for_a_hung_head(record)
     wait_until_ready(record)
     return record
+
+
+def heads(record: dict) -> list[str]:
+    """The ids of this cluster's heads that are pending or running."""
+    import boto3
+
+    ec2 = boto3.client("ec2", region_name=record["region"])
+    found = ec2.describe_instances(Filters=[
+        {"Name": f"tag:{KIT_TAG}", "Values": [record["cluster_name"]]},
+        {"Name": f"tag:{TAG_KIND}", "Values": ["head"]},  # Ray's tag (ray.autoscaler.tags)
+        {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    return [i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]]
 
 
 def head_launched(record: dict) -> bool:
     """Whether a head of this cluster is pending or running: one of the tries of Ray's
     head launch may have got one after another was refused capacity. Then `make up` must
     not say that none was launched, nor try another zone beside it."""
+    return bool(heads(record))
+
+
+def watch_for_a_hung_head(record: dict) -> None:
+    """The hung-head alarm on the head `ray up` launched (aws/alarm.py). Refused (a user
+    without CloudWatch rights), the cluster runs on with its other safeguards: one warning."""
     import boto3
 
-    ec2 = boto3.client("ec2", region_name=record["region"])
-    found = ec2.describe_instances(Filters=[
-        {"Name": f"tag:{KIT_TAG}", "Values": [record["cluster_name"]]},
-        {"Name": "tag:ray-node-kind", "Values": ["head"]},
-        {"Name": "instance-state-name", "Values": ["pending", "running"]}])
-    return any(r["Instances"] for r in found["Reservations"])
+    found = heads(record)
+    why = (set_head_alarm(boto3.client("cloudwatch", region_name=record["region"]),
+                          record["cluster_name"], record["region"], found[0])
+           if len(found) == 1 else f"{len(found)} heads found")
+    if why:
+        print(f"warning: no hung-head alarm ({why}): a head whose host hangs is not terminated "
+              "by CloudWatch; docs/aws.md lists the rights it needs", flush=True)
+    else:
+        print(f"hung-head alarm: CloudWatch terminates the head after {HUNG_MINUTES} min of "
+              "failed status checks", flush=True)
 
 
 def joined_workers(record: dict, status: str = UP_TO_DATE) -> dict[str, int]:
@@ -477,7 +501,10 @@ def down(cluster: str, record: dict | None, purge: bool = False) -> str:
         raise KitError(f"`ray down` returned, but {len(left)} instance(s) tagged "
                        f"{TAG_CLUSTER}={record['cluster_name']} still run ({', '.join(left[:5])}); "
                        f"run `make down CLUSTER={cluster}` again, or terminate them in the EC2 console")
-    behind = left_behind(ec2, record, purge)
+    # the hung-head alarm is the cluster's own ($0.10 a month): deleted with it, always
+    alarm_left = delete_head_alarm(boto3.client("cloudwatch", region_name=record["region"]),
+                                   record["cluster_name"])
+    behind = [alarm_left] * bool(alarm_left) + left_behind(ec2, record, purge)
     state.forget(cluster)
     return (f"AWS cluster '{cluster}': every instance terminated"
             + (f"; left behind: {'; '.join(behind)}" if behind else ""))

@@ -36,3 +36,9 @@ def worker_profile_name(values: dict) -> str | None:
     """The workers' instance profile: only where the values name data buckets (they read
     the jobs' data from them, read-only); otherwise none (workers call no AWS API)."""
     return f"raykit-{values['cluster_name']}-worker" if values["aws"]["data_buckets"] else None
+
+
+def head_alarm_name(cluster_name: str) -> str:
+    """The CloudWatch alarm that terminates the cluster's head when its host hangs
+    (aws/alarm.py); one per cluster name and region."""
+    return f"raykit-{cluster_name}-head-hung"
