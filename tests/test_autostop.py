@@ -253,8 +253,8 @@ def test_teardown_stops_the_heads_autoscaler_before_it_terminates_an_instance():
 def test_the_aws_head_starts_the_watchdog_with_the_clusters_tag_and_region():
     config = build("hetero").config
     command = config["head_start_ray_commands"][-1]
-    assert command.startswith("nohup python ~/raykit_node/autostop.py ")
-    assert "--minutes 60 --aws hetero us-east-1 " in command
+    assert "setsid nohup bash -c " in command and " python ~/raykit_node/autostop.py " in command
+    assert "--minutes 60 --aws hetero us-east-1 " in command  # under its restart loop (test_watchdog_loop.py)
     assert config["file_mounts"] == {"~/raykit_node": str(REPO / "scripts" / "node")}
     # autostop off: the watchdog still runs, to stop jobs past their time limit
     off = dict(load_example("hetero"), autostop_minutes=0)

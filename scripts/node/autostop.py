@@ -44,6 +44,7 @@ kit: `make up` on AWS ships scripts/node/ alone to the nodes.
 import argparse
 import json
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -59,6 +60,7 @@ JOB_LIMIT_KEY = "raykit_limit_s"  # a job's time limit in seconds, in its metada
 TERMINATE_ATTEMPTS = 20  # the teardown's sweeps (throttling, a transient API error)
 TERMINATE_RETRY_S = 15
 STOP_GRACE_S = 300  # a job past its limit still running this long after the first stop is stuck
+API_TIMEOUT_S = 60  # any one call to Ray's job or state API
 SUPERVISOR_TITLE = b"ray::JobSupervisor"  # the process title of Ray's job supervisor actor
 
 
@@ -143,11 +145,23 @@ def head_started_at(address: str) -> float | None:
     return min(times) if times else None
 
 
+def beat(heartbeat: str | None) -> None:
+    """Touch the heartbeat file: the head's dead-man switch (scripts/node/deadman.py) reads
+    its age, and powers the head off if this loop stops beating while Ray runs."""
+    if heartbeat:
+        try:
+            with open(heartbeat, "a"):
+                os.utime(heartbeat)
+        except OSError as e:
+            print(f"autostop: cannot touch the heartbeat {heartbeat} ({e.strerror})", flush=True)
+
+
 def watch(address: str, limit_s: float | None, teardown, poll_s: float = POLL_S,
-          stop_grace_s: float = STOP_GRACE_S) -> None:
+          stop_grace_s: float = STOP_GRACE_S, heartbeat: str | None = None) -> None:
     """Every poll_s: stop the jobs past their limit; then, where limit_s is set (autostop
     on), tear the cluster down once no job has run for limit_s (a job stuck past its stop
-    counts as ended when its stop was first asked). Runs until that teardown."""
+    counts as ended when its stop was first asked). Runs until that teardown; each round
+    beats the heartbeat, where there is one."""
     from ray.job_submission import JobSubmissionClient  # the token comes from the environment
 
     started = head_started_at(address) or time.time()
@@ -155,6 +169,7 @@ def watch(address: str, limit_s: float | None, teardown, poll_s: float = POLL_S,
     stop_asked: dict[str, float] = {}  # overdue job -> when its stop was first asked
     said_stuck: set[str] = set()
     while True:
+        beat(heartbeat)
         now = time.time()
         try:
             client = JobSubmissionClient(address)
@@ -311,14 +326,17 @@ def kuberay_teardown(namespace: str, name: str, account_dir: str = SERVICE_ACCOU
     return teardown
 
 
-def run(address: str, minutes: float, teardown) -> int:
+def run(address: str, minutes: float, teardown, heartbeat: str | None = None) -> int:
     """Watch until the limit, then teardown(); the entry of both watchdogs (this one on
     AWS, scripts/providers/local/autostop.py on a local cluster)."""
     poll_s = float(os.environ.get("RAYKIT_AUTOSTOP_POLL_S") or POLL_S)
+    # every call to Ray's API gives up after a while: a dashboard that accepts and never
+    # answers must not hang the loop (a hung watchdog enforces nothing, and stops beating)
+    socket.setdefaulttimeout(API_TIMEOUT_S)
     print("autostop: " + (f"the cluster stops after {duration(minutes)} with no job" if minutes
                           else "off; jobs past their time limit are stopped")
           + f" (checked every {poll_s:g} s)", flush=True)
-    watch(address, minutes * 60 or None, teardown, poll_s)
+    watch(address, minutes * 60 or None, teardown, poll_s, heartbeat=heartbeat)
     return 0
 
 
@@ -338,9 +356,11 @@ def main(argv=None) -> int:
                        help="the RayCluster whose head pod this runs in")
     p.add_argument("--service-account-dir", default=SERVICE_ACCOUNT_DIR,
                    help="the pod's service-account token and CA (kuberay)")
+    p.add_argument("--heartbeat", help="a file touched every poll (aws: the head's dead-man "
+                   "switch reads it)")
     a = p.parse_args(argv)
     teardown = aws_teardown(*a.aws) if a.aws else kuberay_teardown(*a.kuberay, a.service_account_dir)
-    return run(a.address, a.minutes, teardown)
+    return run(a.address, a.minutes, teardown, a.heartbeat)
 
 
 if __name__ == "__main__":

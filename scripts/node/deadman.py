@@ -12,6 +12,15 @@ no Ray, no kit, no AWS rights. It catches what the watchdog on the head cannot:
     without the right): the raylets are gone, the instances stay;
   - the head died: a worker's raylet exits once the head's GCS is gone.
 
+On the head it also watches the watchdog (scripts/node/autostop.py, which enforces the
+jobs' time limits and autostop from inside Ray's container, restarted by a shell loop if it
+exits): the watchdog touches a heartbeat file every poll, read here through the raylet's
+/proc/<pid>/root (the container's own /tmp). While Ray runs, a heartbeat older than
+WATCHDOG minutes (or none that long after this raylet appeared) means nothing would stop a
+job past its limit or an idle cluster: the loop itself died, or the watchdog crashes or
+hangs on every try. Then the head powers off too, and the workers follow (their raylets
+exit once the head's GCS is gone).
+
 A raylet is looked for every POLL_S. No raylet yet: off after GRACE (from the unit's
 start, at boot: the image pull and setup come first); a raylet seen, then none: off after
 IDLE. Like everything in scripts/node/, this file needs nothing of the kit.
@@ -26,23 +35,39 @@ import time
 POLL_S = 30
 
 
-def raylet_running(proc_dir: str = "/proc") -> bool:
-    """Whether a process named `raylet` runs on this host (a container's processes are the
-    host's too)."""
+CANNOT_LOOK = -1  # /proc cannot be listed: a raylet is assumed (never power off blind)
+
+
+def raylet_pid(proc_dir: str = "/proc") -> int | None:
+    """The pid of a process named `raylet` on this host (a container's processes are the
+    host's too); None where there is none, CANNOT_LOOK where /proc cannot be listed."""
     try:
         entries = os.listdir(proc_dir)
     except OSError:
-        return True  # cannot look: never power off blind
+        return CANNOT_LOOK
     for entry in entries:
         if not entry.isdigit():
             continue
         try:
             with open(os.path.join(proc_dir, entry, "comm")) as f:
                 if f.read().strip() == "raylet":
-                    return True
+                    return int(entry)
         except OSError:  # gone meanwhile, or not ours to read
             continue
-    return False
+    return None
+
+
+def raylet_running(proc_dir: str = "/proc") -> bool:
+    return raylet_pid(proc_dir) is not None
+
+
+def heartbeat_age(pid: int, path: str, proc_dir: str = "/proc", now=time.time) -> float | None:
+    """Seconds since the watchdog last touched `path` inside the container of process
+    `pid` (its root as /proc shows it); None where there is no such file yet."""
+    try:
+        return max(0.0, now() - os.stat(f"{proc_dir}/{pid}/root/{path.lstrip('/')}").st_mtime)
+    except OSError:
+        return None
 
 
 def should_power_off(now: float, started: float, last_raylet: float | None, grace_s: float,
@@ -54,17 +79,31 @@ def should_power_off(now: float, started: float, last_raylet: float | None, grac
     return now - last_raylet > idle_s
 
 
-def watch(grace_s: float, idle_s: float, power_off, running=raylet_running,
-          clock=time.monotonic, sleep=time.sleep, poll_s: float = POLL_S) -> str:
-    """Poll until should_power_off, then power_off(); return why."""
-    started, last_raylet = clock(), None
+def watch(grace_s: float, idle_s: float, power_off, running=raylet_pid,
+          clock=time.monotonic, sleep=time.sleep, poll_s: float = POLL_S,
+          watchdog_s: float | None = None, beat_age=None) -> str:
+    """Poll until should_power_off (or, with watchdog_s, the watchdog silent that long while
+    Ray runs), then power_off(); return why. running() gives the raylet's pid (None: none);
+    beat_age(pid), the heartbeat's age in seconds (None: no heartbeat yet)."""
+    started, last_raylet, pid_seen = clock(), None, (None, None)  # (pid, since)
     while True:
         now = clock()
-        if running():
+        pid = running()
+        why = None
+        if pid:
             last_raylet = now
+            if pid != pid_seen[0]:  # a new raylet (a new `ray up`): a new watchdog's grace
+                pid_seen = (pid, now)
+            if watchdog_s and pid != CANNOT_LOOK:
+                age = beat_age(pid)
+                silent = now - pid_seen[1] if age is None else min(age, now - pid_seen[1])
+                if silent > watchdog_s:
+                    why = (f"the watchdog silent for {watchdog_s / 60:g} min while Ray runs: no job "
+                           "limit or autostop would apply")
         elif should_power_off(now, started, last_raylet, grace_s, idle_s):
             why = (f"no raylet for {idle_s / 60:g} min" if last_raylet is not None
                    else f"no raylet within {grace_s / 60:g} min of boot")
+        if why:
             print(f"deadman: {why}; powering off (the instance terminates)", flush=True)
             power_off()
             return why
@@ -81,10 +120,18 @@ def main(argv=None) -> int:
                    help="from boot, before a raylet must have run")
     p.add_argument("--idle-minutes", type=float, required=True,
                    help="with no raylet, once one has run")
+    p.add_argument("--watchdog-minutes", type=float, help="the head: with Ray running, the "
+                   "watchdog's heartbeat may be this old at most")
+    p.add_argument("--heartbeat", default="/tmp/raykit-watchdog.heartbeat",
+                   help="the watchdog's heartbeat file, inside Ray's container")
     a = p.parse_args(argv)
     print(f"deadman: off after {a.grace_minutes:g} min without Ray from boot, or "
-          f"{a.idle_minutes:g} min without it after", flush=True)
-    watch(a.grace_minutes * 60, a.idle_minutes * 60, power_off)
+          f"{a.idle_minutes:g} min without it after"
+          + (f", or {a.watchdog_minutes:g} min without the watchdog's heartbeat while Ray runs"
+             if a.watchdog_minutes else ""), flush=True)
+    watch(a.grace_minutes * 60, a.idle_minutes * 60, power_off,
+          watchdog_s=a.watchdog_minutes * 60 if a.watchdog_minutes else None,
+          beat_age=lambda pid: heartbeat_age(pid, a.heartbeat))
     return 0
 
 

@@ -1,5 +1,6 @@
 """The nodes' dead-man switch (scripts/node/deadman.py): its clock as a unit, its look for a
-raylet in a /proc of our making, and how `make up` starts it on every AWS host."""
+raylet and the head watchdog's heartbeat in a /proc of our making, and how `make up` starts
+it on every AWS host."""
 
 import base64
 import os
@@ -9,7 +10,7 @@ import sys
 from conftest import REPO
 from scripts.providers.aws import render as aws_render
 from scripts.build import build
-from scripts.node.deadman import raylet_running, should_power_off, watch
+from scripts.node.deadman import CANNOT_LOOK, heartbeat_age, raylet_pid, raylet_running, should_power_off, watch
 
 GRACE_S, IDLE_S = 45 * 60, 10 * 60
 
@@ -36,13 +37,55 @@ class Clock:
         self.now += seconds
 
 
-def run_watch(raylet_at) -> tuple[str, float]:
-    """watch() on a stand-in clock; raylet_at(t) says whether a raylet runs at t. Returns
-    why it powered off and when."""
+def run_watch(raylet_at, beat_age_at=None, watchdog_s=None) -> tuple[str, float]:
+    """watch() on a stand-in clock; raylet_at(t) gives the raylet's pid at t (falsy: none),
+    beat_age_at(t) the watchdog heartbeat's age. Returns why it powered off and when."""
     clock, powered = Clock(), []
     why = watch(GRACE_S, IDLE_S, lambda: powered.append(clock.now),
-                running=lambda: raylet_at(clock.now), clock=clock, sleep=clock.sleep, poll_s=30)
+                running=lambda: raylet_at(clock.now), clock=clock, sleep=clock.sleep, poll_s=30,
+                watchdog_s=watchdog_s, beat_age=beat_age_at and (lambda pid: beat_age_at(clock.now)))
     return why, powered[0]
+
+
+WATCHDOG_S = aws_render.WATCHDOG_SILENT_MIN * 60
+SILENT = f"the watchdog silent for {aws_render.WATCHDOG_SILENT_MIN} min while Ray runs"
+
+
+def test_the_heads_watchdog_dead_for_good_powers_the_head_off_while_ray_runs():
+    """Ray up from minute 5; the watchdog beats every 10 s until hour 3, then never again
+    (its loop killed): off WATCHDOG minutes later, though the raylet lives on."""
+    why, at = run_watch(lambda t: 4242 if t >= 300 else None,
+                        lambda t: 10 if t < 3 * 3600 else t - 3 * 3600, WATCHDOG_S)
+    assert why.startswith(SILENT) and 3 * 3600 + WATCHDOG_S < at <= 3 * 3600 + WATCHDOG_S + 30
+
+
+def test_a_watchdog_that_never_beats_is_given_its_time_from_the_raylets_start():
+    why, at = run_watch(lambda t: 4242 if t >= 300 else None, lambda t: None, WATCHDOG_S)
+    assert why.startswith(SILENT) and 300 + WATCHDOG_S < at <= 300 + WATCHDOG_S + 30
+
+
+def test_a_new_raylet_gives_its_watchdog_time_though_the_heartbeat_left_is_stale():
+    """A `ray up` on a head whose heartbeat file is an hour old (the last watchdog's): the
+    new raylet's watchdog is given its time, beats at 20 s, and the head stays up until
+    its raylet is gone."""
+    why, at = run_watch(lambda t: 2000 if t < 20000 else None, lambda t: 3600 if t < 20 else 5, WATCHDOG_S)
+    assert why == "no raylet for 10 min" and at > 20000
+
+
+def test_workers_watch_no_watchdog_and_a_proc_that_cannot_be_read_powers_nothing_off():
+    why, at = run_watch(lambda t: 4242 if t < 9 * 3600 else None, lambda t: 10**6, None)
+    assert why == "no raylet for 10 min" and at > 9 * 3600
+    why, at = run_watch(lambda t: CANNOT_LOOK if t < 9 * 3600 else None, lambda t: 10**6, WATCHDOG_S)
+    assert at > 9 * 3600  # blind: no heartbeat is judged
+
+
+def test_the_heartbeat_is_read_inside_the_raylets_container(tmp_path):
+    beat = tmp_path / "4242" / "root" / "tmp" / "raykit-watchdog.heartbeat"
+    beat.parent.mkdir(parents=True)
+    beat.touch()
+    os.utime(beat, (1000, 1000))
+    assert heartbeat_age(4242, "/tmp/raykit-watchdog.heartbeat", str(tmp_path), now=lambda: 1100) == 100
+    assert heartbeat_age(4243, "/tmp/raykit-watchdog.heartbeat", str(tmp_path), now=lambda: 1100) is None
 
 
 def test_watch_setup_that_never_starts_ray():
@@ -61,10 +104,10 @@ def test_raylet_is_found_by_its_process_name(tmp_path):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "comm").write_text(name + "\n")
     (tmp_path / "self").mkdir()
-    assert raylet_running(str(tmp_path))
+    assert raylet_running(str(tmp_path)) and raylet_pid(str(tmp_path)) == 4242
     (tmp_path / "4242" / "comm").write_text("raylet_monitor\n")
     assert not raylet_running(str(tmp_path))
-    assert raylet_running(str(tmp_path / "absent"))  # cannot look: never power off blind
+    assert raylet_pid(str(tmp_path / "absent")) == CANNOT_LOOK  # cannot look: never power off blind
 
 
 def test_this_host_without_ray_has_no_raylet_and_the_program_runs_standalone():
@@ -77,9 +120,10 @@ def test_this_host_without_ray_has_no_raylet_and_the_program_runs_standalone():
 
 def test_every_aws_node_starts_the_switch_at_boot_and_powering_off_terminates():
     """The user data (cloud-init, as root, before SSH, Docker and Ray): the program, byte
-    for byte, and the systemd unit; on every node type, with shutdown = terminate."""
+    for byte, and the systemd unit; on every node type, with shutdown = terminate; the
+    head's also watches its watchdog's heartbeat, the workers' do not."""
     config = build("hetero").config
-    for node_type in config["available_node_types"].values():
+    for name, node_type in config["available_node_types"].items():
         node_config = node_type["node_config"]
         assert node_config["InstanceInitiatedShutdownBehavior"] == "terminate"
         script = node_config["UserData"]
@@ -89,4 +133,7 @@ def test_every_aws_node_starts_the_switch_at_boot_and_powering_off_terminates():
         assert ("systemd-run --unit raykit-deadman --property Restart=always python3 "
                 f"/opt/raykit/deadman.py --grace-minutes {aws_render.DEADMAN_GRACE_MIN} "
                 f"--idle-minutes {aws_render.DEADMAN_IDLE_MIN}") in script
+        watched = (f"--watchdog-minutes {aws_render.WATCHDOG_SILENT_MIN} "
+                   f"--heartbeat {aws_render.WATCHDOG_HEARTBEAT}")
+        assert (watched in script) == (name == config["head_node_type"]), name
         assert len(script) < 16 * 1024  # EC2's limit on user data

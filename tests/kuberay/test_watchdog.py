@@ -12,6 +12,7 @@ RayCluster deleted, the pods with it; another refused)."""
 import datetime
 import json
 import os
+import signal
 import ssl
 import subprocess
 import sys
@@ -128,7 +129,8 @@ def test_the_head_pod_runs_the_watchdog_and_a_rayjobs_cluster_does_not():
     ray, dog = head["containers"]
     assert ray["name"] == "ray-head" and dog["name"] == watchdog.NAME  # Ray's container stays first
     assert dog["image"] == ray["image"]
-    assert dog["command"][4:] == ["--address", "http://127.0.0.1:8265", "--minutes", "60",
+    assert dog["command"][:3] == ["bash", "-c", watchdog.LOOP]  # restarted if it exits: the pod is never
+    assert dog["command"][5:] == ["--address", "http://127.0.0.1:8265", "--minutes", "60",
                                   "--kuberay", "ray", "k8s-hetero"]
     assert {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {"name": "k8s-hetero", "key": "auth_token"}}} \
         in dog["env"]
@@ -145,21 +147,40 @@ def test_the_head_pod_runs_the_watchdog_and_a_rayjobs_cluster_does_not():
 
 
 def test_an_idle_kuberay_cluster_is_deleted_by_its_own_watchdog(api, standin_head):
-    """The rendered container's own command (its Python swapped for .venv's, its minutes
-    for seconds), against a real Ray head with no job: the RayCluster is deleted."""
+    """The rendered container's own command (under its restart loop, with .venv's Python
+    first on PATH, its minutes as seconds), against a real Ray head with no job: the
+    RayCluster is deleted, and the loop ends with it."""
     head = build("k8s_hetero").config["spec"]["headGroupSpec"]["template"]["spec"]
     command = next(c for c in head["containers"] if c["name"] == watchdog.NAME)["command"]
-    command = [sys.executable, *command[1:]]
     command[command.index("--address") + 1] = f"http://127.0.0.1:{standin_head}"
     command[command.index("--minutes") + 1] = "0.05"  # 3 s
     env = dict(os.environ, KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=api.url.rsplit(":", 1)[1],
-               RAYKIT_AUTOSTOP_POLL_S="0.5", RAY_AUTH_MODE="disabled")  # the stand-in head runs without auth
+               RAYKIT_AUTOSTOP_POLL_S="0.5", RAY_AUTH_MODE="disabled",  # the stand-in head runs without auth
+               PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
     done = subprocess.run(command + ["--service-account-dir", str(api.account)], env=env, cwd="/",
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "autostop: the cluster stops after 3 s with no job" in done.stdout
     assert "RayCluster ray/k8s-hetero deleted; its pods go with it" in done.stdout
     assert [p["path"] for p in api.seen] == ["/apis/ray.io/v1/namespaces/ray/rayclusters/k8s-hetero"]
+
+
+def test_a_watchdog_that_exits_is_restarted_in_its_container():
+    """The pod's restartPolicy is Never: the container's own loop restarts the watchdog
+    (here one refused its arguments, exit 2), its pause shortened."""
+    head = build("k8s_hetero").config["spec"]["headGroupSpec"]["template"]["spec"]
+    command = next(c for c in head["containers"] if c["name"] == watchdog.NAME)["command"]
+    command[2] = command[2].replace(f"sleep {watchdog.RESTART_S};", "sleep 0.2;")
+    command[command.index("--minutes") + 1] = "nope"
+    env = dict(os.environ, PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
+    loop = subprocess.Popen(command, env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out = loop.communicate(timeout=6)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(loop.pid, signal.SIGKILL)
+        out = loop.communicate()[0]
+    assert out.count("autostop: the watchdog exited (2); restarting in 10 s") >= 2, out
 
 
 def test_a_cluster_its_watchdog_deleted_says_so_and_make_down_forgets_it(tmp_path):

@@ -58,6 +58,16 @@ DEADMAN_GRACE_MIN = 45
 DEADMAN_IDLE_MIN = 10
 
 
+# The head's watchdog (autostop.py) is restarted by a loop named WATCHDOG_LOOP_NAME (its
+# $0); the head's dead-man switch powers off once its heartbeat is WATCHDOG_SILENT_MIN old
+# while Ray runs (a dead loop, or a watchdog that fails every try).
+WATCHDOG_RESTART_S = 10
+WATCHDOG_LOOP_NAME = "raykit-watchdog-loop"
+WATCHDOG_HEARTBEAT = "/tmp/raykit-watchdog.heartbeat"
+WATCHDOG_PID_FILE = "/tmp/raykit-watchdog.pid"
+WATCHDOG_SILENT_MIN = 15
+
+
 CONTAINER_USER = "1000:100"  # the `ray` user and `users` group of Ray's Docker images
 
 
@@ -89,15 +99,16 @@ def template_context(cluster: str, values: dict) -> dict:
         "head": aws_node(HEAD_TYPE, head, preprocess=head["preprocess"], spot=False,
                          root_device=aws["root_device"], coordinate=head["role"] == "coordinate")
         | {"iam_instance_profile": iam_profile(head_profile_name(values)),
-           "placement_group": placement_group_name(values) if head["role"] == "train" else None},
+           "placement_group": placement_group_name(values) if head["role"] == "train" else None,
+           "user_data": deadman_user_data(head=True)},
         "workers": [aws_node(name, w, preprocess=w["role"] == "preprocess", spot=w["spot"],
                              root_device=aws["root_device"], worker=True)
                     | {"min_workers": w["min_workers"], "max_workers": w["max_workers"],
                        "placement_group": placement_group_name(values) if w["role"] == "train" else None,
-                       "iam_instance_profile": iam_profile(worker_profile_name(values))}
+                       "iam_instance_profile": iam_profile(worker_profile_name(values)),
+                       "user_data": deadman_user_data()}
                     for name, w in values["workers"].items()],
         "initialization_commands": host_dir_commands(docker, data_volumes),
-        "user_data": deadman_user_data(),
         "head_start_ray_command": (
             f"ulimit -n 65536; RAY_AUTH_MODE={AUTH_MODE} ray start --head --port={GCS_PORT} "
             f"--object-manager-port={OBJECT_MANAGER_PORT} "
@@ -116,12 +127,28 @@ def template_context(cluster: str, values: dict) -> dict:
 def autostop_command(values: dict) -> str:
     """The head's watchdog, always: it stops a job past its time limit (recorded with the
     job), and after autostop_minutes with no job (0: never) it terminates every instance
-    tagged with this cluster, its own head last (the head policy allows just that)."""
-    return (f"nohup python {NODE_PROGRAMS_REMOTE_DIR}/autostop.py " + shlex.join([
+    tagged with this cluster, its own head last (the head policy allows just that).
+
+    A shell loop restarts it WATCHDOG_RESTART_S after any exit but its own teardown's (0):
+    a crash or an out-of-memory kill costs seconds of watching, not the cluster's limits.
+    Its idle clock restarts from Ray's job list, not from zero. A watchdog that keeps
+    failing, or a loop that died, stops the heartbeat, and the head's dead-man switch
+    powers it off (deadman_user_data). A second `ray up` first ends the loop it started."""
+    watchdog = f"python {NODE_PROGRAMS_REMOTE_DIR}/autostop.py " + shlex.join([
         "--address", f"http://127.0.0.1:{DASHBOARD_PORT}",
         "--minutes", str(values["autostop_minutes"]),
-        "--aws", values["cluster_name"], values["aws"]["region"]])
-        + " > /tmp/raykit-autostop.log 2>&1 &")
+        "--aws", values["cluster_name"], values["aws"]["region"],
+        "--heartbeat", WATCHDOG_HEARTBEAT])
+    loop = (f"echo $$ > {WATCHDOG_PID_FILE}; "
+            f"while :; do {watchdog}; code=$?; [ $code -eq 0 ] && exit 0; "
+            f"echo \"autostop: the watchdog exited ($code); restarting in {WATCHDOG_RESTART_S} s\"; "
+            f"sleep {WATCHDOG_RESTART_S}; done")
+    # the loop's own process group (setsid): ending it ends the watchdog it runs too; the
+    # pid file is trusted only where that process is still the loop
+    end_previous = (f"(pid=$(cat {WATCHDOG_PID_FILE} 2>/dev/null) && "
+                    f"grep -qs {WATCHDOG_LOOP_NAME} /proc/$pid/cmdline && kill -- -$pid) || true")
+    return (f"{end_previous}; setsid nohup bash -c {shlex.quote(loop)} {WATCHDOG_LOOP_NAME} "
+            ">> /tmp/raykit-autostop.log 2>&1 &")
 
 
 def spot_watch_command(values: dict) -> str | None:
@@ -178,13 +205,14 @@ def aws_node(name: str, node: dict, preprocess: bool, spot: bool, root_device: s
     }
 
 
-def deadman_user_data() -> str:
+def deadman_user_data(head: bool = False) -> str:
     """Every node's EC2 user data: a script cloud-init runs as root at first boot, before
     SSH, Docker or Ray, that starts the node's dead-man switch (scripts/node/deadman.py) as
     a systemd unit restarting if it dies. A node on which Ray never starts (its setup
     failed, or SSH never reached it) or has stopped then powers itself off, and, launched
     with InstanceInitiatedShutdownBehavior=terminate, is terminated. The program travels
-    base64-encoded: its text never meets a shell."""
+    base64-encoded: its text never meets a shell. The head's also watches its watchdog's
+    heartbeat (autostop_command)."""
     program = base64.b64encode(DEADMAN_PROGRAM.read_bytes()).decode()
     return "\n".join([
         "#!/bin/bash",
@@ -192,7 +220,8 @@ def deadman_user_data() -> str:
         "mkdir -p /opt/raykit",
         f"echo {program} | base64 -d > /opt/raykit/deadman.py",
         f"systemd-run --unit {DEADMAN_UNIT} --property Restart=always python3 "
-        f"/opt/raykit/deadman.py --grace-minutes {DEADMAN_GRACE_MIN} --idle-minutes {DEADMAN_IDLE_MIN}",
+        f"/opt/raykit/deadman.py --grace-minutes {DEADMAN_GRACE_MIN} --idle-minutes {DEADMAN_IDLE_MIN}"
+        + (f" --watchdog-minutes {WATCHDOG_SILENT_MIN} --heartbeat {WATCHDOG_HEARTBEAT}" if head else ""),
         ""])
 
 

@@ -22,6 +22,12 @@ NAME = "raykit-watchdog"  # the head pod's container that runs scripts/node/auto
 BOOT = ("import base64, sys; "
         "exec(compile(base64.b64decode(sys.argv.pop(1)), 'autostop.py', 'exec'))")
 RESOURCES = {"cpu": "100m", "memory": "512Mi"}  # Python, Ray's job client, a poll every 10 s
+# The operator gives a head pod of autoscaler v2 restartPolicy Never (v1.7.0 common/pod.go),
+# so the kubelet never restarts an exited container: a shell loop does, RESTART_S after any
+# exit but its teardown's (0). bash -c's $0 is BOOT, "$@" the program and its arguments.
+RESTART_S = 10
+LOOP = ('while :; do python -c "$0" "$@"; code=$?; [ $code -eq 0 ] && exit 0; '
+        f'echo "autostop: the watchdog exited ($code); restarting in {RESTART_S} s"; sleep {RESTART_S}; done')
 
 
 def container(values: dict, dashboard_port: int) -> dict:
@@ -33,7 +39,7 @@ def container(values: dict, dashboard_port: int) -> dict:
     return {
         "name": NAME,
         "image": values["images"]["gpu" if values["head"]["pod"]["gpus"] else "cpu"],
-        "command": ["python", "-c", BOOT, program,
+        "command": ["bash", "-c", LOOP, BOOT, program,
                     "--address", f"http://127.0.0.1:{dashboard_port}",
                     "--minutes", str(values["autostop_minutes"]),
                     "--kuberay", values["kubernetes"]["namespace"], values["cluster_name"]],
