@@ -13,11 +13,13 @@ RAY_VERSION = "2.60.0"
 PYTHON_TAG = "py311"
 # rayproject/ray-ml is no longer published: the kit bases nodes on the plain Ray image
 # and installs the jobs' pinned packages on top (setup_commands in aws.yaml.j2).
-# The GPU image is pinned to an explicit CUDA tag: `-gpu` only aliases some `-cuXXX`
-# image (cu121 as Ray's CI sets GPU_PLATFORM), whose CUDA would change under us.
-RAY_IMAGE_CUDA = "12.8"
+# GPU nodes take the same CUDA-less image as CPU nodes: the pinned torch's CUDA wheel
+# brings its own CUDA 13.0 runtime (its nvidia-* wheels), and the NVIDIA container runtime
+# mounts the host driver's libcuda and NVML into the container (`--gpus all` on AWS, the
+# device plugin on Kubernetes). Ray's `-cu128` image added a CUDA 12.8 toolkit that nothing
+# used, several GB on every GPU node's first pull (`-gpu` only aliases some `-cuXXX`).
 DOCKER_IMAGE = {
-    "gpu": f"rayproject/ray:{RAY_VERSION}-{PYTHON_TAG}-cu128",
+    "gpu": f"rayproject/ray:{RAY_VERSION}-{PYTHON_TAG}-cpu",
     "cpu": f"rayproject/ray:{RAY_VERSION}-{PYTHON_TAG}-cpu",
 }
 
@@ -61,11 +63,10 @@ def dlami_driver(ami_name: str) -> int | None:
 
 
 def gpu_driver_needed() -> tuple[int, str]:
-    """(driver major, why) that the GPU nodes' software needs."""
-    torch_needs, image_needs = CUDA_MIN_DRIVER[TORCH_CUDA], CUDA_MIN_DRIVER[RAY_IMAGE_CUDA]
-    why = (f"torch's CUDA {TORCH_CUDA} needs >= {torch_needs} "
-           f"(the Ray image's CUDA {RAY_IMAGE_CUDA} >= {image_needs})")
-    return max(torch_needs, image_needs), why
+    """(driver major, why) that the GPU nodes' software needs: torch's CUDA alone (the
+    image brings none)."""
+    torch_needs = CUDA_MIN_DRIVER[TORCH_CUDA]
+    return torch_needs, f"torch's CUDA {TORCH_CUDA} needs >= {torch_needs}"
 
 
 # The oldest GPU architecture the pinned torch build ships kernels for: torch 2.14.1+cu130's

@@ -265,7 +265,7 @@ VALUE_CASES = [
     ("AMI whose driver is too old for torch's CUDA", "hetero",
      lambda v: set_path(v, "aws.image_id", "ami-0bbdd5918468148eb"),
      "aws.image_id: ami-0bbdd5918468148eb (DLAMI 20250505) has NVIDIA driver 570; torch's CUDA "
-     "13.0 needs >= 580 (the Ray image's CUDA 12.8 >= 570): set image_id: auto"),
+     "13.0 needs >= 580: set image_id: auto"),
     ("known AMI of another region", "hetero",
      lambda v: (set_path(v, "aws.region", "eu-west-1"), set_path(v, "aws.image_id", "ami-0bbdd5918468148eb")),
      "aws.image_id: ami-0bbdd5918468148eb is an AMI of us-east-1, not eu-west-1"),

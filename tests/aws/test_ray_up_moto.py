@@ -119,7 +119,7 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
 
     remote = log.read_text()
     assert "sudo mkdir -p /mnt/data" in remote  # initialization command, on the host
-    assert "docker run" in remote and "rayproject/ray:2.60.0-py311-cu128" in remote
+    assert "docker run" in remote and "rayproject/ray:2.60.0-py311-cpu" in remote
     assert "-v /mnt/data:/data" in remote and "--shm-size=6g" in remote
     assert "pip install -q --no-cache-dir torch==2.14.1" in remote
     assert "--dashboard-host=127.0.0.1" in remote
@@ -223,7 +223,7 @@ def test_dry_run_says_what_would_launch_and_launches_nothing(moto_server, tmp_pa
     assert [line for line in run.stdout.splitlines() if not line.startswith("preflight:")] == [
         "dry run: CLUSTER=hetero would launch (nothing is launched):",
         f"AWS us-east-1, zone us-east-1a, AMI {dlami}",
-        "  ray.head.default: 1 x g5.xlarge, 150 GB gp3, rayproject/ray:2.60.0-py311-cu128, ~$1.02/h each",
+        "  ray.head.default: 1 x g5.xlarge, 150 GB gp3, rayproject/ray:2.60.0-py311-cpu, ~$1.02/h each",
         "  cpu_worker: 2-4 x c5.4xlarge, 100 GB gp3, rayproject/ray:2.60.0-py311-cpu, ~$0.69/h each",
         "total ~$2.40/h with min_workers, up to ~$3.79/h at max_workers"]
     assert str(ec2.describe_instances()["Reservations"]) == before

@@ -90,7 +90,7 @@ def test_values_land_where_kuberay_reads_them():
     container = gpu["template"]["spec"]["containers"][0]
     assert container["resources"]["limits"] == {"cpu": "44", "memory": "160Gi", "nvidia.com/gpu": "4"}
     assert container["resources"]["requests"] == container["resources"]["limits"]
-    assert container["image"].endswith("-cu128")
+    assert container["image"] == "rayproject/ray:2.60.0-py311-cpu"  # CUDA comes with torch's wheel
     assert cpu["template"]["spec"]["containers"][0]["image"].endswith("-cpu")
     assert gpu["template"]["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "g5.12xlarge"}
     assert gpu["template"]["spec"]["tolerations"] == [
@@ -280,7 +280,7 @@ def test_baked_images_must_not_be_the_stock_ones():
     values["images"]["job_packages"] = "baked"
     with pytest.raises(Exception) as refused:
         build_text("k8s_hetero", yaml.safe_dump(values).encode())
-    assert "images.gpu: rayproject/ray:2.60.0-py311-cu128 is a stock Ray image" in str(refused.value)
+    assert "images.gpu: rayproject/ray:2.60.0-py311-cpu is a stock Ray image" in str(refused.value)
     assert "images.cpu: rayproject/ray:2.60.0-py311-cpu is a stock Ray image" in str(refused.value)
     values["images"] |= {"gpu": "registry.example.com/team/raykit-jobs:2.60.0-gpu",
                          "cpu": "registry.example.com/team/raykit-jobs:2.60.0-cpu"}
@@ -640,7 +640,7 @@ def test_run_dry_run_says_what_the_rayjob_would_be_and_creates_nothing(kube):
     assert ("  limits: stopped after 600 s (TIMEOUT: activeDeadlineSeconds); failed if its pods are not "
             "running within 1200 s (ready_timeout_minutes: preRunningDeadlineSeconds)") in lines
     assert any(line.startswith("  files: ConfigMap k8s-hetero-job-files, ") for line in lines)
-    assert any("rayproject/ray:2.60.0-py311-cu128" in line for line in lines)
+    assert any("rayproject/ray:2.60.0-py311-cpu" in line for line in lines)
     assert any(line.startswith("  cpu-worker: 2-4 pod(s)") for line in lines)  # then its cluster
     assert not any(c[2] in ("apply", "create", "delete") for c in kube.calls())
 
