@@ -8,6 +8,7 @@ from scripts.commands.lifecycle import (
     preflight_and_launch,
     prepared,
     print_plan,
+    refuse_a_twin,
     refuse_if_up,
     require_record,
     teardown,
@@ -112,6 +113,7 @@ def cmd_run(a) -> int:
     args, timeout, verbose = split_args(a.args), parse_timeout(a.timeout), flag("VERBOSE", a.verbose)
     built = build(a.cluster)  # a refused config launches nothing and tears nothing down
     checked_job_packages(built.provider, a.job)  # before anything is launched
+    refuse_a_twin(built)
     if flag("DRY_RUN", a.dry_run):
         lines = built.provider.run_plan(built, a.job, args, timeout)
         if lines is None:  # make run is up, submit and down: what up would launch

@@ -42,9 +42,30 @@ def cmd_preflight(a) -> int:
     return 0
 
 
+def refuse_a_twin(built) -> None:
+    """Another values file launched from this checkout that names the same cluster to the
+    platform (aws: its cluster_name; kuberay: its name in its namespace) is refused, before
+    any cloud or cluster call: up would adopt or break the other's nodes, and down of
+    either would stop both. A record that cannot be read is said, not skipped in silence."""
+    for other in state.launched_clusters():
+        if other == built.cluster:
+            continue
+        try:
+            record = load_record(other)
+        except KitError as e:
+            raise KitError(f"{state.record_path(other)}: cannot tell whether it is this cluster "
+                           f"({str(e)[:120]}); `make down CLUSTER={other}` or remove it first") from None
+        if record and built.provider.same_cluster(built.values, record):
+            raise KitError(f"cluster_name: {built.values['cluster_name']!r} is the cluster CLUSTER={other} "
+                           f"launched ({state.record_path(other)}): to {built.provider.NAME} two values "
+                           f"files with one cluster_name are one cluster; give {built.cluster}.yaml its "
+                           f"own cluster_name, or `make down CLUSTER={other}` first")
+
+
 def prepared(built, avoid_zones: tuple = ()):
     """The provider's read-only preflight, then the config rebuilt with what it pinned
-    (through the same checks as any values file)."""
+    (through the same checks as any values file); first, refuse_a_twin."""
+    refuse_a_twin(built)
     values, found = built.provider.preflight(built.values, avoid_zones)
     for line in found:
         print(line, flush=True)

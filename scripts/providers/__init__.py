@@ -67,6 +67,10 @@ class Provider(Protocol):
     def wait_until_ready(self, record: dict) -> None:
         """Block until the head and min_workers of every worker type have joined."""
 
+    def same_cluster(self, values: dict, record: dict) -> bool:
+        """Whether `values` would launch the cluster `record` (any provider's) names: one
+        cluster to the platform, whatever CLUSTER each came from."""
+
     def is_running(self, record: dict) -> bool:
         """Whether the recorded cluster may still run (False: its record is stale)."""
 

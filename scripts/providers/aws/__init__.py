@@ -277,6 +277,12 @@ def heads(record: dict) -> list[str]:
     return [i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]]
 
 
+def same_cluster(values: dict, record: dict) -> bool:
+    """One cluster_name is one cluster to AWS in every region: its tag, its security
+    group's name and its IAM roles (global) are named after it."""
+    return record["provider"] == NAME and values["cluster_name"] == record["cluster_name"]
+
+
 def head_launched(record: dict) -> bool:
     """Whether a head of this cluster is pending or running: one of the tries of Ray's
     head launch may have got one after another was refused capacity. Then `make up` must

@@ -24,6 +24,51 @@ def nodes_of(values: dict) -> dict:
     return {"head": values["head"]} | {f"workers.{n}": w for n, w in values["workers"].items()}
 
 
+def cidr_problems(key: str, cidr: str) -> list[str]:
+    """A range as EC2 reads it: no leading zeros (read as octal by some tools, refused by
+    others), no host bits (`10.0.0.0/0` reads as a private range and is every address on
+    the internet: EC2 keeps the prefix alone)."""
+    import ipaddress
+
+    try:
+        ipaddress.IPv4Network(cidr, strict=True)
+    except ValueError as e:
+        if "host bits" not in str(e):
+            return [f"{key}: {short(cidr)} is not an IPv4 range ({e}); write it as 203.0.113.0/24"]
+        means = ipaddress.IPv4Network(cidr, strict=False)
+        return [f"{key}: {short(cidr)} has host bits set, and EC2 reads it as {means}"
+                + (" (every address on the internet)" if means.prefixlen == 0 else "")
+                + f"; write {means} if you mean that, or the range you meant"]
+    return []
+
+
+# S3's rules for general purpose bucket names beyond the schema's characters and length
+# (docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html, 2026-11): names S3
+# refuses at creation, which no bucket of that name can exist under.
+BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def bucket_problems(key: str, name: str) -> list[str]:
+    import ipaddress
+
+    why = None
+    if ".." in name:
+        why = "has two adjacent periods"
+    elif name.startswith(BUCKET_PREFIXES):
+        why = f"starts with a prefix S3 reserves ({', '.join(BUCKET_PREFIXES)})"
+    elif name.endswith(BUCKET_SUFFIXES):
+        why = f"ends with a suffix S3 reserves ({', '.join(BUCKET_SUFFIXES)})"
+    else:
+        try:
+            ipaddress.IPv4Address(name)
+            why = "is formatted as an IP address"
+        except ValueError:
+            pass
+    return [f"{key}: {short(name)} {why}: S3 refuses such a name, so no bucket has it; name the bucket "
+            "the jobs read"] if why else []
+
+
 def value_problems(values: dict) -> list[str]:
     problems = []
     aws, docker = values["aws"], values["docker"]
@@ -48,6 +93,10 @@ def value_problems(values: dict) -> list[str]:
         problems.append("aws.ssh_cidr: auto opens SSH to this machine's public address only, but "
                         "with aws.use_internal_ips: true `ray up` connects from a private one; set "
                         "ssh_cidr to the range it connects from (your VPN's or VPC's, e.g. 10.0.0.0/16)")
+    if aws["ssh_cidr"] != "auto":
+        problems += cidr_problems("aws.ssh_cidr", aws["ssh_cidr"])
+    for i, bucket in enumerate(aws["data_buckets"]):
+        problems += bucket_problems(f"aws.data_buckets[{i}]", bucket)
     if aws["ssh_cidr"] != "auto" and aws["security_group_ids"]:
         problems.append("aws.ssh_cidr: applies to the group the kit creates, but "
                         "aws.security_group_ids names your own; set the SSH rule in your group "

@@ -648,6 +648,13 @@ def down(cluster: str, record: dict | None, purge: bool = False) -> str:
             "is left (the node groups scale their nodes down on their own)")
 
 
+def same_cluster(values: dict, record: dict) -> bool:
+    """A RayCluster is its name in its namespace (in whatever context: the kit cannot
+    know which a values file's cluster will be launched in, so it counts as the same)."""
+    return record["provider"] == NAME and (values["kubernetes"]["namespace"], values["cluster_name"]) \
+        == (record["namespace"], record["name"])
+
+
 def is_running(record: dict) -> bool:
     """Whether the RayCluster exists; where the API cannot be asked, it stands."""
     try:

@@ -473,6 +473,12 @@ def job_address(record: dict):
     yield record["dashboard_url"], sys.executable, record["auth_token"]
 
 
+def same_cluster(values: dict, record: dict) -> bool:
+    """Never: a local cluster is its own processes, ports and temp dir, found by its
+    CLUSTER; two values files with one cluster_name run apart."""
+    return False
+
+
 def is_running(record: dict) -> bool:
     """The cluster answers while its head's GCS runs: without it no command reaches the
     cluster, whatever else of it is left (a worker's raylet, the dashboard, the watchdog)."""
