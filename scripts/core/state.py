@@ -73,7 +73,7 @@ def load(cluster: str, record_schemas: dict[str, dict]) -> dict | None:
     providers (scripts/providers/__init__.py's load_record): this module knows records,
     not providers."""
     path = record_path(cluster)
-    if not path.exists():
+    if not os.path.lexists(path):  # a link, even one to nothing, is there: judged below
         return None
     where = f"{path}"
     fix = (f"it is not a record the kit wrote; move it away, then `make down CLUSTER={cluster}` "

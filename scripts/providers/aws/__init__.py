@@ -15,9 +15,12 @@ import copy
 import json
 import re
 import signal
+import stat
 import subprocess
 import time
 from contextlib import contextmanager
+
+import yaml
 
 from scripts import catalog
 from scripts.core import state, tunnel
@@ -494,6 +497,7 @@ def down(cluster: str, record: dict | None, purge: bool = False) -> str:
         raise KitError(f"{state.config_path(cluster)} is missing; stop '{cluster}' from the EC2 "
                        f"console (instances tagged {TAG_CLUSTER}={record['cluster_name']}), "
                        f"then delete {state.record_path(cluster)}")
+    require_own_names(cluster, record)
     require_credentials()
     code = run_ray(["down", "-y", str(state.config_path(cluster))])
     if code != 0:
@@ -514,6 +518,38 @@ def down(cluster: str, record: dict | None, purge: bool = False) -> str:
     state.forget(cluster)
     return (f"AWS cluster '{cluster}': every instance terminated"
             + (f"; left behind: {'; '.join(behind)}" if behind else ""))
+
+
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def require_own_names(cluster: str, record: dict) -> None:
+    """`down` (and PURGE) act on what the record and the launched config name: each must be
+    what this record's cluster_name makes (make up writes nothing else), so an edited or
+    planted file never steers `ray down` or a deletion onto another cluster's instances,
+    group, roles or placement group."""
+    name = record["cluster_name"]
+    own = {"security_group": f"ray-{name}", "head_role": f"raykit-{name}-head",
+           "worker_role": f"raykit-{name}-worker", "placement_group": f"raykit-{name}"}
+    stray = [f"{key}: {short(record[key])}" for key, expected in own.items()
+             if record.get(key) not in (None, expected)]
+    path = state.config_path(cluster)
+    try:
+        kind = path.lstat()
+        if not stat.S_ISREG(kind.st_mode) or kind.st_size > MAX_CONFIG_BYTES:
+            raise ValueError("not a regular file of at most 1 MiB")
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        names = (config["cluster_name"], config["provider"]["region"])
+    except (OSError, ValueError, TypeError, KeyError, yaml.YAMLError) as e:
+        raise KitError(f"{path} is not the config `make up` launched ({short(str(e), 60)[1:-1]}); stop "
+                       f"'{cluster}' from the EC2 console (instances tagged {TAG_CLUSTER}={name}), "
+                       f"then delete {state.record_path(cluster)}") from None
+    if names != (name, record["region"]):
+        stray.append(f"{path.name}: cluster {short(names[0])} in {short(names[1])}")
+    if stray:
+        raise KitError(f"{state.record_path(cluster)} names what is not cluster {name}'s ("
+                       f"{'; '.join(stray)[:200]}); nothing was stopped: move the files away and "
+                       f"stop '{cluster}' from the EC2 console (instances tagged {TAG_CLUSTER}={name})")
 
 
 def cluster_instances(ec2, record: dict, states: list[str]) -> list[str]:
