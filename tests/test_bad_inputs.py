@@ -344,6 +344,15 @@ VALUE_CASES = [
     ("two volumes on one mount, one with a trailing slash", "k8s_multi",
      lambda v: v["volumes"].append({"claim": "other", "mount": "//data/", "read_only": True}),
      "volumes: two volumes share a mount"),
+    # Ray's own images of another Ray or Python than the kit's: the first job fails on the pods
+    ("a stock image of another Ray release", "k8s_hetero", lambda v: set_path(v, "images.cpu", "rayproject/ray:2.59.0-py311-cpu"),
+     "images.cpu: 'rayproject/ray:2.59.0-py311-cpu' runs Ray 2.59.0 on py311, and the kit's jobs and client are Ray 2.60.0"),
+    ("a stock image of another Python", "k8s_hetero", lambda v: set_path(v, "images.gpu", "docker.io/rayproject/ray:2.60.0-py312-cpu"),
+     "images.gpu: 'docker.io/rayproject/ray:2.60.0-py312-cpu' runs Ray 2.60.0 on py312"),
+    ("a stock image whose tag moves", "k8s_hetero", lambda v: set_path(v, "images.cpu", "rayproject/ray:latest"),
+     "images.cpu: 'rayproject/ray:latest': the tag 'latest' names no Ray release (2.60.0)"),
+    ("the last ray-ml image", "k8s_hetero", lambda v: set_path(v, "images.gpu", "rayproject/ray-ml:2.49.0-py311-gpu"),
+     "runs Ray 2.49.0 on py311"),
     # image references the runtime refuses (the pod would wait in InvalidImageName)
     ("an image with an empty path component", "k8s_hetero", lambda v: set_path(v, "images.cpu", "rayproject//ray:2.60.0"),
      "images.cpu: 'rayproject//ray:2.60.0' is no image reference"),

@@ -183,6 +183,22 @@ def image_problems(image: str) -> list[str]:
     if not tag and not digest:
         return [f"{short(image)} names no tag: every pull may take another image (latest); add one, "
                 "e.g. :2.60.0-py311-cpu"]
+    return stock_image_problems(image, tag) if is_stock_image(image) else []
+
+
+def stock_image_problems(image: str, tag: str) -> list[str]:
+    """Ray's own images say their Ray and Python in the tag: another Ray than the kit's
+    (the RayCluster's rayVersion, the jobs' APIs, this machine's job client) or another
+    Python than the pins are built for fails the first job, after the pods have started."""
+    stock = re.fullmatch(r"(\d+\.\d+\.\d+)(?:-(py\d+))?(?:-.*)?", tag)
+    if not stock:
+        return [f"{short(image)}: the tag {short(tag)} names no Ray release ({catalog.RAY_VERSION}); "
+                f"use a pinned one, e.g. rayproject/ray:{catalog.RAY_VERSION}-{catalog.PYTHON_TAG}-cpu"]
+    version, python = stock.groups()
+    if version != catalog.RAY_VERSION or (python or catalog.PYTHON_TAG) != catalog.PYTHON_TAG:
+        return [f"{short(image)} runs Ray {version}" + (f" on {python}" if python else "")
+                + f", and the kit's jobs and client are Ray {catalog.RAY_VERSION} on "
+                f"{catalog.PYTHON_TAG}; use rayproject/ray:{catalog.RAY_VERSION}-{catalog.PYTHON_TAG}-cpu"]
     return []
 
 
