@@ -133,3 +133,38 @@ def test_the_check_catches_drift():
                             "                       #   (1-1000)\n", schema) == [
         "idle_timeout_minutes: the comment says (1-1000), the schema 1-1440"]
     assert comment_problems("workers:\n  a:\n    min_workers: 1  # (0-16)\n", schema) == []
+
+
+def patterns_without_a_rule(node, path: str = "") -> list[str]:
+    """Schema paths whose `pattern` has no `description`: a value refused there would be
+    told a regular expression instead of the rule and its fix."""
+    found = []
+    if isinstance(node, dict):
+        if "pattern" in node and "description" not in node:
+            found.append(path or "(top)")
+        for key, sub in node.items():
+            found += patterns_without_a_rule(sub, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, sub in enumerate(node):
+            found += patterns_without_a_rule(sub, f"{path}[{i}]")
+    return found
+
+
+@pytest.mark.parametrize("schema", sorted((TEMPLATES / "schema").glob("*.schema.yaml")), ids=lambda p: p.name)
+def test_every_pattern_says_its_rule_in_words(schema):
+    assert patterns_without_a_rule(yaml.safe_load(schema.read_text())) == []
+
+
+def test_a_value_refused_by_a_pattern_is_told_the_rule_not_the_expression(capsys, tmp_path):
+    from conftest import USER_VALUES, load_example
+    from scripts import kit
+
+    values = load_example("hetero")
+    values["aws"]["data_buckets"] = ["s3://my-data"]
+    (USER_VALUES / "pattern_told.yaml").write_text(yaml.safe_dump(values))
+    try:
+        assert kit.main(["validate", "--cluster", "pattern_told"]) == 2
+    finally:
+        (USER_VALUES / "pattern_told.yaml").unlink()
+    err = capsys.readouterr().err
+    assert "aws.data_buckets.0: 's3://my-data' is not allowed; an S3 bucket name" in err and "^[" not in err
