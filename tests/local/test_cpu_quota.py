@@ -125,6 +125,15 @@ def test_quota_nodes_run_in_their_groups_and_down_leaves_no_group_even_after_a_c
     build_dir = tmp_path / "build"
     group = cpu_quota.cluster_group(cluster_id("quota_nodes", build_dir))
     with local_cluster_up(build_dir, "quota_nodes") as (env, state):
+        # A node's raylet registers (and `make up` counts it joined) a moment before the
+        # provider moves its processes into its group (loopback_node_provider._limit runs
+        # once ray's Node has started them): wait that moment out, a few seconds at most.
+        def limited() -> list:
+            return [p for p in group.iterdir() if p.is_dir()
+                    and "raylet" in [psutil_name(pid) for pid in (p / "cgroup.procs").read_text().split()]]
+        deadline = time.monotonic() + 10
+        while len(limited()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
         nodes = [p for p in group.iterdir() if p.is_dir()]
         assert len(nodes) == 2
         for node in nodes:
