@@ -174,9 +174,11 @@ def test_a_spot_notice_drains_a_cpu_worker_and_the_job_finishes(cluster, tmp_pat
             cwd=REPO, env=ray_env(state["auth_token"]), text=True,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:  # work is still being handed out after the notice
+            # strike at the first step: uint8 images fit Ray Data's budget whole, and by step
+            # 5 a loaded machine had started every preprocessing task
             proc, output = start_job(env, "vit_synthetic", f"--steps {steps} --batch-size {batch} "
-                                     f"{PREPROCESSING_BOUND} --results {results}",
-                                     until=f"step 5/{steps}:")
+                                     f"{PREPROCESSING_BOUND} --log-every 1 --results {results}",
+                                     until=f"step 1/{steps}:")
             imds.schedule("terminate", in_s=120)
             noticed, noticed_mono = time.time(), time.monotonic()
             watched, _ = watcher.communicate(timeout=60)
