@@ -36,11 +36,15 @@ def rendered_loop(tmp_path):
         f"sleep {aws_render.WATCHDOG_RESTART_S};", "sleep 0.2;")
 
 
-def start(tmp_path, command):
+def start(tmp_path, command, then: str | None = None):
+    """Run the command as a head start command would; `then` (exit | run): what the
+    stand-in watchdog does after its first, failing run."""
     home = tmp_path / "home"
     programs = home / "raykit_node"
     programs.mkdir(parents=True, exist_ok=True)
     (programs / "autostop.py").write_text(STAND_IN)
+    if then:
+        (programs / "then").write_text(then)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     if not (bin_dir / "python").exists():
@@ -68,6 +72,12 @@ def alive(pid: int) -> bool:
     return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
 
 
+def wait_gone(*pids: int, timeout_s: float = 10) -> None:
+    deadline = time.time() + timeout_s
+    while any(alive(pid) for pid in pids) and time.time() < deadline:
+        time.sleep(0.1)
+
+
 def end_loop(tmp_path):
     pid = int((tmp_path / "raykit-watchdog.pid").read_text())
     try:
@@ -77,17 +87,12 @@ def end_loop(tmp_path):
 
 
 def test_a_failing_watchdog_is_restarted_and_a_finished_one_is_not(tmp_path):
-    command = rendered_loop(tmp_path)
-    (tmp_path / "home" / "raykit_node").mkdir(parents=True)
-    (tmp_path / "home" / "raykit_node" / "then").write_text("exit")
-    programs = start(tmp_path, command)
+    programs = start(tmp_path, rendered_loop(tmp_path), then="exit")
     try:
         first, second = runs(programs, 2)
         assert "--aws hetero us-east-1" in first and f"--heartbeat {tmp_path}/raykit-watchdog.heartbeat" in first
         loop = int((tmp_path / "raykit-watchdog.pid").read_text())
-        deadline = time.time() + 10
-        while alive(loop) and time.time() < deadline:
-            time.sleep(0.1)
+        wait_gone(loop)
         assert not alive(loop)  # exit 0: the teardown ran, the loop ends
         assert len(runs(programs, 2)) == 2
         assert "the watchdog exited (1); restarting" in (tmp_path / "raykit-autostop.log").read_text()
@@ -97,18 +102,14 @@ def test_a_failing_watchdog_is_restarted_and_a_finished_one_is_not(tmp_path):
 
 def test_a_second_ray_up_ends_the_first_loop_and_its_watchdog(tmp_path):
     command = rendered_loop(tmp_path)
-    (tmp_path / "home" / "raykit_node").mkdir(parents=True)
-    (tmp_path / "home" / "raykit_node" / "then").write_text("run")
-    programs = start(tmp_path, command)
+    programs = start(tmp_path, command, then="run")
     try:
         _, running = runs(programs, 2)
         first_loop, first_watchdog = int((tmp_path / "raykit-watchdog.pid").read_text()), int(running.split()[0])
         assert alive(first_watchdog)
         start(tmp_path, command)  # `ray up` again: its head start commands run again
         third = runs(programs, 3)[2]
-        deadline = time.time() + 10
-        while (alive(first_loop) or alive(first_watchdog)) and time.time() < deadline:
-            time.sleep(0.1)
+        wait_gone(first_loop, first_watchdog)
         assert not alive(first_loop) and not alive(first_watchdog)
         assert alive(int(third.split()[0])) and int((tmp_path / "raykit-watchdog.pid").read_text()) != first_loop
     finally:
@@ -121,9 +122,8 @@ def test_a_pid_file_naming_another_process_is_not_killed(tmp_path):
     other = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         (tmp_path / "raykit-watchdog.pid").write_text(str(other.pid))
-        (tmp_path / "home" / "raykit_node").mkdir(parents=True)
-        (tmp_path / "home" / "raykit_node" / "then").write_text("exit")
-        start(tmp_path, rendered_loop(tmp_path))
+        programs = start(tmp_path, rendered_loop(tmp_path), then="exit")
+        runs(programs, 2)  # the new loop ran (and wrote its own pid), the check long done
         assert other.poll() is None
     finally:
         other.kill()
