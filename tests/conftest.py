@@ -149,11 +149,12 @@ def processes_of(state: dict) -> list:
 
 
 @contextmanager
-def local_cluster_up(build_dir: Path, cluster: str = "local"):
+def local_cluster_up(build_dir: Path, cluster: str = "local", env_extra: dict | None = None):
     """`make up CLUSTER=<cluster>` (a local values file) in a build dir of its own (so its
     own marker, temp dir and ports); yield (env for make, its record + build_dir); on exit
-    `make down` and check that nothing of it is left."""
-    env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir))
+    `make down` and check that nothing of it is left. env_extra: more of the environment
+    (a stand-in's settings)."""
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir), **(env_extra or {}))
     up = make("up", f"CLUSTER={cluster}", env=env, timeout=300)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     state = json.loads((build_dir / "launched" / f"{cluster}.json").read_text())
@@ -268,6 +269,17 @@ def standin_head(tmp_path):
         local.stop_processes(local.cluster_processes("standin-head", build=tmp_path))
         assert local.cluster_processes("standin-head", build=tmp_path) == []
         shutil.rmtree(private, ignore_errors=True)
+
+
+STANDIN_NVML = REPO / "tests" / "standins" / "nvml"
+
+
+def standin_gpus(*names: str, utilization_file: Path | None = None) -> dict:
+    """The environment that shows a process the stand-in NVML's GPUs (tests/standins/nvml):
+    the kit, and every Ray process it starts, see `names` as this machine's GPUs."""
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(STANDIN_NVML), os.environ.get("PYTHONPATH")])),
+           "STANDIN_GPUS": ",".join(names)}
+    return env | ({"STANDIN_GPU_UTIL": str(utilization_file)} if utilization_file else {})
 
 
 def kept_summary(output: str) -> dict:

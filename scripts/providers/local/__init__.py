@@ -14,6 +14,7 @@ Its concerns, a module each in this package:
   loopback_node_provider.py  the node provider the head's autoscaler loads: one raylet a node
   cpu_sets.py                which cores each node is pinned to
   cpu_quota.py               how much CPU time a node may use (cgroups)
+  gpus.py                    which of this machine's GPUs each node trains on
   autostop.py                the watchdog beside the head (autostop and job limits)
   __init__.py                the provider's face (the interface): values, up, down, day 2
 """
@@ -39,7 +40,7 @@ from scripts.core.paths import BUILD, REPO
 from scripts.core.ray_cli import free_ports, ray_cli, ray_env, use_auth_in_this_process
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.node.autostop import duration
-from scripts.providers.local import cpu_quota, cpu_sets
+from scripts.providers.local import cpu_quota, cpu_sets, gpus
 
 NAME = "local"
 # Ray's fake multi-node provider, which loopback_node_provider.py extends, registers the
@@ -108,7 +109,7 @@ def value_problems(values: dict) -> list[str]:
         problems.append(f"pin_cpus: the nodes need {cores_needed(values)} cores of their own at "
                         f"max_workers, this machine has {cores}; lower cpus or max_workers, "
                         "or set pin_cpus: false (nodes then share cores)")
-    return problems + quota_problems(values, cores)
+    return problems + quota_problems(values, cores) + gpus.problems(values, gpus.machine_gpus())
 
 
 def quota_problems(values: dict, host_cores: int) -> list[str]:
@@ -176,31 +177,34 @@ def core_sets(values: dict) -> tuple[list[int] | None, list[int]]:
 
 def template_context(cluster: str, values: dict) -> dict:
     head = values["head"]
+    given = gpus.per_node(values, len(gpus.machine_gpus()))
     return {
         "provider_class": PROVIDER_CLASS,
         # a coordinating head offers no CPU: Ray schedules no task or worker there (the
         # job's driver needs none)
         "head": {"name": HEAD_TYPE,
-                 "resources": resources(head) | ({"CPU": 0} if head["role"] == "coordinate" else {}),
+                 "resources": resources(head, given["head"])
+                 | ({"CPU": 0} if head["role"] == "coordinate" else {}),
                  "labels": head_labels(values)},
         "workers": [
             {"name": name, "min_workers": w["min_workers"], "max_workers": w["max_workers"],
-             "resources": resources(w) | {placement.type_resource(name): 1},
+             "resources": resources(w, given[f"workers.{name}"]) | {placement.type_resource(name): 1},
              "labels": placement.node_labels(name, trainer_slots=w["trainer_slots"],
                                              preprocess=w["role"] == "preprocess"),
              # read by loopback_node_provider.py (Ray's schema leaves node_config alone)
              "node_config": {"cores": cores(w) if values["pin_cpus"] else None,
-                             "cpu_quota": w["cpu_quota"]}}
+                             "cpu_quota": w["cpu_quota"], "gpus": given[f"workers.{name}"]}}
             for name, w in values["workers"].items()
         ],
     }
 
 
-def resources(node: dict) -> dict:
-    """Logical resources of a simulated node: no custom ones. Where work runs is the
-    labels' business (jobs/raykit/placement.py)."""
+def resources(node: dict, gpu_count: int = 0) -> dict:
+    """Logical resources of a simulated node: its CPUs, memory, and the GPUs it was given
+    (gpus.py); no custom ones. Where work runs is the labels' business
+    (jobs/raykit/placement.py)."""
     return {"CPU": node["cpus"], "memory": node["memory_mb"] * MIB,
-            "object_store_memory": node["object_store_mb"] * MIB}
+            "object_store_memory": node["object_store_mb"] * MIB} | ({"GPU": gpu_count} if gpu_count else {})
 
 
 def head_labels(values: dict) -> dict[str, str]:
@@ -231,19 +235,37 @@ def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
 def plan(values: dict, config: dict) -> list[str]:
     head = values["head"]
     head_cores, worker_cores = core_sets(values)
+    machine = gpus.machine_gpus()
+    given = gpus.per_node(values, len(machine))
     lines = ["simulated on this machine (loopback addresses), $0/h; "
              + (f"head on cores {cpu_sets.to_text(head_cores)}, workers on cores "
                 f"{cpu_sets.to_text(worker_cores) or '(none)'}" if head_cores is not None
                 else "every node sharing every core (pin_cpus: false)"),
              f"  {HEAD_TYPE}: 1 x {head['cpus']} CPUs{on_cores(values, head)}, "
-             + (f"{head['trainer_slots']} trainer slot(s), " if head["role"] == "train"
+             + (f"{head['trainer_slots']} trainer slot(s){on_gpus(given['head'])}, " if head["role"] == "train"
                 else "coordinates (no Ray CPUs for work), ")
              + f"{head['memory_mb']} MiB + {head['object_store_mb']} MiB object store"]
     for name, w in values["workers"].items():
         lines.append(f"  {name}: {w['min_workers']}-{w['max_workers']} x {w['cpus']} CPUs{on_cores(values, w)}, "
-                     + (f"{w['trainer_slots']} trainer slot(s), " if w["role"] == "train" else "")
+                     + (f"{w['trainer_slots']} trainer slot(s){on_gpus(given[f'workers.{name}'])}, "
+                        if w["role"] == "train" else "")
                      + f"{w['memory_mb']} MiB + {w['object_store_mb']} MiB object store")
-    return lines
+    return lines + gpu_plan(values, machine)
+
+
+def on_gpus(count: int) -> str:
+    return f" on {count} GPU(s)" if count else " on the CPU"
+
+
+def gpu_plan(values: dict, machine: list[str]) -> list[str]:
+    """Where `gpus: auto` left GPUs of this machine unused, why."""
+    wanted = sum(node["trainer_slots"] * count for _, node, count in gpus.train_nodes(values)
+                 if node["gpus"] == "auto")
+    given = gpus.per_node(values, len(machine))
+    if machine and wanted and not any(given[where] for where, _, _ in gpus.train_nodes(values)):
+        return [f"  gpus: auto: the train nodes hold {wanted} trainer slot(s) at max_workers and this "
+                f"machine has {len(machine)} GPU(s): they train on the CPU; set gpus: to split them"]
+    return []
 
 
 def on_cores(values: dict, node: dict) -> str:
@@ -265,6 +287,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     if leftovers:  # a crashed earlier run of this very cluster: they carry our marker
         stop_processes(leftovers)
     head = values["head"]
+    head_gpus, worker_gpus = gpus.head_and_pool(values, gpus.machine_gpus())
     gcs_port, dashboard_port, client_port, agent_port, metrics_port, runtime_env_port = free_ports(6)
     record = {
         "cluster": cluster,
@@ -289,7 +312,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         f"--runtime-env-agent-port={runtime_env_port}",
         f"--temp-dir={record['temp_dir']}",
         f"--autoscaling-config={state.config_path(cluster)}",
-        f"--num-cpus={head['cpus']}", "--num-gpus=0",
+        f"--num-cpus={head['cpus']}", f"--num-gpus={len(head_gpus)}",
         # ray start takes labels as key=value,...: the values are the kit's own names
         # and counts (placement.py), never a values file's free text
         "--labels=" + ",".join(f"{k}={v}" for k, v in head_labels(values).items()),
@@ -305,6 +328,8 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     })
     head_cores, worker_cores = core_sets(values)
     env[cpu_sets.WORKER_CORES_ENV] = cpu_sets.to_text(worker_cores)
+    env[gpus.WORKER_GPUS_ENV] = gpus.to_text(worker_gpus)
+    env[gpus.VISIBLE] = gpus.to_text(head_gpus)  # its own, or none: no CUDA context elsewhere
     group = quota_group(cluster, values)
     env[cpu_quota.GROUP_ENV] = str(group or "")
     state.save(cluster, record, config_text)
@@ -421,7 +446,28 @@ def status(record: dict) -> int:
     if result.returncode != 0:
         require_running(record)  # it died under the command: the kit's one line, not Ray's
     print(result.stdout + result.stderr, end="")
+    print("\n".join(gpu_lines(record)))
     return result.returncode
+
+
+def gpu_lines(record: dict) -> list[str]:
+    """The GPUs each node was given: its raylet's CUDA_VISIBLE_DEVICES (gpus.py), read from
+    the process itself, with NVML's names."""
+    names = gpus.machine_gpu_names()
+    rows = []
+    for proc in cluster_processes(record["cluster"]):
+        try:
+            if proc.name() != "raylet":
+                continue
+            ip = next((a.split("=", 1)[1] for a in proc.cmdline() if a.startswith("--node_ip_address=")), "?")
+            given = gpus.from_text(proc.environ().get(gpus.VISIBLE, ""))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        shown = ", ".join(f"{g} ({names[int(g)]})" if g.isdigit() and int(g) < len(names) else g
+                          for g in given)
+        rows.append((ip, f"  {ip}: " + (f"GPU {shown}" if given else "no GPU")))
+    machine = "this machine has none" if not names else f"this machine has {len(names)}"
+    return [f"GPUs per node ({machine}):"] + [line for _, line in sorted(rows)]
 
 
 def dashboard(record: dict) -> int:

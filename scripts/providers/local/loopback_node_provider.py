@@ -16,6 +16,9 @@ With pin_cpus, RAYKIT_WORKER_CORES lists the cores the workers may take: each no
 as many free ones as its node_config's `cores`, and gives them back when it is terminated.
 With a node_config `cpu_quota`, a node's processes run in a cgroup of their own inside
 the cluster's (RAYKIT_CGROUP; cpu_quota.py), removed when the node is terminated.
+With a node_config `gpus`, a node takes that many of the GPUs in RAYKIT_WORKER_GPUS and
+its raylet runs with CUDA_VISIBLE_DEVICES naming them (gpus.py); every other node's names
+none. They go back to the pool when the node is terminated.
 """
 
 import copy
@@ -36,7 +39,7 @@ from ray.autoscaler.tags import (
     TAG_RAY_USER_NODE_TYPE,
 )
 
-from scripts.providers.local import cpu_quota, cpu_sets
+from scripts.providers.local import cpu_quota, cpu_sets, gpus
 from jobs.raykit.placement import CORES
 
 MAX_WORKERS = 250  # 127.0.0.3 .. 127.0.0.252; the local schema allows far fewer
@@ -59,6 +62,7 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
         super().__init__(provider_config, cluster_name)
         self._temp_dir = os.environ["RAYKIT_TEMP_DIR"]
         self._worker_cores = cpu_sets.from_text(os.environ.get(cpu_sets.WORKER_CORES_ENV, ""))
+        self._worker_gpus = gpus.from_text(os.environ.get(gpus.WORKER_GPUS_ENV, ""))
         group = os.environ.get(cpu_quota.GROUP_ENV)
         self._cgroup = Path(group) if group else None  # None: no quotas (or the machine refused them)
 
@@ -71,6 +75,17 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
         free = [core for core in self._worker_cores if core not in held]
         if len(free) < count:
             raise RuntimeError(f"{count} cores wanted, {len(free)} free of {self._worker_cores}")
+        return free[:count]
+
+    def _free_gpus(self, count: int) -> list[str]:
+        """`count` of the workers' GPUs no live node holds (the values check keeps the train
+        types' GPUs at max_workers within the machine's, so they are there)."""
+        if not count:
+            return []
+        held = {gpu for node in self._nodes.values() for gpu in node.get("gpus", ())}
+        free = [gpu for gpu in self._worker_gpus if gpu not in held]
+        if len(free) < count:
+            raise RuntimeError(f"{count} GPUs wanted, {len(free)} free of {self._worker_gpus}")
         return free[:count]
 
     def non_terminated_nodes(self, tag_filters):
@@ -92,6 +107,7 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
             labels = dict(labels or {})
             node_id = self._next_hex_node_id()
             cores = self._free_cores(node_config.get("cores") or 0)
+            given = self._free_gpus(node_config.get("gpus") or 0)
             if cores:
                 labels[CORES] = str(len(cores))
             params = ray._private.parameter.RayParams(
@@ -121,9 +137,11 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
                     "RAY_NODE_TYPE_NAME": node_type,
                     ray_constants.RESOURCES_ENVIRONMENT_VARIABLE: json.dumps(resources),
                     ray_constants.LABELS_ENVIRONMENT_VARIABLE: json.dumps(labels),
+                    # its own GPUs, or none: Ray hands its tasks from this list
+                    gpus.VISIBLE: gpus.to_text(given),
                 },
             )
-            with cpu_sets.pinned_to(cores):
+            with cpu_sets.pinned_to(cores), gpus.visible(given):
                 node = ray._private.node.Node(
                     params, head=False, shutdown_at_exit=False, spawn_reaper=False
                 )
@@ -137,6 +155,7 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
                 },
                 "node": node,
                 "cores": cores or [],
+                "gpus": given,
                 "cgroup": self._limit(node_id, node, node_config.get("cpu_quota")),
             }
 
