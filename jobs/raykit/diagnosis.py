@@ -30,7 +30,8 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
              preprocess_s_per_image: float, preprocess_cpus: float,
              worker_type: str, cpus_per_worker: float, gpu_busy: float | None = None,
              on_gpu: bool = False, steps: int | None = None,
-             max_wait_s: float | None = None, train_type: str | None = None) -> dict:
+             max_wait_s: float | None = None, train_type: str | None = None,
+             steps_needed: int | None = None) -> dict:
     """mean_step_s: wall time per step (wait + compute); mean_compute_s: the trainer's
     compute per step had it the hardware to itself (GPU: wall time; CPU: its CPU time);
     preprocess_s_per_image: CPU seconds one preprocessing CPU spends per image (0: no stage
@@ -40,7 +41,8 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
     open); steps and max_wait_s: the steps the means cover and the longest single wait
     (None: unknown), which tell a short run and a stall from a steady shortfall; train_type:
     the worker node type that trains, where the head does not (a mix of several train
-    nodes), for a remedy that names it."""
+    nodes), for a remedy that names it; steps_needed: where the run was too short to leave
+    its start-up's stock (steady.py), the steps a run needs to show its steady flow."""
     wait_fraction = mean_wait_s / mean_step_s if mean_step_s > 0 else 0.0
     compute_s = max(mean_compute_s, 1e-9)
     demand = images_per_step / compute_s            # images/s the trainer could consume
@@ -91,6 +93,15 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
                 + (f"more '{train_type}' train nodes would (raise its min_workers; plan the CPU "
                    "workers for them with `make plan ARGS=\"--train-nodes N ...\"`), or a faster GPU."
                    if train_type else "a faster GPU (or more of them) would."))
+    if steps_needed and not waiting and measured and supply < demand:
+        # fed from the start-up's stock: the wait says nothing yet, the cost per image does
+        text += (f" But this run was fed mostly by the batches made during its start-up: at "
+                 f"{per_cpu:.1f} images/s per CPU its {preprocess_cpus:g} CPUs would leave the "
+                 f"trainer waiting once that stock is eaten. Run at least {steps_needed} steps "
+                 "(--steps) to see its steady state.")
+    elif steps_needed:
+        text += (f" (The run was too short to leave its start-up's stock: run at least "
+                 f"{steps_needed} steps to measure the steady flow.)")
     if verdict != "data-bound":  # the remedy is not more CPUs: the figures say none to add
         more_cpus = more_nodes = 0
     return {

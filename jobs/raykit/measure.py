@@ -27,60 +27,98 @@ import time
 from pathlib import Path
 
 from raykit import autopilot
+from raykit.steady import steady_state, stock_steps
 
 NODE_COLUMN = "node"
 CPU_COLUMN = "preprocess_cpu_s"
 # True on the rows of a batch that was its worker process's first through a measured
 # stage: their CPU seconds hold that process's warm-up, and stay out of the per-image cost.
 WARMUP_COLUMN = "preprocess_warmup"
+DONE_AT_COLUMN = "preprocess_done_at"        # when the batch was done (epoch seconds)
+STARTED_AT_COLUMN = "preprocess_started_at"  # when the stage's call (its task) began
+KIT_COLUMNS = (NODE_COLUMN, CPU_COLUMN, WARMUP_COLUMN, DONE_AT_COLUMN, STARTED_AT_COLUMN)
 _warmed_up: set[str] = set()  # the measured stages this process has already run once
 
 
 # --- preprocessing side ----------------------------------------------------------------
 
 def measured(fn):
-    """Wrap a map_batches function (dict of numpy arrays in and out): each output batch
-    gains the node that ran it, the CPU seconds per row this stage spent added to what
-    earlier measured stages counted (thread time: a core shared with other work does not
-    inflate it), and whether it was this process's first call of the stage (its warm-up,
-    left out of the per-image cost). Keep torch at one thread in fn: one Ray CPU per task."""
-    import numpy as np
+    """Wrap a map_batches function (dict of numpy arrays in and out, or a generator of such
+    dicts, each a batch of the input's rows in order): each output batch gains the node
+    that ran it, the CPU seconds per row this stage spent added to what earlier measured
+    stages counted (thread time: a core shared with other work does not inflate it), when
+    it was done (DONE_AT_COLUMN: the trainer tells the start-up's stock from the steady
+    flow by it), and whether it was this process's first output of the stage (its
+    warm-up: imports, left out of the per-image cost). Keep torch at one thread in fn:
+    one Ray CPU per task."""
+    import inspect
 
     stage = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
 
-    def run(batch: dict, **kwargs) -> dict:
-        import ray
-
-        first = stage not in _warmed_up
-        start = time.thread_time()
+    def run(batch: dict, **kwargs):
+        began, start = time.time(), time.thread_time()
         out = fn(batch, **kwargs)
-        seconds = time.thread_time() - start
-        _warmed_up.add(stage)
-        rows = len(next(iter(out.values())))
-        earlier = batch.get(CPU_COLUMN) if isinstance(batch, dict) else None
-        if earlier is None or len(earlier) != rows:
-            earlier = np.zeros(rows)
-        earlier_warmup = batch.get(WARMUP_COLUMN) if isinstance(batch, dict) else None
-        if earlier_warmup is None or len(earlier_warmup) != rows:
-            earlier_warmup = np.zeros(rows, dtype=bool)
-        out[CPU_COLUMN] = earlier + seconds / max(1, rows)
-        out[WARMUP_COLUMN] = earlier_warmup | first
-        out[NODE_COLUMN] = np.array([ray.util.get_node_ip_address()] * rows)
-        return out
+        if not inspect.isgenerator(out):
+            return _marked(out, batch, 0, time.thread_time() - start, stage, began)
+        return _marked_each(out, batch, start, stage, began)
 
     run.__name__ = getattr(fn, "__name__", type(fn).__name__)  # Ray Data names the stage by it
     return run
+
+
+def _marked_each(outputs, batch: dict, start: float, stage: str, began: float):
+    """A generator stage's batches, each marked as it is yielded: its CPU seconds are the
+    thread's since the last one (the generator runs only while asked for its next)."""
+    offset = 0
+    for out in outputs:
+        seconds = time.thread_time() - start
+        marked = _marked(out, batch, offset, seconds, stage, began)
+        offset += len(next(iter(out.values())))
+        yield marked
+        start = time.thread_time()
+
+
+def _marked(out: dict, batch: dict, offset: int, seconds: float, stage: str, began: float) -> dict:
+    """`out` with the kit's columns; its rows are the input's from `offset` on."""
+    import numpy as np
+    import ray
+
+    first = stage not in _warmed_up
+    _warmed_up.add(stage)
+    rows = len(next(iter(out.values())))
+    earlier = _rows_of(batch, CPU_COLUMN, offset, rows)
+    earlier = np.zeros(rows) if earlier is None else earlier
+    earlier_warmup = _rows_of(batch, WARMUP_COLUMN, offset, rows)
+    earlier_warmup = np.zeros(rows, dtype=bool) if earlier_warmup is None else earlier_warmup
+    out[CPU_COLUMN] = earlier + seconds / max(1, rows)
+    out[WARMUP_COLUMN] = earlier_warmup | first
+    out[NODE_COLUMN] = np.array([ray.util.get_node_ip_address()] * rows)
+    out[DONE_AT_COLUMN] = np.full(rows, time.time())
+    earlier_start = _rows_of(batch, STARTED_AT_COLUMN, offset, rows)  # the first stage's start
+    out[STARTED_AT_COLUMN] = np.full(rows, began) if earlier_start is None else earlier_start
+    return out
+
+
+def _rows_of(batch, column: str, offset: int, rows: int):
+    """The input's `column` for the output's rows, where the input has it for them."""
+    values = batch.get(column) if isinstance(batch, dict) else None
+    if values is None or len(values) < offset + rows:
+        return None
+    return values[offset:offset + rows]
 
 
 # --- the training loop ---------------------------------------------------------------------
 
 class TrainProfile:
     """Times a Ray Train worker's loop: the wait for each batch, the step's compute, and
-    which nodes preprocessed the images it trained on."""
+    which nodes preprocessed the images it trained on. Make it first thing in the training
+    function: the first step is timed from then (first_step_s: the start-up a user waits
+    through, the model's build included)."""
 
     def __init__(self, device=None):
         import ray.train.torch
 
+        self._born, self._born_epoch = time.perf_counter(), time.time()
         self.device = device if device is not None else ray.train.torch.get_device()
         on_gpu = self.device.type == "cuda"
         # The trainer's compute per step had it the hardware to itself: wall time on a GPU;
@@ -89,7 +127,12 @@ class TrainProfile:
         self._compute_clock = time.perf_counter if on_gpu else time.thread_time
         self._gpu = GpuUtilization(self.device) if on_gpu else None
         self.waits, self.steps_s, self.computes_s = [], [], []
+        # each step's end (s from the profile's making), and when its batch was done
+        # (the same clock; None where the batch carries no time): steady.py reads them
+        self.ends_s, self.made_s = [], []
+        self.rows = 0  # images in this worker's last batch
         self.nodes, self.cpu_s = {}, {}  # per node: images, and their preprocessing CPU s
+        self.node_started = {}  # per node: when its first task that fed this trainer began
         # the images the per-image cost rests on: every one but the warm-up rows
         self.steady_images, self.steady_cpu_s = 0, 0.0
         self.received_bytes, self.received_images = 0, 0  # what reached the trainer, measured
@@ -128,10 +171,14 @@ class TrainProfile:
         self.waits.append(self._got - self._last)
         self.steps_s.append(done - self._last)
         self._last = done
+        self.ends_s.append(done - self._born)
+        made = batch.get(DONE_AT_COLUMN) if isinstance(batch, dict) else None
+        self.made_s.append(float(np.max(made)) - self._born_epoch if made is not None and len(made) else None)
         rows = len(next(iter(batch.values()))) if isinstance(batch, dict) and batch else 0
+        self.rows = rows or self.rows
         if rows and isinstance(batch, dict):  # the batch's arrays as they arrived, less the kit's columns
             self.received_bytes += sum(int(getattr(v, "nbytes", 0)) for k, v in batch.items()
-                                       if k not in (NODE_COLUMN, CPU_COLUMN, WARMUP_COLUMN))
+                                       if k not in KIT_COLUMNS)
             self.received_images += rows
         autopilot.publish_step(self.steps_s[-1], self.waits[-1], rows, self._rank)  # where one steers
         if NODE_COLUMN in batch:
@@ -140,6 +187,9 @@ class TrainProfile:
                 self.nodes[ip] = self.nodes.get(ip, 0) + int(here.sum())
                 if CPU_COLUMN in batch:
                     self.cpu_s[ip] = self.cpu_s.get(ip, 0.0) + float(batch[CPU_COLUMN][here].sum())
+                if STARTED_AT_COLUMN in batch:
+                    began = float(batch[STARTED_AT_COLUMN][here].min())
+                    self.node_started[ip] = min(began, self.node_started.get(ip, began))
         if CPU_COLUMN in batch:
             steady = ~np.asarray(batch.get(WARMUP_COLUMN, np.zeros(len(batch[CPU_COLUMN]), bool)), bool)
             self.steady_images += int(steady.sum())
@@ -150,9 +200,11 @@ class TrainProfile:
         self._last = time.perf_counter()
 
     def recent(self, n: int) -> tuple[float, float]:
-        """(mean step s, mean data wait s) of the last n steps: for progress lines."""
-        return (sum(self.steps_s[-n:]) / len(self.steps_s[-n:]),
-                sum(self.waits[-n:]) / len(self.waits[-n:]))
+        """(mean step s, mean data wait s) of the last n steps, the first step (the
+        start-up) never among them: for progress lines. (A window holding it read as a
+        half-minute at one CPU's rate on an H200, where the steps after it waited 0.03 s.)"""
+        steps, waits = self.steps_s[1:][-n:] or self.steps_s, self.waits[1:][-n:] or self.waits
+        return sum(steps) / len(steps), sum(waits) / len(waits)
 
     def metrics(self, model=None, **extra) -> dict:
         """The figures for ray.train.report; call it on every rank (it is collective where
@@ -177,8 +229,14 @@ class TrainProfile:
             "preprocess_nodes": self.nodes, "preprocess_cpu_s": self.cpu_s,
             "steady_images": self.steady_images, "steady_cpu_s": self.steady_cpu_s,
             "received_bytes": self.received_bytes, "received_images": self.received_images,
+            "node_started": self.node_started,
+            "first_batch_done": (self.made_s[0] + self._born_epoch
+                                 if self.made_s and self.made_s[0] is not None else None),
         }
         ranks = all_ranks(own)
+        first_end = self.ends_s[0] if self.ends_s else 0.0
+        run = steady_state(self.ends_s, self.waits, self.rows * len(ranks),
+                           stock_steps(self.made_s, first_end))
         nodes, cpu_s = {}, {}
         for r in ranks:
             for ip, n in r["preprocess_nodes"].items():
@@ -186,6 +244,11 @@ class TrainProfile:
             for ip, c in r["preprocess_cpu_s"].items():
                 cpu_s[ip] = cpu_s.get(ip, 0.0) + c
         images = int(sum(nodes.values()))
+        started = {}
+        for r in ranks:
+            for ip, at in r["node_started"].items():
+                started[ip] = min(at, started.get(ip, at))
+        first_batches = [r["first_batch_done"] for r in ranks if r["first_batch_done"] is not None]
         steady_images = sum(r["steady_images"] for r in ranks)
         steady_cpu_s = sum(r["steady_cpu_s"] for r in ranks)
         measured = steady_images if steady_images else images
@@ -197,6 +260,9 @@ class TrainProfile:
             "gpu_utilization_error": ((self._gpu.error or "no sample")
                                       if self._gpu and gpu_busy is None else None),
             "warmup_s": self.steps_s[0] if self.steps_s else 0.0,
+            "first_step_at": self._born_epoch + first_end,  # epoch seconds
+            # the start-up, the stock, the steady flow (steady.py): rank 0's steps
+            "steady": run,
             "mean_trainer_compute_s": mean(self.computes_s[steady]),
             "images_seen": images,
             # CPU seconds per image over the steady images (warm-up rows left out), and how
@@ -209,6 +275,10 @@ class TrainProfile:
             "preprocess_cost_includes_warmup": not steady_images and images > 0,
             "preprocess_nodes": nodes,
             "preprocess_cpu_s": cpu_s,
+            # each preprocessing node's first task's start, in seconds after the trainers'
+            # first batch was done (negative: before): full width from the first batch
+            "preprocess_node_start_s": ({ip: at - min(first_batches) for ip, at in sorted(started.items())}
+                                        if first_batches else {}),
             # bytes per image as the trainers received it (its arrays, every rank's): what
             # crosses the network from a CPU worker, for the planner's network term
             "bytes_per_image": (sum(r["received_bytes"] for r in ranks) / received

@@ -33,7 +33,13 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
     preempted = preempted_nodes(shape["nodes"])
     types = node_types(shape["nodes"])
     mean_step = metrics["mean_step_s"] or float("nan")
-    held = node_seconds(time.time() - wall_s)  # what the run held, node type by node type
+    fit_began = time.time() - wall_s
+    held = node_seconds(fit_began)  # what the run held, node type by node type
+    run = metrics.get("steady") or {}
+    # the diagnosis judges the steady flow where the run reached it: the start-up's stock
+    # feeds a trainer at its own pace, whatever the preprocessing delivers
+    judged_step = run.get("steady_step_s") or metrics["mean_step_s"]
+    judged_wait = run["steady_wait_s"] if run.get("steady") else metrics["mean_data_wait_s"]
     return with_verdict({
         "job": job, "workers": workers, "batch_size": batch_size, **(extra or {}),
         **{k: metrics.get(k) for k in ("steps", "restarts", "resumed_from_step", "device",
@@ -41,6 +47,15 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
                                        "mean_data_wait_s", "max_data_wait_s",
                                        "preprocess_nodes", "final_loss")},
         "images_per_s": images_per_step / mean_step,
+        # the start-up, the stock and the steady flow (steady.py); the first step also from
+        # trainer.fit()'s call, which adds Ray Train's controller and workers' start
+        "steady": run or None,
+        "first_step_s": run.get("first_step_s"),
+        "first_step_after_fit_s": (metrics["first_step_at"] - fit_began
+                                   if metrics.get("first_step_at") else None),
+        "ramp_s": run.get("ramp_s"),
+        "steady_images_per_s": run.get("steady_images_per_s"),
+        "preprocess_node_start_s": metrics.get("preprocess_node_start_s") or {},
         "mean_compute_s": metrics["mean_step_s"] - metrics["mean_data_wait_s"],
         "mean_trainer_compute_s": metrics["mean_trainer_compute_s"],
         "data_wait_fraction": metrics["mean_data_wait_s"] / mean_step,
@@ -75,13 +90,14 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
                                   if ip not in preempted}),  # no need to probe those
         "retried_preprocessing_tasks": retried_tasks(ray.get_runtime_context().get_job_id()),
         "diagnosis": diagnose(
-            mean_step_s=metrics["mean_step_s"], mean_wait_s=metrics["mean_data_wait_s"],
+            mean_step_s=judged_step, mean_wait_s=judged_wait,
             max_wait_s=metrics["max_data_wait_s"], steps=metrics["steps"],
             mean_compute_s=metrics["mean_trainer_compute_s"], images_per_step=images_per_step,
             preprocess_s_per_image=metrics["preprocess_s_per_image"],
             preprocess_cpus=shape["preprocess_cpus"], worker_type=shape["worker_type"],
             cpus_per_worker=shape["cpus_per_worker"] or 1, gpu_busy=metrics["gpu_utilization"],
-            on_gpu=str(metrics["device"]).startswith("cuda"), train_type=shape.get("train_type")),
+            on_gpu=str(metrics["device"]).startswith("cuda"), train_type=shape.get("train_type"),
+            steps_needed=None if run.get("steady", True) else run.get("steps_needed")),
         "warnings": warnings_of(metrics),
     })
 
@@ -91,7 +107,8 @@ def with_verdict(summary: dict) -> dict:
     that would remove it, $ per million images now and with them."""
     trainers = list(summary.get("train_nodes") or {}) or [summary.get("trainer_node")]
     verdict = priced_verdict(
-        summary["diagnosis"], summary["images_per_s"], summary["node_types"], trainers,
+        summary["diagnosis"], summary.get("steady_images_per_s") or summary["images_per_s"],
+        summary["node_types"], trainers,
         summary.get("preprocess_nodes") or {}, summary.get("bytes_per_image"),
         os.environ.get(NODE_PRICES_ENV, ""))
     diagnosis = summary["diagnosis"]
@@ -301,12 +318,15 @@ def print_summary(s: dict, headline: str = "") -> None:
     print(f"\n=== {s['job']} summary ===")
     row("steps", f"{s['steps']} x {s['workers']} worker(s) x {s['batch_size']} images "
                  f"({headline + ' on ' if headline else ''}{s['device']}, node {s['trainer_node']})")
-    row("throughput", f"{s['images_per_s']:.1f} images/s")
+    row("throughput", throughput_text(s))
+    row("start-up", startup_text(s))
     row("mean step", f"{s['mean_step_s']:.3f} s = {s['mean_data_wait_s']:.3f} s waiting "
-                     f"for data + {s['mean_compute_s']:.3f} s computing (first step {s['warmup_s']:.1f} s "
-                     "excluded)")
+                     f"for data + {s['mean_compute_s']:.3f} s computing (every step after the first)")
+    run = s.get("steady") or {}
+    waits = (f"; per step p50 {run['wait_p50_s']:.3f} s, p95 {run['wait_p95_s']:.3f} s"
+             if run.get("wait_p50_s") is not None else "")
     row("trainer idle", f"{s['data_wait_fraction']:.0%} of each step "
-                        f"(longest wait {s['max_data_wait_s']:.2f} s)")
+                        f"(longest wait {s['max_data_wait_s']:.2f} s{waits})")
     if len(s.get("train_nodes") or {}) > 1:
         for ip, node in s["train_nodes"].items():
             row("train node", f"{ip}: {node['workers']} worker(s), {node['images_per_s']:.1f} "
@@ -342,6 +362,44 @@ def print_summary(s: dict, headline: str = "") -> None:
         row("verdict", verdict_text(s["verdict"]))
     row("run cost", bill_text(s.get("node_seconds") or {}, s.get("bill")))
     print()
+
+
+def throughput_text(s: dict) -> str:
+    """The steady rate where the run reached it, beside the whole run's; else why not."""
+    run = s.get("steady") or {}
+    overall = f"{s['images_per_s']:.1f} images/s over every step after the first"
+    if run.get("steady"):
+        return (f"{run['steady_images_per_s']:.1f} images/s steady (steps {run['steady_from_step']}-"
+                f"{s['steps']}: data wait {run['steady_wait_share']:.0%}); {overall}")
+    if not run:
+        return overall
+    return (f"{overall}; NO STEADY STATE: {run['stock_steps']} of the {s['steps'] - 1} steps after "
+            "the first ate the batches made during the start-up, too few were left to measure "
+            f"the steady flow: run at least {run['steps_needed']} steps (--steps)")
+
+
+def startup_text(s: dict) -> str:
+    """The start-up: the first step (from the training function's start, and from
+    trainer.fit()'s), the ramp after it, steps 2-5's wait, and when every preprocessing
+    node was at work."""
+    run = s.get("steady") or {}
+    if run.get("first_step_s") is None:
+        return f"first step {s['warmup_s']:.1f} s"
+    text = f"first step {run['first_step_s']:.1f} s into the training function"
+    if s.get("first_step_after_fit_s") is not None:
+        text += f" ({s['first_step_after_fit_s']:.1f} s after trainer.fit() began)"
+    if run.get("ramp_s") is not None:
+        text += f"; below its steady rate for {run['ramp_s']:.1f} s after it (ramp)"
+    if run.get("early_wait_s") is not None:
+        text += f"; steps 2-5 waited {run['early_wait_s']:.3f} s each"
+        if run.get("steady_wait_s") is not None:
+            text += f" (steady: {run['steady_wait_s']:.3f} s)"
+    started = s.get("preprocess_node_start_s") or {}
+    if started:
+        text += (f"; every preprocessing node ({len(started)}) at work "
+                 + (f"by {max(started.values()):.1f} s after the first batch" if max(started.values()) > 0
+                    else "by the first batch"))
+    return text
 
 
 def autopilot_text(report: dict) -> str:

@@ -7,6 +7,8 @@ What the kit gives it, and what the few raykit lines do:
   GPU node(s), by node label (raykit.cluster, over raykit.placement's labels)
 - measuring: each preprocessing batch's CPU cost and node, each step's wait for data
   (raykit.measure)
+- feeding: each batch reaches the trainer as soon as it is made, from the first one on,
+  and the preprocessing processes start while Ray Train does (raykit.feed, cluster.warm_up)
 - the summary, its diagnosis and the RESULT line that `make plan PROFILE=` reads
   (raykit.summary)
 """
@@ -17,7 +19,7 @@ import sys
 import time
 
 import numpy as np
-from raykit import autopilot, cluster, measure, summary
+from raykit import autopilot, cluster, feed, measure, summary
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -71,12 +73,12 @@ def train_loop(config: dict) -> None:
     import ray.train.torch
     import torch
 
+    steps = measure.TrainProfile()  # first: times the start-up, each wait for data and each step
+    # the data starts flowing now, while the model is built (raykit/feed.py)
+    batches = feed.Feed("train", batch_size=config["batch_size"])  # Train's "train" dataset
     model = ray.train.torch.prepare_model(build_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    steps = measure.TrainProfile()  # times each wait for data and each step
-    shard = ray.train.get_dataset_shard("train")
-    for batch in steps.batches(shard.iter_batches(batch_size=config["batch_size"],
-                                                        batch_format="numpy", drop_last=True)):
+    for batch in steps.batches(batches):
         # a copy (batches are read-only), scaled to [0, 1] here, on the trainer's device
         images = torch.tensor(batch["image"], device=steps.device).float().div_(255)
         labels = torch.tensor(batch["label"], device=steps.device)
@@ -103,6 +105,9 @@ def main(argv=None) -> int:
     if problem:
         sys.exit(problem)
     data_options = cluster.configure_data(shape)  # Ray Data on the preprocessing nodes
+    cluster.warm_up(shape, ["PIL.Image"])  # their processes start now, with what they import
+    # each batch leaves its task as soon as it is made (its size: the images, about)
+    feed.one_batch_blocks(args.batch_size * 3 * args.image_size ** 2)
     files = ray.data.read_binary_files(args.data, include_paths=True,
                                        file_extensions=["jpg", "jpeg", "png"])
     dataset = files.map_batches(

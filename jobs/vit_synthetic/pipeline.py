@@ -1,7 +1,7 @@
 """The job's data: synthetic images or JPEG/PNG files, and the heavy CPU preprocessing
-(Ray Data stages). Each stage is wrapped in raykit.measure.measured, which records the node
-that ran it and its CPU seconds per image: the job proves where preprocessing ran and
-measures its cost per CPU (decoding included, for files).
+(one Ray Data stage, BatchStage). The stage is wrapped in raykit.measure.measured, which
+records the node that ran it and its CPU seconds per image: the job proves where
+preprocessing ran and measures its cost per CPU (decoding included, for files).
 
 Kept free of Ray Train so that the benchmark (scripts/benchmarks/bench_data.py) and the unit
 tests run exactly the code the job runs.
@@ -12,17 +12,17 @@ import os
 import zlib
 
 import numpy as np
-import torch
 from raykit.autopilot import SETTINGS_ENV
+from raykit.feed import one_batch_blocks
 from raykit.measure import measured
-from torchvision import transforms
 
 NUM_CLASSES = 1000
 IMAGE_EXTENSIONS = ["jpg", "jpeg", "png"]
 # Batches a Ray Data task preprocesses. Ray Data notices a finished task only when its
 # 0.1 s polling window ends, and each task pays its scheduling on top: 4 batches of the
 # default 10 blurs run ~2 s a task, where that cost is lost in the noise (make bench-data:
-# b/a 0.91 at 1 batch, 0.98 at 4 on 2 cores) and the trainer still never waits (bench-wait).
+# b/a 0.91 at 1 batch, 0.98 at 4 on 2 cores). Each batch leaves its task as soon as it is
+# made (BatchStage), so a longer task delays no batch.
 BATCHES_PER_TASK = 4
 
 
@@ -54,8 +54,10 @@ def decode_images(batch: dict, image_size: int, num_classes: int = NUM_CLASSES) 
     return {"image": np.stack(images), "label": np.array(labels, dtype=np.int64)}
 
 
-def build_transform(blur_count: int, blur_kernel: int) -> transforms.Compose:
+def build_transform(blur_count: int, blur_kernel: int):
     """ToTensor + GaussianBlur x blur_count: the seed's stand-in for heavy augmentation."""
+    from torchvision import transforms
+
     return transforms.Compose(
         [transforms.ToTensor()]
         + [transforms.GaussianBlur(blur_kernel) for _ in range(blur_count)]
@@ -71,31 +73,79 @@ SHIP_DTYPES = ("uint8", "float32")
 
 class Preprocess:
     """HWC uint8 images -> CHW images through the heavy augmentation, shipped as uint8
-    (or float32 in [0, 1])."""
+    (or float32 in [0, 1]).
+
+    It holds its settings only; the transforms are built on first use, in the process that
+    runs them, with torch at one thread there (one Ray CPU per task). So the stage pickles
+    small, and what unpickles it without running it (Ray Data's coordinator, which unpickles
+    the dataset; the training workers, which import this module) imports neither torch nor
+    torchvision: ~3 s of the first batch's wait on 2 cores. (Built in __init__, as it was,
+    the one-thread setting ran in the driver and never in Ray's workers.)"""
 
     def __init__(self, blur_count: int, blur_kernel: int, ship: str = "uint8",
                  light_from: int | None = None):
         assert ship in SHIP_DTYPES, ship
-        self.transform = build_transform(blur_count, blur_kernel)
+        self.blur_count, self.blur_kernel, self.ship = blur_count, blur_kernel, ship
         # a load that changes mid-run (make bench-autopilot): records from light_from on
         # get one blur pass, not blur_count (None: every record the same)
-        self.light = build_transform(min(1, blur_count), blur_kernel) if light_from is not None else None
         self.light_from = light_from
-        self.ship = ship
-        torch.set_num_threads(1)  # one Ray CPU per task: no oversubscription
+        self._built = None
+
+    def built(self) -> tuple:
+        """(the heavy transform, the light one or None), made once per process."""
+        if self._built is None:
+            import torch
+
+            torch.set_num_threads(1)
+            light = (build_transform(min(1, self.blur_count), self.blur_kernel)
+                     if self.light_from is not None else None)
+            self._built = (build_transform(self.blur_count, self.blur_kernel), light)
+        return self._built
+
+    @property
+    def transform(self):
+        return self.built()[0]
 
     def __call__(self, batch: dict) -> dict:
-        ids = batch.get("id") if self.light is not None else None
-        images = torch.stack([(self.light if ids is not None and ids[i] >= self.light_from
-                               else self.transform)(image) for i, image in enumerate(batch["image"])])
+        import torch
+
+        heavy, light = self.built()
+        ids = batch.get("id") if light is not None else None
+        images = torch.stack([(light if ids is not None and ids[i] >= self.light_from else heavy)(image)
+                              for i, image in enumerate(batch["image"])])
         if self.ship == "uint8":
             images = images.mul_(255).round_().clamp_(0, 255).to(torch.uint8)
         return {"image": images.numpy(), "label": batch["label"]}
 
 
+class BatchStage:
+    """A task's records (ids, or files' bytes) -> the trainer's batches, `chunk` records at
+    a time: `source` makes or decodes them (make_images, decode_images), then `preprocess`;
+    each batch is yielded as soon as it is done, and with one_batch_blocks leaves the task
+    then, not with the task's last one (raykit/feed.py)."""
+
+    def __init__(self, source, preprocess, chunk: int, **source_kwargs):
+        self.source, self.preprocess, self.chunk = source, preprocess, chunk
+        self.source_kwargs = source_kwargs
+        self.__name__ = f"{source.__name__}+{type(preprocess).__name__}"  # Ray Data's stage name
+
+    def __call__(self, records: dict):
+        rows = len(next(iter(records.values())))
+        for start in range(0, rows, self.chunk):
+            part = {key: column[start:start + self.chunk] for key, column in records.items()}
+            yield self.preprocess(self.source(part, **self.source_kwargs))
+
+
+def batch_bytes(batch_size: int, image_size: int, ship: str = "uint8") -> int:
+    """One shipped batch's image bytes: the block size that keeps each batch a block."""
+    return batch_size * 3 * image_size * image_size * (1 if ship == "uint8" else 4)
+
+
 def normalize_on_device(images):
     """The trainer's side of the uint8 images: float in [0, 1], on its device (a float32
     batch, the old way, passes as it is)."""
+    import torch
+
     return images.float().div_(255) if images.dtype == torch.uint8 else images
 
 
@@ -103,13 +153,14 @@ def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count
                   blur_kernel: int, files: tuple | None = None,
                   batches_per_task: int = BATCHES_PER_TASK, ship: str = "uint8",
                   light_from: int | None = None):
-    """num_records images in blocks of batches_per_task training batches: synthetic
+    """num_records images in tasks of batches_per_task training batches: synthetic
     (ray.data.range -> random images) where `files` is None, else JPEG/PNG files
-    (image_files' filesystem and paths: read, then decoded on the preprocessing nodes);
-    then the heavy preprocessing.
+    (image_files' filesystem and paths, read, then decoded on the preprocessing nodes);
+    made and preprocessed a batch at a time in one stage (BatchStage), each batch a block
+    that leaves its task when done.
 
-    The stages take whole blocks (batch_size=None), which lets Ray Data fuse the read and
-    both maps into one task per block: a map_batches(batch_size=N) after a read is never
+    One stage taking whole blocks (batch_size=None) lets Ray Data fuse the read and the
+    stage into one task per block: a map_batches(batch_size=N) after a read is never
     fused, and the separate read tasks then cost a quarter of the throughput. Where the
     tasks run is the DataContext's label selector (raykit.cluster.configure_data)."""
     import ray
@@ -121,24 +172,22 @@ def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count
     ctx = ray.data.DataContext.get_current()
     ctx.op_resource_reservation_enabled = bool(os.environ.get(SETTINGS_ENV))
     ctx.op_resource_reservation_ratio = 0.0  # bounded, but no operator's share held back
+    one_batch_blocks(batch_bytes(batch_size, image_size, ship))
     # batches_per_task > 1: longer tasks amortise Ray Data's per-task cost (make bench-data)
     # (rounded up: a short run of a batch or two per CPU still spreads over the workers)
     blocks = -(-num_records // (batch_size * batches_per_task))
+    preprocess = Preprocess(blur_count, blur_kernel, ship, light_from)
     if files is None:
-        images = ray.data.range(num_records, override_num_blocks=blocks).map_batches(
-            measured(make_images), fn_kwargs={"image_size": image_size},
-            batch_size=None, num_cpus=1)
+        records = ray.data.range(num_records, override_num_blocks=blocks)
+        stage = BatchStage(make_images, preprocess, batch_size, image_size=image_size)
     else:
         # the first num_records files of the listing: a limit() after the read would keep
-        # Ray Data from fusing it with the maps
+        # Ray Data from fusing it with the stage
         filesystem, paths = files
-        read = ray.data.read_binary_files(paths[:num_records], include_paths=True,
-                                          override_num_blocks=blocks, filesystem=filesystem)
-        images = read.map_batches(
-            measured(decode_images), fn_kwargs={"image_size": image_size},
-            batch_size=None, num_cpus=1)
-    return images.map_batches(measured(Preprocess(blur_count, blur_kernel, ship, light_from)),
-                              batch_size=None, num_cpus=1)
+        records = ray.data.read_binary_files(paths[:num_records], include_paths=True,
+                                             override_num_blocks=blocks, filesystem=filesystem)
+        stage = BatchStage(decode_images, preprocess, batch_size, image_size=image_size)
+    return records.map_batches(measured(stage), batch_size=None, num_cpus=1)
 
 
 def image_files(data: str) -> tuple:

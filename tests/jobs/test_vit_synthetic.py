@@ -126,7 +126,8 @@ def cluster(shared_local_cluster):
     return shared_local_cluster[0]
 
 
-def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
+def test_job_trains_on_head_and_preprocesses_on_workers(shared_local_cluster, tmp_path):
+    cluster, record = shared_local_cluster
     results = tmp_path / "summary.json"
     run = make("submit", "CLUSTER=local", "JOB=vit_synthetic",
                f"ARGS=--steps 6 --batch-size 8 --image-size 64 --log-every 2 --results {results}",
@@ -139,6 +140,17 @@ def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
     assert summary["trainer_node"] == "127.0.0.2"  # the head, holder of the trainer slot
     assert set(summary["preprocess_nodes"]) == {"127.0.0.3", "127.0.0.4"}  # the CPU workers
     assert sum(summary["preprocess_nodes"].values()) == 6 * 8
+    # the data path (issue 43): both workers at work by the first batch; the start-up
+    # timed from the training function; 6 steps are too few for a steady state, said so
+    assert set(summary["preprocess_node_start_s"]) == {"127.0.0.3", "127.0.0.4"}
+    assert max(summary["preprocess_node_start_s"].values()) <= 5
+    run_ = summary["steady"]
+    assert 0 < summary["first_step_s"] == run_["first_step_s"] < summary["first_step_after_fit_s"]
+    assert not run_["steady"] and run_["steps_needed"] >= 1 + 2 * 10 and summary["ramp_s"] is None
+    assert run_["wait_p50_s"] <= run_["wait_p95_s"] <= summary["max_data_wait_s"]
+    assert f"run at least {run_['steps_needed']} steps (--steps)" in run.stdout.replace("\n" + " " * 17, " ")
+    # Ray Data's first tasks ran in the processes the job warmed while Train started
+    assert warmed_and_used(record, summary_id(run.stdout))
     assert 0 < summary["mean_data_wait_s"] <= summary["mean_step_s"]
     assert summary["images_per_s"] == pytest.approx(8 / summary["mean_step_s"])
     assert 0 <= summary["data_wait_fraction"] < 1
@@ -177,6 +189,28 @@ def test_job_trains_on_head_and_preprocesses_on_workers(cluster, tmp_path):
     shown = run.stdout.replace("\n" + " " * 17, " ")  # the table's wrapped rows, joined
     assert (f"run cost         ${bill['usd']:.4f} for the nodes' time (cpu_worker "
             f"{held['cpu_worker']:.0f} s, head {held['head']:.0f} s; as hetero, ") in shown
+
+
+def summary_id(output: str) -> str:
+    (found,) = re.findall(r"^summary kept in \S+/(\S+)\.json$", output, re.M)
+    return found
+
+
+def warmed_and_used(record: dict, submission_id: str) -> bool:
+    """Every preprocessing task of the job ran in a worker process a warm-up task
+    (raykit.cluster.warm_up) started, by Ray's task table."""
+    from ray.util.state import list_jobs, list_tasks
+
+    from scripts.core.ray_cli import use_auth_in_this_process
+
+    use_auth_in_this_process(record["auth_token"])
+    (job,) = [j for j in list_jobs(address=record["dashboard_url"]) if j.submission_id == submission_id]
+    tasks = list_tasks(address=record["dashboard_url"], filters=[("job_id", "=", job.job_id)],
+                       detail=True, limit=10_000, raise_on_missing_output=False)
+    warmed = {t.worker_pid for t in tasks if t.name == "_warm"}
+    used = {t.worker_pid for t in tasks if "MapBatches" in t.name}
+    assert warmed and used, (warmed, used)
+    return used <= warmed
 
 
 def test_bad_flag_fails_the_job_and_make_submit(cluster):

@@ -110,12 +110,13 @@ def test_a_user_who_may_not_write_cgroups_gets_one_reason_and_no_group():
 @pytest.mark.slow
 def test_quota_nodes_run_in_their_groups_and_down_leaves_no_group_even_after_a_crash(tmp_path):
     """A local cluster of two 0.25-core preprocess nodes: each node's raylet (and what it
-    started) in its own group under the cluster's, limited to 25 ms per 100 ms; a crash
-    (every process killed, the record left) and `make down` then leaves no group."""
+    started) in its own group under the cluster's, limited to 25 ms per 100 ms; the ViT
+    job has both at work within 5 s of its first batch (full width from the start); a
+    crash (every process killed, the record left) and `make down` then leaves no group."""
     import signal
 
     import yaml
-    from conftest import USER_VALUES, load_example, local_cluster_up, processes_of, make
+    from conftest import USER_VALUES, kept_summary, load_example, local_cluster_up, processes_of, make
     from scripts.providers.local import cluster_id
 
     values = load_example("local_autopilot") | {"cluster_name": "quota_nodes"}
@@ -145,6 +146,13 @@ def test_quota_nodes_run_in_their_groups_and_down_leaves_no_group_even_after_a_c
             assert "raylet" in members, members
         # the head and its autoscaler have no quota: they stay where they were
         assert not (group / "head").exists()
+        run = make("submit", "CLUSTER=quota_nodes", "JOB=vit_synthetic",
+                   "ARGS=--steps 8 --batch-size 8 --batches-per-task 1", env=env, timeout=600)
+        assert run.returncode == 0, run.stdout[-3000:]
+        # a load both nodes are needed for (8 tasks of 8 images at 224 px, 10 blurs: ~2 s a
+        # task at a quarter core), or one node does it all while the other still starts
+        started = kept_summary(run.stdout)["preprocess_node_start_s"]
+        assert len(started) == 2 and max(started.values()) <= 5, started
         for proc in processes_of(state):  # a crash: every process gone, the record stays
             proc.send_signal(signal.SIGKILL)
     assert not group.exists()  # local_cluster_up's `make down` found no process, and the groups
