@@ -4,6 +4,7 @@ a small real bench of local_single vs local_hetero, and the CPU sets that make i
 import csv
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -166,8 +167,13 @@ def test_a_small_bench_runs_each_mix_on_cores_of_its_own_and_tears_each_down(tmp
     assert single["usd_per_hour"] == pytest.approx(cost.priced(build("local_single"))[1])
     assert hetero["usd_per_hour"] == pytest.approx(cost.priced(build("local_hetero"))[1])
     for r in rows:
-        assert all(r[field] is not None for field in bench.FIELDS if field != "predicted_images_per_s")
-        assert r["images_per_s"] == pytest.approx(8 / r["mean_step_s"])
+        # 4 steps are too few to leave the start-up's stock: no rate, the steps it would take
+        # (the steady rows' arithmetic: test_a_row_reports_the_steady_state_or_says_it_is_too_short)
+        assert r["steady"] is False and r["images_per_s"] is None and r["usd_per_million_images"] is None
+        assert r["steps_needed"] >= 21 and f"too short: run >= {r['steps_needed']} steps" in run.stdout
+        assert r["first_step_s"] > 0 and r["ramp_s"] is None
+        assert all(r[field] is not None for field in bench.FIELDS if field not in (
+            "predicted_images_per_s", "images_per_s", "usd_per_million_images", "steps_needed", "ramp_s"))
         assert 0 <= r["data_wait_share"] < 1 and 0 < r["trainer_utilization"] <= 1
     # node types as the values files name them; one core does it all on the single head
     assert set(single["cpu_utilization"]) == {"head"}
@@ -177,6 +183,41 @@ def test_a_small_bench_runs_each_mix_on_cores_of_its_own_and_tears_each_down(tmp
     assert single["change"] == 0 and hetero["change"] == pytest.approx(
         1 - hetero["usd_per_100_steps"] / single["usd_per_100_steps"])
     assert "local_hetero as hetero" in run.stdout and f"saved in {saved}" in run.stdout
+
+
+def test_a_row_reports_the_steady_state_or_says_it_is_too_short():
+    """make bench's row from a summary: the steady state's step, wait and rate where the run
+    reached it (the stock's faster steps left out), else no rate and the steps needed."""
+    summary = {"mean_step_s": 0.3, "data_wait_fraction": 0.05, "trainer_utilization": 0.95,
+               "cpu_use_by_node_type": {"head": {"utilization": 0.5}}, "preprocess_shares_trainer_cpus": True,
+               "steady": {"steady": True, "steady_step_s": 0.5, "steady_wait_share": 0.4,
+                          "steady_images_per_s": 32.0, "first_step_s": 9.5, "ramp_s": 1.5,
+                          "steps_needed": None}}
+    row = bench.measured_row("mix", 1.0, summary, None)
+    assert (row["mean_step_s"], row["data_wait_share"], row["images_per_s"]) == (0.5, 0.4, 32.0)
+    assert row["steady"] is True and row["steps_needed"] is None
+    assert (row["first_step_s"], row["ramp_s"]) == (9.5, 1.5)
+    short = summary | {"steady": {"steady": False, "steps_needed": 57, "first_step_s": 30.0, "ramp_s": None}}
+    too_short = bench.measured_row("short mix", 1.0, short, None)
+    assert too_short["images_per_s"] is None and too_short["steps_needed"] == 57
+    assert too_short["mean_step_s"] == 0.3  # the whole run's, said not to be steady
+    rows = bench.completed([row, too_short])
+    assert rows[0]["usd_per_million_images"] == pytest.approx(1.0 / 3600 / 32.0 * 1e6)
+    assert rows[1]["usd_per_million_images"] is None
+    shown = "\n".join(bench.table(rows))
+    assert "too short: run >= 57 steps" in shown and "9.5 s" in shown and "1.5 s" in shown
+    # and read back from a rows file
+    assert bench.completed([bench.checked_row(0, r) for r in rows]) == rows
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("steady", "yes", "rows[0].steady: 'yes' is not true or false"),
+    ("steps_needed", 2.5, "rows[0].steps_needed: 2.5 is not a whole number of steps"),
+    ("ramp_s", -1, "rows[0].ramp_s: -1 is not a number from 0"),
+])
+def test_bad_steady_fields_in_a_rows_file_are_one_line(field, value, message):
+    with pytest.raises(KitError, match=re.escape(message)):
+        bench.checked_row(0, {"name": "x", "usd_per_hour": 1, "mean_step_s": 1, field: value})
 
 
 def test_bench_of_adaptdl_dry_run_names_both_runs_and_another_job_is_refused(tmp_path):

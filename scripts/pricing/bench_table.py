@@ -5,12 +5,19 @@ back with FROM=rows.json (measured earlier, or published). A row holds:
 
   name                    the mix (local mixes: "local_hetero as hetero")
   usd_per_hour            on-demand $/h with the nodes it ran with (min_workers)
-  mean_step_s             the trainer's mean step, wall time
-  data_wait_share         the share of each step the trainer waited for data
+  mean_step_s             the trainer's mean step, wall time, in the steady state (after the
+                          start-up's stock: jobs/raykit/steady.py), else over the whole run
+  data_wait_share         the share of each step the trainer waited for data (likewise)
   trainer_utilization     NVML's GPU utilization where there is a GPU, else the busy
                           share of the trainer's step (1 - data_wait_share)
   cpu_utilization         per node type, the share of its CPUs the job kept busy
-  images_per_s            images trained per second, all trainers together
+  images_per_s            images trained per second, all trainers together, in the steady
+                          state; empty where the run was too short to reach it (a rate fed by
+                          the start-up's stock says nothing of the mix)
+  steady                  whether the run reached its steady state; steps_needed: where not,
+                          the steps a run needs
+  first_step_s, ramp_s    the start-up: the first step (from the training function's start)
+                          and the time below the steady rate after it
   predicted_images_per_s  the planner's model (scripts/pricing/planner.py) from the FIRST row's
                           profile: min(trainer rate, preprocessing CPUs x rate per CPU);
                           empty where preprocessing shares the trainer's CPUs (a one-core
@@ -36,8 +43,8 @@ from scripts.pricing.output import cell, text_table
 from scripts.pricing.planner import predicted_images_per_s
 
 FIELDS = ["name", "usd_per_hour", "mean_step_s", "data_wait_share", "trainer_utilization",
-          "cpu_utilization", "images_per_s", "predicted_images_per_s", "usd_per_100_steps",
-          "usd_per_million_images", "change"]
+          "cpu_utilization", "images_per_s", "predicted_images_per_s", "steady", "steps_needed",
+          "first_step_s", "ramp_s", "usd_per_100_steps", "usd_per_million_images", "change"]
 REQUIRED = ("name", "usd_per_hour", "mean_step_s")
 SHARES = ("data_wait_share", "trainer_utilization")
 DERIVED = ("usd_per_100_steps", "usd_per_million_images", "change")  # recomputed, never read
@@ -61,17 +68,24 @@ def cluster_names(text: str) -> list[str]:
 
 def measured_row(name: str, usd_per_hour: float, summary: dict, profile: dict | None) -> dict:
     """A row from the job's summary (its RESULT line); `profile` is the first row's
-    summary, whose measured rates predict this mix's images/s."""
+    summary, whose measured rates predict this mix's images/s. The steady state's figures
+    where the run reached it; otherwise no rate, and the steps a run would need."""
+    run = summary.get("steady") or {}
+    steady = bool(run.get("steady"))
     return {
         "name": name,
         "usd_per_hour": usd_per_hour,
-        "mean_step_s": summary["mean_step_s"],
-        "data_wait_share": summary["data_wait_fraction"],
+        "mean_step_s": run["steady_step_s"] if steady else summary["mean_step_s"],
+        "data_wait_share": run["steady_wait_share"] if steady else summary["data_wait_fraction"],
         "trainer_utilization": summary["trainer_utilization"],
         "cpu_utilization": {node_type: use["utilization"]
                             for node_type, use in summary["cpu_use_by_node_type"].items()},
-        "images_per_s": summary["images_per_s"],
+        "images_per_s": run["steady_images_per_s"] if steady else None,
         "predicted_images_per_s": predicted(profile or summary, summary),
+        "steady": steady,
+        "steps_needed": None if steady else run.get("steps_needed"),
+        "first_step_s": run.get("first_step_s"),
+        "ramp_s": run.get("ramp_s"),
     }
 
 
@@ -137,6 +151,14 @@ def checked_row(i: int, row) -> dict:
         number(row, field, where, low=MIN_IMAGES_PER_S, high=MAX_IMAGES_PER_S, optional=True)
     for field in SHARES:
         number(row, field, where, low=0.0, high=1.0, optional=True)
+    for field in ("first_step_s", "ramp_s"):
+        number(row, field, where, low=0.0, high=MAX_STEP_S, optional=True)
+    if row.get("steady") is not None and not isinstance(row["steady"], bool):
+        raise KitError(f"{where}.steady: {short(row['steady'], 40)} is not true or false")
+    if row.get("steps_needed") is not None and (isinstance(row["steps_needed"], bool) or not isinstance(
+            row["steps_needed"], int) or not 1 <= row["steps_needed"] <= 10 ** 7):
+        raise KitError(f"{where}.steps_needed: {short(row['steps_needed'], 40)} is not a whole "
+                       "number of steps from 1 to 10000000")
     use = row.get("cpu_utilization")
     if use is not None:
         if not isinstance(use, dict) or len(use) > 20 or not all(
@@ -170,15 +192,19 @@ def number(row: dict, field: str, where: str, low: float, high: float,
 
 def table(rows: list[dict]) -> list[str]:
     cells = [("mix", "$/h", "step s", "data wait", "trainer", "CPU use by node type",
-              "images/s", "predicted", "$/100 steps", "$/M images", "change")]
+              "images/s", "predicted", "first step", "ramp", "$/100 steps", "$/M images", "change")]
     for r in rows:
         use = ", ".join(f"{t} {u:.0%}" for t, u in sorted((r["cpu_utilization"] or {}).items())) or "-"
+        rate = (cell(r["images_per_s"], ".1f") if r.get("steady") is not False
+                else f"too short: run >= {r['steps_needed']} steps" if r.get("steps_needed")
+                else "too short")
         cells.append((r["name"], cell(r["usd_per_hour"], ".3f"), cell(r["mean_step_s"], ".3f"),
                       cell(r["data_wait_share"], ".0%"), cell(r["trainer_utilization"], ".0%"), use,
-                      cell(r["images_per_s"], ".1f"), cell(r["predicted_images_per_s"], ".1f"),
+                      rate, cell(r["predicted_images_per_s"], ".1f"),
+                      cell(r.get("first_step_s"), ".1f", " s"), cell(r.get("ramp_s"), ".1f", " s"),
                       cell(r["usd_per_100_steps"], ".4f"), cell(r["usd_per_million_images"], ".2f"),
                       cell(r["change"], "+.0%")))
-    return text_table(cells, left=(0, 5))
+    return text_table(cells, left=(0, 5, 6))
 
 
 def new_run_dir(bench_dir: Path, suffix: str = "") -> Path:

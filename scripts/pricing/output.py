@@ -11,6 +11,6 @@ def text_table(rows: list[tuple[str, ...]], left: tuple[int, ...] = (0,)) -> lis
             for row in rows]
 
 
-def cell(value, spec: str) -> str:
-    """A figure formatted by `spec`, or '-' where there is none."""
-    return "-" if value is None else format(value, spec)
+def cell(value, spec: str, unit: str = "") -> str:
+    """A figure formatted by `spec` (and its unit), or '-' where there is none."""
+    return "-" if value is None else format(value, spec) + unit

@@ -264,10 +264,14 @@ def test_bench_data_prints_all_three_rates_both_ratios_and_the_bytes_before_and_
                           "--batches-per-task", "2"],
                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
-    rates = [float(line.split()[-3]) for line in run.stdout.splitlines() if line.startswith("(")]
+    rates = [float(m) for m in re.findall(r"^\([abc]\) .* ([\d.]+) images/s \(median of the warm rounds\)$",
+                                          run.stdout, re.M)]
     assert len(rates) == 3 and all(rate > 0 for rate in rates)
     assert len([line for line in run.stdout.splitlines() if line.startswith("round ")]) == 2
-    assert "b/a = " in run.stdout and "b/c = " in run.stdout
+    (cold,) = re.findall(r"^cold round: a ([\d.]+)  b ([\d.]+)  c ([\d.]+)  d ([\d.]+)  \(fresh", run.stdout, re.M)
+    assert all(float(rate) > 0 for rate in cold)  # the cold round apart, before the two warm ones
+    assert re.search(r"^b/a = [\d.]+ \(target >= 0\.97\)   b/c = [\d.]+ \(target >= 1\.00\)   cold: "
+                     r"b/a = [\d.]+, b/c = [\d.]+$", run.stdout, re.M), run.stdout[-2000:]
     # before/after in one run: float32 images, then the uint8 the job ships (and its int64 label)
     (shipped,) = re.findall(r"^bytes per image the trainer receives: \(d\) float32 before ([\d,]+), "
                             r"\(b\) uint8 after ([\d,]+) \(([\d.]+)x fewer\); images/s \(d\) ([\d.]+), "
