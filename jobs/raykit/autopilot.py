@@ -23,7 +23,7 @@ drained through Ray's GCS (Pilot.give_back): Ray Data would otherwise keep it bu
 busy node never goes idle for the autoscaler to remove.
 
 The driver side (steering): every rank's TrainProfile publishes each step to a small actor
-(StepLog); a thread in the driver reads the last window every POLL_S, counts the preprocess
+(steps.StepLog); a thread in the driver reads the last window every POLL_S, counts the preprocess
 nodes up (Ray's node table, by label), decides, and asks for one bundle per node it holds,
 for that node type's label, through Ray Data's AutoscalingCoordinator: the actor through
 which Ray's own components share `ray.autoscaler.sdk.request_resources` (a request made
@@ -46,10 +46,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from raykit import stall
+from raykit import stall, steps
 
 SETTINGS_ENV = "RAYKIT_AUTOPILOT"  # set by the kit (scripts/pricing/cost.py's autopilot_env)
-STEP_LOG = "raykit-step-log"       # the named actor every rank's steps go to
 POLL_S = float(os.environ.get("RAYKIT_AUTOPILOT_POLL_S") or 5)
 REQUESTER = "raykit-autopilot"     # its name at Ray Data's AutoscalingCoordinator
 REQUEST_EXPIRES_S = 120            # re-sent every poll: a dead driver's request lapses
@@ -165,94 +164,6 @@ def settings_from_env(text: str | None = None) -> tuple[Settings, str, dict[str,
     return settings, node_type, bundle
 
 
-_step_log = None  # this process's handle on the StepLog actor (False: there is none)
-
-
-def _log():
-    """The StepLog actor where an autopilot steers this job, else None (looked up once per
-    process; never starts Ray: outside a Ray worker, a unit test, there is no autopilot)."""
-    global _step_log
-    if _step_log is None:
-        import ray
-        try:
-            _step_log = ray.is_initialized() and ray.get_actor(STEP_LOG)
-        except ValueError:  # no autopilot steers this job
-            _step_log = False
-    return _step_log or None
-
-
-def publish_step(step_s: float, wait_s: float, images: int, rank: str = "") -> None:
-    """A training step of `rank` (any id unique to the trainer), for the autopilot to
-    read; it ends that rank's open wait. Fire and forget; nothing where none steers."""
-    if log := _log():
-        log.record.remote(time.time(), step_s, wait_s, images, rank)
-
-
-def publish_wait(rank: str, since: float | None) -> None:
-    """`rank` has been blocked for its next batch since `since` (time.time()); None: it
-    waits no more (its loop ended). Fire and forget; nothing where none steers."""
-    if log := _log():
-        log.waiting.remote(rank, since)
-
-
-class StepLog:
-    """Every rank's steps: (end time, step s, waiting s, images), the last 10 minutes;
-    since when each rank blocked for its next batch has been waiting; and the progress the
-    stall watch judges (stall.py): which ranks are inside their loop, and when the last
-    step ended or loop began."""
-
-    def __init__(self):
-        self.steps: list[tuple[float, float, float, int]] = []
-        self.open_waits: dict[str, float] = {}
-        self.in_loop: set[str] = set()
-        self.progress_at: float | None = None
-        self.count = 0
-
-    def _progressed(self, t: float) -> None:
-        self.progress_at = t if self.progress_at is None else max(self.progress_at, t)
-
-    def record(self, end: float, step_s: float, wait_s: float, images: int, rank: str = "") -> None:
-        self.steps.append((end, step_s, wait_s, images))
-        self.open_waits.pop(rank, None)
-        self.count += 1
-        self._progressed(end)
-        if len(self.steps) > 10_000:
-            self.steps = [s for s in self.steps if s[0] > end - 600]
-
-    def waiting(self, rank: str, since: float | None) -> None:
-        if since is None:  # its loop ended
-            self.open_waits.pop(rank, None)
-            self.in_loop.discard(rank)
-            return
-        if rank not in self.in_loop:  # its loop began
-            self.in_loop.add(rank)
-            self._progressed(since)
-        self.open_waits[rank] = since
-
-    def progress(self) -> tuple[bool, float | None, int]:
-        """(a rank is inside its loop, the last step's end or loop's start, steps so far)."""
-        return bool(self.in_loop), self.progress_at, self.count
-
-    def since(self, t: float) -> list[tuple[float, float, float, int]]:
-        return [s for s in self.steps if s[0] >= t]
-
-    def window(self, t: float) -> tuple[list[tuple[float, float, float, int]], list[float]]:
-        """(the steps that ended since t, the start of every open wait)."""
-        return self.since(t), list(self.open_waits.values())
-
-
-def start_step_log(name: str | None = STEP_LOG):
-    """The StepLog actor, on this process's node (the driver's: the head). Anywhere else it
-    could land on a preprocess node, which then never goes idle: a node given back or on a
-    spot notice would stay until its drain's deadline, and take the log with it."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
-    options = {"scheduling_strategy": here} | ({"name": name} if name else {})
-    return ray.remote(num_cpus=0)(StepLog).options(**options).remote()
-
-
 class Pilot(threading.Thread):
     """The loop in the driver: read, decide, ask; and the timeline the summary keeps."""
 
@@ -353,8 +264,9 @@ _last_report: dict | None = None
 @contextmanager
 def steering():
     """Around trainer.fit(): the autopilot steers while it runs, where the kit turned it
-    on (RAYKIT_AUTOPILOT), and the stall watch stops the job where its trainers make no
-    step for the kit's RAYKIT_STALL_S (stall.py); otherwise nothing. The autopilot's
+    on (RAYKIT_AUTOPILOT); otherwise nothing. It reads the step log the kit's entrypoint
+    started (entry.py: the stall watch runs there, for every job); run without the kit, it
+    starts one and the stall watch itself (RAYKIT_STALL_S, stall.py). The autopilot's
     report goes into the job's summary. Yields the Pilot (None where none steers)."""
     global _last_report
     found, stall_limit = settings_from_env(), stall.limit_from_env()
@@ -363,8 +275,11 @@ def steering():
         return
     import ray
 
-    log = start_step_log()
-    watch = stall.Watch(stall_limit, log) if stall_limit else None
+    log = steps.running_log()
+    own = log is None  # no kit entrypoint: this job's own log, and its own watch
+    if own:
+        log = steps.start_step_log()
+    watch = stall.Watch(stall_limit, log) if stall_limit and own else None
     pilot = Pilot(*found, log) if found else None
     if pilot:
         settings = pilot.settings
@@ -381,7 +296,8 @@ def steering():
         if pilot:
             pilot.stop()
             _last_report = pilot.report()
-        ray.kill(log)
+        if own:
+            ray.kill(log)
 
 
 def last_report() -> dict | None:

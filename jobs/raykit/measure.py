@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from raykit import autopilot
+from raykit import steps as step_log
 from raykit.steady import steady_state, stock_steps
 
 NODE_COLUMN = "node"
@@ -138,17 +138,18 @@ class TrainProfile:
         self.received_bytes, self.received_images = 0, 0  # what reached the trainer, measured
         self._start = self._last = None
         self._cpu_start = time.process_time()
-        self._rank = f"{os.getpid()}-{id(self)}"  # this trainer, in the autopilot's step log
+        self._rank = f"{os.getpid()}-{id(self)}"  # this trainer, in the job's step log (steps.py)
 
     def batches(self, iterable):
-        """The batches of `iterable`, each timed from the end of the last step. Where an
-        autopilot steers, each wait is published as it starts (a trainer blocked for long
-        shows at once), and its end with the step (step_done) or the loop's."""
+        """The batches of `iterable`, each timed from the end of the last step. Each wait is
+        published to the job's step log as it starts (a trainer blocked for long shows at
+        once: the stall watch, the autopilot), and its end with the step (step_done) or
+        the loop's."""
         self._start = self._last = time.perf_counter()
         batches = iter(iterable)
         try:
             while True:
-                autopilot.publish_wait(self._rank, time.time())
+                step_log.publish_wait(self._rank, time.time())
                 try:
                     batch = next(batches)
                 except StopIteration:
@@ -157,7 +158,7 @@ class TrainProfile:
                 self._compute_start = self._compute_clock()
                 yield batch
         finally:
-            autopilot.publish_wait(self._rank, None)
+            step_log.publish_wait(self._rank, None)
 
     def step_done(self, batch: dict) -> None:
         """Call after the step's optimizer.step(): it waits for the GPU's work first."""
@@ -180,7 +181,7 @@ class TrainProfile:
             self.received_bytes += sum(int(getattr(v, "nbytes", 0)) for k, v in batch.items()
                                        if k not in KIT_COLUMNS)
             self.received_images += rows
-        autopilot.publish_step(self.steps_s[-1], self.waits[-1], rows, self._rank)  # where one steers
+        step_log.publish_step(self.steps_s[-1], self.waits[-1], rows, self._rank)  # where one steers
         if NODE_COLUMN in batch:
             for node in np.unique(batch[NODE_COLUMN]):
                 here, ip = batch[NODE_COLUMN] == node, str(node)

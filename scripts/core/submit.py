@@ -41,6 +41,9 @@ class JobFiles(enum.StrEnum):
 
 
 ENTRYPOINT = "main.py"
+# Every job runs under the kit's entrypoint (jobs/raykit/entry.py): it runs main.py as
+# `python main.py` would, and starts the job's step log and stall watch beside it.
+WATCHED = ["-m", "raykit.entry"]
 PIP_SETUP_TIMEOUT_S = 1800
 # Every job ends by printing its summary as `RESULT {json}`: the kit reads it from the log
 # and keeps it in build/results/<id>.json. It is for machines: the stream shows it only
@@ -93,7 +96,7 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     for name in SDK_LOGGERS:  # imported above: their INFO level is set
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
     use_auth_in_this_process(auth_token)
-    entrypoint = shlex.join([python, ENTRYPOINT, *args])
+    entrypoint = shlex.join([python, *WATCHED, ENTRYPOINT, *args])
     runtime_env = job_runtime_env(job, packages, job_packages, job_files, verbose, env_vars)
     colour = colour_wanted()
     try:

@@ -120,7 +120,7 @@ def test_a_rank_still_blocked_for_its_batch_counts_as_waiting_now():
 
 
 def test_the_step_log_closes_a_ranks_wait_with_its_step_or_its_loops_end():
-    from raykit.autopilot import StepLog
+    from raykit.steps import StepLog
 
     log = StepLog()
     log.waiting("a", 10.0)

@@ -1,7 +1,10 @@
-"""A stalled job is stopped (jobs/raykit/stall.py): the judgement on the step log's
-progress, what the kit passes the job, bad values refused; and on the real local cluster,
-a job whose data source hangs mid-loop is stopped within its limit and `make submit` says
-it stalled."""
+"""A stalled job is stopped whatever its code (jobs/raykit/stall.py, started for every job
+by the kit's entrypoint, jobs/raykit/entry.py): the judgement on the step log's progress
+and, for a job that records no step, on its GPUs' idleness; what the kit passes the job,
+bad values refused; and on the real local cluster, a job whose data source hangs mid-loop
+is stopped within its limit and `make submit` says it stalled, with autopilot.steering()
+and without, and a slow but steady job is not. The GPU rule on a cluster with GPUs (the
+stand-in NVML) is in tests/local/test_gpus.py."""
 
 import sys
 import uuid
@@ -13,7 +16,7 @@ from conftest import REPO, USER_JOBS, kept_summary, load_example, make
 
 sys.path.insert(0, str(REPO / "jobs"))  # as a job imports it
 from raykit import stall  # noqa: E402
-from raykit.autopilot import StepLog  # noqa: E402
+from raykit.steps import StepLog  # noqa: E402
 from scripts.build import build, build_text  # noqa: E402
 from scripts.core.errors import KitError  # noqa: E402
 from scripts.pricing import cost  # noqa: E402
@@ -40,6 +43,53 @@ def test_any_ranks_step_is_progress_and_a_late_rank_starts_no_new_clock():
     log.record(130.0, 30.0, 1.0, 16, "a")
     log.waiting("b", 120.0)  # began before a's last step
     assert log.progress() == (True, 130.0, 1)
+
+
+def test_held_gpus_idle_for_the_limit_are_a_stall_and_busy_or_unheld_ones_are_not():
+    idle = {"10.0.0.5": [(0, True), (1, True)], "10.0.0.6": [(0, True)]}
+    since, message = stall.gpus_idle(idle, None, now=100.0, limit_s=60)
+    assert since == 100.0 and message is None  # idle from now on
+    since, message = stall.gpus_idle(idle, since, now=159.0, limit_s=60)
+    assert message is None
+    since, message = stall.gpus_idle(idle, since, now=160.0, limit_s=60)
+    assert "every GPU it held on 10.0.0.5, 10.0.0.6 was idle for 1.0 min" in message
+    # one busy GPU anywhere, or none held (the job installing or starting): no clock
+    assert stall.gpus_idle(idle | {"10.0.0.6": [(40, True)]}, 100.0, now=500.0, limit_s=60) == (None, None)
+    assert stall.gpus_idle({"10.0.0.5": [(0, False)]}, 100.0, now=500.0, limit_s=60) == (None, None)
+    # a GPU nobody holds does not count against the others: the held ones decide
+    assert stall.gpus_idle({"a": [(0, True), (0, False)]}, 100.0, now=500.0, limit_s=60)[1] is not None
+    assert stall.gpus_idle({}, None, now=500.0, limit_s=60) == (None, None)
+
+
+def test_the_watch_judges_gpus_only_for_a_job_that_records_no_step():
+    """With steps in the log the trainers' steps decide; with none, the GPU nodes' samples."""
+    import threading
+
+    class Log:  # a stand-in for the StepLog actor's handle: progress.remote() gives a value
+        def __init__(self, progress):
+            self.progress = type("Remote", (), {"remote": staticmethod(lambda: progress)})
+
+    exits, samples = [], []
+
+    def sample(nodes):
+        samples.append(nodes)
+        return {ip: [(0, True)] for ip in nodes}
+
+    import ray  # ray.get of a plain value returns it: no cluster needed
+    original = ray.get
+    ray.get = lambda value, timeout=None: value
+    try:
+        watch = stall.Watch(0.01, Log((False, None, 0)), exit=exits.append, sample=sample)
+        watch.gpu_nodes = {"10.0.0.5": "node-a"}
+        assert watch.check() is False and watch.idle_since is not None  # idle from now on
+        threading.Event().wait(0.02)
+        assert watch.check() is True and exits == [stall.STALLED_EXIT]
+        stepping = stall.Watch(60, Log((True, 10**12, 5)), exit=exits.append, sample=sample)
+        stepping.gpu_nodes = {"10.0.0.5": "node-a"}
+        before = len(samples)
+        assert stepping.check() is False and len(samples) == before  # the steps decide: no sample
+    finally:
+        ray.get = original
 
 
 @pytest.mark.parametrize("text,limit", [("", None), ("0", None), ("6", 6.0), ("1800", 1800.0)])
@@ -108,3 +158,77 @@ def test_a_job_whose_data_source_hangs_is_stopped_as_stalled(shared_local_cluste
     assert "stalled: " in run.stdout and "make logs ID=" in run.stdout
     kept = kept_summary(run.stdout)
     assert kept["status"] == "stalled" and kept["steps"] == 2
+
+
+UNSTEERED = '''import os, sys, time
+import numpy as np, ray, torch
+from raykit import measure
+
+os.environ["RAYKIT_STALL_S"] = "4"  # the kit passes the values file's; a test's own is short
+ray.init()
+STEP_S = float(sys.argv[1])  # a step this long; after HANG_AT steps, a hang
+
+def batches():
+    for i in range(int(sys.argv[2])):
+        time.sleep(STEP_S)
+        yield {"x": np.zeros(2)}
+    time.sleep(600)
+
+steps = measure.TrainProfile(device=torch.device("cpu"))  # the template's API, no steering()
+for batch in steps.batches(batches()):
+    steps.step_done(batch)
+    if len(steps.steps_s) == int(sys.argv[3]):
+        break
+print("RESULT " + '{"status": "done", "steps": %d}' % len(steps.steps_s))
+'''
+
+
+def run_job(env: dict, text: str, args: str) -> "subprocess.CompletedProcess":
+    job = USER_JOBS / f"unsteered_{uuid.uuid4().hex[:6]}"
+    job.mkdir()
+    (job / "main.py").write_text(text)
+    try:
+        return make("submit", "CLUSTER=local", f"JOB={job.name}", f"ARGS={args}", env=env, timeout=240)
+    finally:
+        for f in job.iterdir():
+            f.unlink()
+        job.rmdir()
+
+
+def test_a_job_without_steering_whose_loop_hangs_is_stopped_and_a_slow_steady_one_is_not(shared_local_cluster):
+    import time as clock
+
+    env, _ = shared_local_cluster
+    started = clock.monotonic()
+    run = run_job(env, UNSTEERED, "0.2 3 100")  # three steps, then the data source hangs
+    took = clock.monotonic() - started
+    assert run.returncode != 0 and f"Error {stall.STALLED_EXIT}" in run.stderr, run.stdout[-3000:] + run.stderr
+    assert "error: stalled: the trainers made no step for" in run.stdout and "since step 3" in run.stdout
+    assert kept_summary(run.stdout) | {"reason": None} == {
+        "status": "stalled", "steps": 3, "stall_minutes": pytest.approx(4 / 60), "reason": None}
+    # within the limit plus one poll (0.5 s here), past the job's start-up
+    assert took < 120, took
+    # a slow but steady job: a step every 3 s against a 4 s limit, six of them
+    steady = run_job(env, UNSTEERED, "3 6 6")
+    assert steady.returncode == 0, steady.stdout[-3000:] + steady.stderr
+    assert kept_summary(steady.stdout) == {"status": "done", "steps": 6}
+    assert "stalled" not in steady.stdout
+
+
+NO_STEPS = '''import os, time
+import ray
+
+os.environ["RAYKIT_STALL_S"] = "4"
+ray.init()
+time.sleep(8)  # no step recorded, twice the limit
+print('RESULT {"status": "done"}')
+'''
+
+
+def test_on_a_cluster_without_gpus_a_job_that_records_no_steps_is_told_it_is_not_watched(shared_local_cluster):
+    env, _ = shared_local_cluster
+    run = run_job(env, NO_STEPS, "")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr
+    assert ("stall watch: this cluster has no GPU node, so a job that records no steps (raykit's "
+            "measure) is not watched; one that does is") in run.stdout.replace("\n", " ")
+    assert kept_summary(run.stdout) == {"status": "done"}

@@ -234,7 +234,7 @@ def test_the_rayjob_carries_the_job_and_its_cluster(ray_job):
     config_map, job = ray_job
     assert crd.problems(job) == []
     assert job["spec"]["rayClusterSpec"] == watchdog.without(build("k8s_hetero").config)["spec"]
-    assert job["spec"]["entrypoint"] == "python main.py --steps 2"
+    assert job["spec"]["entrypoint"] == "python -m raykit.entry main.py --steps 2"
     assert job["spec"]["shutdownAfterJobFinishes"] is True and job["spec"]["activeDeadlineSeconds"] == 600
     runtime_env = json.loads(job["spec"]["runtimeEnvYAML"])
     assert runtime_env["working_dir"] == f"{rayjob.FILES_MOUNT}/smoke"
@@ -250,7 +250,7 @@ def test_the_rayjob_carries_the_job_and_its_cluster(ray_job):
 def test_a_hostile_job_arg_stays_one_word(ray_job):
     _, job = rayjob.resources(build("k8s_hetero"), "smoke", ["$(touch /tmp/x)", "a b"], 60, False,
                                    "pip", "upload")
-    assert job["spec"]["entrypoint"] == "python main.py '$(touch /tmp/x)' 'a b'"
+    assert job["spec"]["entrypoint"] == "python -m raykit.entry main.py '$(touch /tmp/x)' 'a b'"
 
 
 # --- the jobs' packages on stock images (images.job_packages) ----------------------
@@ -636,7 +636,7 @@ def test_run_dry_run_says_what_the_rayjob_would_be_and_creates_nothing(kube):
                "--timeout", "600", "--dry-run", "1")
     assert dry.returncode == 0, dry.stderr
     lines = dry.stdout.splitlines()
-    assert "a RayJob 'k8s-hetero' in namespace ray of kubectl’s current context, running `python main.py --tasks 2`" in lines
+    assert "a RayJob 'k8s-hetero' in namespace ray of kubectl’s current context, running `python -m raykit.entry main.py --tasks 2`" in lines
     assert ("  limits: stopped after 600 s (TIMEOUT: activeDeadlineSeconds); failed if its pods are not "
             "running within 1200 s (ready_timeout_minutes: preRunningDeadlineSeconds)") in lines
     assert any(line.startswith("  files: ConfigMap k8s-hetero-job-files, ") for line in lines)

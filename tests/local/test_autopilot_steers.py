@@ -17,10 +17,11 @@ from conftest import USER_JOBS, USER_VALUES, kept_summary, load_example, local_c
 JOB = '''import json, time
 import ray
 from raykit import autopilot
+from raykit import steps as step_log
 
 ray.init()
 settings, node_type, bundle = autopilot.settings_from_env()
-pilot = autopilot.Pilot(settings, node_type, bundle, autopilot.start_step_log())
+pilot = autopilot.Pilot(settings, node_type, bundle, step_log.start_step_log())
 seen = {"before": pilot.joined(), "bundle": bundle}
 time.sleep(max(0.0, settings.cooldown_s - (time.time() - pilot.started)) + 0.5)  # its start-up cooldown
 
@@ -37,7 +38,7 @@ while pilot.joined() < settings.max_nodes and time.time() < deadline:
     time.sleep(0.5)
 seen["after_up"] = pilot.joined()
 time.sleep(settings.cooldown_s + 0.5)
-pilot.log = autopilot.start_step_log(name=None)  # a fresh log: the starving steps are out of the window
+pilot.log = step_log.start_step_log(name=None)  # a fresh log: the starving steps are out of the window
 steps(0.0)  # fed, with slack: one node can go
 pilot.tick()
 seen["asked_down"] = pilot.state.asked

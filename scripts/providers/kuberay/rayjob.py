@@ -108,7 +108,7 @@ def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
         "metadata": {"name": name, "namespace": cluster["metadata"]["namespace"],
                      "labels": kube.MANAGED_BY | {"raykit.dev/job": job}},
         "spec": {
-            "entrypoint": shlex.join(["python", submit.ENTRYPOINT, *args]),
+            "entrypoint": shlex.join(["python", *submit.WATCHED, submit.ENTRYPOINT, *args]),
             "runtimeEnvYAML": json.dumps(runtime_env),  # JSON is YAML: no string becomes structure
             "submissionMode": "K8sJobMode",
             "shutdownAfterJobFinishes": True,

@@ -1,8 +1,9 @@
 """Stand-in for nvidia-ml-py's `pynvml` in tests (this folder first on PYTHONPATH): the GPUs
 $STANDIN_GPUS names, comma-separated ("NVIDIA H200,NVIDIA H200"), each with the
 utilization (percent) the file $STANDIN_GPU_UTIL holds, read at every call so that a test
-can change it (0 without the file). Without $STANDIN_GPUS it answers as NVML does on a
-machine without a driver: nvmlInit fails."""
+can change it (0 without the file), and held by one process where that file exists (none
+without it). Without $STANDIN_GPUS it answers as NVML does on a machine without a
+driver: nvmlInit fails."""
 
 import os
 from collections import namedtuple
@@ -50,3 +51,8 @@ def nvmlDeviceGetUtilizationRates(handle: int) -> Utilization:
     path = os.environ.get("STANDIN_GPU_UTIL")
     busy = int(open(path).read().strip() or 0) if path and os.path.exists(path) else 0
     return Utilization(gpu=busy, memory=0)
+
+
+def nvmlDeviceGetComputeRunningProcesses(handle: int) -> list:
+    path = os.environ.get("STANDIN_GPU_UTIL")
+    return [namedtuple("Process", "pid usedGpuMemory")(pid=1, usedGpuMemory=0)] if path and os.path.exists(path) else []
