@@ -163,7 +163,8 @@ def ray_cpu_seconds() -> dict:
 
 
 class SyntheticImages:
-    """The same images and transform as a map-style torch Dataset, one image per item."""
+    """The same images and transform as a map-style torch Dataset, one image per item,
+    shipped as the job ships them (uint8, CHW): the same work per image as (a) and (b)."""
 
     def __init__(self, args):
         self.args = args
@@ -175,8 +176,8 @@ class SyntheticImages:
     def __getitem__(self, i):
         if self.stage is None:
             self.stage = Preprocess(self.args.blur_count, self.args.blur_kernel)
-        batch = make_images({"id": np.array([i])}, self.args.image_size)
-        return self.stage.transform(batch["image"][0]), batch["label"][0]
+        out = self.stage(make_images({"id": np.array([i])}, self.args.image_size))
+        return out["image"][0], out["label"][0]
 
 
 class Loader:
