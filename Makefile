@@ -162,12 +162,13 @@ test-changed: $(STAMP) ## the quick loop: the fast tests of what changed since m
 
 # adaptdl 0.2.11's own unit tests, under the kit's compatibility fixes. `make test` runs
 # those of the modules the fixes patch (jobs/adaptdl_mnist/adaptdl_compat.py: checkpoint,
-# goodput, torch.parallel, torch._metrics, adaptdl-ray's controller and worker);
+# goodput, torch._metrics, torch.parallel (in the order pytest collects them: _metrics_test
+# needs a process no parallel_test has run in), adaptdl-ray's controller and worker);
 # `make test-upstream` runs all of them, adaptdl's scaling rules' optimisations included
 # (~2.5 CPU minutes of rules the kit never changes). Each of adaptdl-ray's test modules
 # replaces functions in adaptdl-ray's modules before it imports the others, so each runs in
 # a process of its own. --timeout 900: a hang guard.
-ADAPTDL_SUITES := adaptdl.checkpoint_test+adaptdl.goodput_test+adaptdl.torch.parallel_test+adaptdl.torch._metrics_test \
+ADAPTDL_SUITES := adaptdl.checkpoint_test+adaptdl.goodput_test+adaptdl.torch._metrics_test+adaptdl.torch.parallel_test \
                   adaptdl_ray.aws.test_controller adaptdl_ray.aws.test_controller_mocked_ray adaptdl_ray.aws.test_worker
 ADAPTDL_UPSTREAM := adaptdl adaptdl.torch.scaling_rules_test adaptdl_ray.aws.test_controller \
                     adaptdl_ray.aws.test_controller_mocked_ray adaptdl_ray.aws.test_worker

@@ -30,7 +30,10 @@ def tests(folder: Path) -> list[tuple[float, str]]:
         except ET.ParseError:  # a phase killed while writing: its cases are lost, not the rest
             continue
         for case in root.iter("testcase"):
-            name = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+            # tests/x/test_y.py's class name is tests.x.test_y; a shipped package's test
+            # (--pyargs) is .venv.lib.python3.11.site-packages.adaptdl.x_test
+            classname = case.get("classname", "").rpartition("site-packages.")[2]
+            name = f"{classname.replace('.', '/')}.py::{case.get('name')}"
             found.append((float(case.get("time") or 0), name))
     return found
 
