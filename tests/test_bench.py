@@ -90,11 +90,17 @@ def test_nan_and_infinity_are_not_json(tmp_path, capsys):
 
 
 def test_a_local_mix_is_priced_as_the_aws_mix_it_stands_for_with_its_own_counts():
+    """Its own counts, and each preprocess node as its share of the type: local_hetero's
+    worker, one pinned core, is one of a c5.4xlarge's 16 vCPUs; the head (the GPU) whole."""
     name, usd = cost.priced(build("local_hetero"))
     aws = build("hetero").values
     assert name == "local_hetero as hetero"
-    one_worker = dict(aws, workers={"cpu_worker": dict(aws["workers"]["cpu_worker"], min_workers=1)})
-    assert usd == pytest.approx(cost.aws_hourly_cost(one_worker)[0])
+    worker = aws["workers"]["cpu_worker"]
+    one_core = dict(aws, workers={"cpu_worker": dict(worker, min_workers=1, share=1 / 16)})
+    assert usd == pytest.approx(cost.aws_hourly_cost(one_core)[0])
+    whole = dict(aws, workers={"cpu_worker": dict(worker, min_workers=1)})
+    assert cost.aws_hourly_cost(whole)[0] - usd == pytest.approx(
+        cost.worker_usd_per_hour(worker, "us-east-1") * 15 / 16)
     assert cost.priced(build("local_single"))[1] == pytest.approx(cost.aws_hourly_cost(build("single").values)[0])
     unpriced = dict(load_example("local_single"), prices_as=None)
     with pytest.raises(KitError, match="sets no prices_as"):
@@ -305,14 +311,16 @@ def test_bench_autopilot_refuses_a_mix_it_cannot_steer_before_anything_starts(ca
                           "min_workers < max_workers") and len(err.splitlines()) == 1
 
 
-def test_bench_autopilots_table_prices_a_thousand_images():
+def test_bench_autopilots_table_prices_a_million_images_and_each_phases_wait():
     from scripts.benchmarks import bench_autopilot
 
     timeline = [{"t": 5.0, "preprocess_nodes": 1, "asked": 3, "wait_share": 1.0, "images_per_s": None}]
     summary = {"steps": 30, "batch_size": 16, "workers": 1, "wall_s": 120.0, "images_per_s": 40.0,
                "data_wait_fraction": 0.25, "node_seconds": {"cpu_worker": 200.0, "head": 120.0},
                "bill": {"usd": 0.048}, "mean_step_s": 0.4, "mean_data_wait_s": 0.1, "warmup_s": 20.0,
-               "autopilot": {"timeline": timeline}}
+               "autopilot": {"timeline": timeline},
+               "phases": [{"load": "light", "steps": [1, 10], "wait_share": 0.02, "images_per_s": 45.0},
+                          {"load": "heavy", "steps": [11, 30], "wait_share": 0.31, "images_per_s": 30.0}]}
     row = bench_autopilot.measured("autopilot", summary, "cpu_worker", "1-3")
     assert row["usd_per_1k_images"] == pytest.approx(0.048 / 480 * 1000)
     assert row["usd_per_million_images"] == pytest.approx(0.048 / 480 * 1e6)
@@ -322,4 +330,6 @@ def test_bench_autopilots_table_prices_a_thousand_images():
     assert row["timeline"] == timeline
     lines = bench_autopilot.table([row])
     assert lines[0].split()[:3] == ["run", "preprocess", "nodes"]
-    assert lines[1].split() == ["autopilot", "1-3", "120", "40.0", "25%", "200", "0.0480", "0.1000"]
+    assert row["phase_wait_shares"] == "light 2% heavy 31%"
+    assert lines[1].split() == ["autopilot", "1-3", "120", "40.0", "25%", "light", "2%", "heavy", "31%",
+                                "200", "0.0480", "100.00"]

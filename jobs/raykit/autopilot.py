@@ -53,6 +53,8 @@ POLL_S = float(os.environ.get("RAYKIT_AUTOPILOT_POLL_S") or 5)
 REQUESTER = "raykit-autopilot"     # its name at Ray Data's AutoscalingCoordinator
 REQUEST_EXPIRES_S = 120            # re-sent every poll: a dead driver's request lapses
 MAX_DOWN_BACKOFF = 8               # cooldowns before a node goes back, after flaps
+MIN_GAIN = 0.07                    # a node added must raise images/s by more than this (Cachew's 7%)
+MEMORY_WINDOWS = 4                 # a count's measured rate is trusted this many windows
 GIVE_BACK_DEADLINE_S = 300         # a node given back: its running work's time to finish
 
 
@@ -74,6 +76,13 @@ class Settings:  # noqa: D101 (documented by its fields)
         """Below this wait share the trainers have slack to spare: a node can go."""
         return self.target_wait_share / 3
 
+    def usd_per_image(self, nodes: int, images_per_s: float) -> float:
+        """What an image costs with `nodes` preprocess nodes at that rate: the whole
+        cluster's $/h over its images/h (unpriced: 1/rate, so only the rate counts)."""
+        hourly = (self.base_usd_per_hour + nodes * self.node_usd_per_hour
+                  if self.node_usd_per_hour is not None else 1.0)
+        return hourly / max(images_per_s, 1e-9)
+
     def affordable(self) -> int:
         """The most preprocess nodes the $/h ceiling allows (max_nodes without one)."""
         if self.max_usd_per_hour is None or not self.node_usd_per_hour:
@@ -90,6 +99,12 @@ class State:
     last_move: int = 0               # +1 up, -1 down: the last change's direction
     down_backoff: int = 1            # giving a node back waits this many cooldowns
     reasons: list[str] = field(default_factory=list)
+    # each count's last steady images/s and when it was measured: what an added node
+    # bought (Pecan's rule) and the cheapest count where the target is out of reach
+    rates: dict[int, tuple[float, float, float]] = field(default_factory=dict)  # (images/s, share, at)
+    from_count: int | None = None    # the count before the last rise, to compare against
+    hold: tuple[int, float] | None = None  # no rise above this count until then: one did not pay
+    hold_s: float = 0.0              # how long the next such hold lasts (doubles on each)
 
 
 def wait_share(steps: list[tuple[float, float, float]], now: float, window_s: float,
@@ -105,10 +120,40 @@ def wait_share(steps: list[tuple[float, float, float]], now: float, window_s: fl
     return sum(wait for _, wait in recent) / total if total > 0 else None
 
 
-def decide(settings: Settings, state: State, now: float, share: float | None, joined: int) -> int:
+MIN_SETTLED_STEPS = 3  # a measure rests on at least this many steps (every rank's)
+
+
+def steady_measure(steps: list[tuple[float, float, float, int]], waiting: list[float], now: float,
+                   since: float) -> tuple[float, float] | None:
+    """(wait share, images/s) of the steps that ended since `since` (end time, step s,
+    waiting s, images), open waits counted inside it; None on fewer than
+    MIN_SETTLED_STEPS steps. `since`: past the trainers' first step (the pipeline's first
+    fill) and past the last change's settling, so that a decision rests on the steady flow
+    of the nodes it holds, not on the start-up's wait or the count before."""
+    recent = [s for s in steps if s[0] >= since and s[1] > 0]
+    if len(recent) < MIN_SETTLED_STEPS:
+        return None
+    share = wait_share([s[:3] for s in recent], now, now - since, [w for w in waiting if w >= since])
+    span = max(s[0] for s in recent) - min(s[0] - s[1] for s in recent)
+    if share is None or span <= 0:
+        return None
+    return share, sum(s[3] for s in recent) / span
+
+
+def decide(settings: Settings, state: State, now: float, measured: tuple[float, float] | None,
+           joined: int) -> int:
     """The preprocess nodes to hold from now on (state.asked, updated with its reason in
-    state.reasons). `share`: the trainers' wait share (None: no step measured yet);
-    `joined`: the preprocess nodes up now."""
+    state.reasons). `measured`: the trainers' (wait share, images/s) in the steady flow
+    since the last change settled (None: not measured yet); `joined`: the preprocess nodes
+    up now.
+
+    Up where the trainers wait more than the target, by the nodes that would feed them, but
+    only while a node pays for itself (Pecan's rule): its predicted images/s, priced at the
+    whole cluster's $/h, must cost less per image than now. After a rise, the new count is
+    judged on what it measured: less than MIN_GAIN more images/s than the count before, or
+    a dearer image, and it goes back there, and no higher until that memory lapses
+    (MEMORY_WINDOWS): where the target is out of reach, the cheapest count is held, not
+    max_workers. Down by one where they wait under a third of the target."""
     low = settings.min_nodes
     high = min(settings.max_nodes, settings.affordable(), settings.max_nodes - state.given_up)
     high = max(low, high)
@@ -117,13 +162,12 @@ def decide(settings: Settings, state: State, now: float, share: float | None, jo
     if joined < state.asked and state.changed_at is not None and since >= settings.join_timeout_s:
         state.given_up += state.asked - joined  # capacity or quota said no: stop asking for them
         want, why = max(low, joined), f"{state.asked - joined} node(s) never joined; holding {joined}"
-    elif share is None or since < settings.cooldown_s or joined < state.asked or now < settings.cooldown_s:
+    elif measured is None or since < settings.cooldown_s or joined < state.asked or now < settings.cooldown_s:
         pass  # nothing measured yet, cooling down, a node still joining (or the start's), starting up
-    elif share > settings.target_wait_share:
-        want = max(state.asked + 1, math.ceil(max(joined, 1) / max(1 - share, 0.05)))
-        why = f"trainers wait {share:.0%} of each step (target {settings.target_wait_share:.0%})"
-    elif share < settings.slack_share and since >= settings.cooldown_s * state.down_backoff:
-        want, why = state.asked - 1, f"trainers wait only {share:.0%}: compute-bound with slack"
+    else:
+        share, rate = measured
+        state.rates[joined] = (rate, share, now)
+        want, why = judged(settings, state, now, share, rate, joined)
     clamped = min(max(want, low), high)
     if clamped != want and why:
         why += f"; held to {clamped} ({'max_workers or the $/h ceiling' if clamped < want else 'min_workers'})"
@@ -131,9 +175,41 @@ def decide(settings: Settings, state: State, now: float, share: float | None, jo
         move = 1 if clamped > state.asked else -1
         if move == 1 and state.last_move == -1:  # the node given back was needed: a flap
             state.down_backoff = min(state.down_backoff * 2, MAX_DOWN_BACKOFF)
+        state.from_count = state.asked if move == 1 else None
         state.asked, state.changed_at, state.last_move = clamped, now, move
         state.reasons.append(f"{now:.0f}: {clamped} node(s): {why}")
     return state.asked
+
+
+def judged(settings: Settings, state: State, now: float, share: float, rate: float,
+           joined: int) -> tuple[int, str]:
+    """decide()'s judgement of a settled measure at `joined` nodes: (nodes, why)."""
+    before, state.from_count = state.from_count, None  # a rise is judged once, on its first measure
+    if before is not None and before in state.rates and joined > before:
+        old_rate = state.rates[before][0]
+        if rate < old_rate * (1 + MIN_GAIN) or \
+                settings.usd_per_image(joined, rate) >= settings.usd_per_image(before, old_rate):
+            state.hold_s = min(2 * state.hold_s, 8 * MEMORY_WINDOWS * settings.window_s) or \
+                MEMORY_WINDOWS * settings.window_s
+            state.hold = (before, now + state.hold_s)
+            return before, (f"{joined} node(s) made {rate:.1f} images/s against {old_rate:.1f} with "
+                            f"{before}: not worth their price; back to {before}, held {state.hold_s:.0f} s")
+    if share > settings.target_wait_share:
+        if state.hold and now < state.hold[1] and joined >= state.hold[0]:
+            return joined, ""  # more nodes did not pay here: the cheaper count stays
+        # while data-bound, images/s grows with the nodes: n / (1 - w) would feed the trainers
+        up = max(state.asked + 1, math.ceil(max(joined, 1) / max(1 - share, 0.05)))
+        fed = rate / max(1 - share, 0.05)  # what the trainers would take, never waiting
+        predicted = min(fed, rate * up / max(joined, 1))
+        if rate > 0 and settings.usd_per_image(up, predicted) >= settings.usd_per_image(joined, rate):
+            return joined, ""  # the time they would save is worth less than they cost
+        return up, f"trainers wait {share:.0%} of each step (target {settings.target_wait_share:.0%})"
+    if share < settings.slack_share and now - (state.changed_at or -math.inf) >= settings.cooldown_s * state.down_backoff:
+        fewer = state.rates.get(joined - 1)
+        if fewer and now - fewer[2] < MEMORY_WINDOWS * settings.window_s and fewer[1] > settings.target_wait_share:
+            return joined, ""  # one fewer starved them a moment ago: these are the nodes that feed them
+        return state.asked - 1, f"trainers wait only {share:.0%}: compute-bound with slack"
+    return state.asked, ""
 
 
 # --- the driver side ------------------------------------------------------------------
@@ -175,6 +251,8 @@ class Pilot(threading.Thread):
         self.errors: list[str] = []
         self.drained: list[str] = []  # node ids it drained (or why Ray refused)
         self.started = time.time()
+        self.first_step_end: float | None = None  # the trainers' first step's end (epoch s)
+        self.settled_at, self.settled_for = self.started, None  # the ask's nodes all up since
         self._halt = threading.Event()
         from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
             DefaultAutoscalingCoordinator,
@@ -223,7 +301,17 @@ class Pilot(threading.Thread):
         steps, waiting = ray.get(self.log.window.remote(now - self.settings.window_s), timeout=30)
         share = wait_share([s[:3] for s in steps], now, self.settings.window_s, waiting)
         joined, before = self.joined(), self.state.asked
-        asked = decide(self.settings, self.state, now - self.started, share, joined)  # run-relative times
+        if self.first_step_end is None and steps:
+            self.first_step_end = min(s[0] for s in steps)  # the trainers' first step: the fill
+        if joined == self.state.asked and self.settled_for != self.state.changed_at:
+            self.settled_for, self.settled_at = self.state.changed_at, now  # the nodes asked are up
+        since = max(now - self.settings.window_s, self.settled_at,
+                    (self.first_step_end or math.inf) + 1e-6)
+        measured = steady_measure(steps, waiting, now, since)
+        blocked = [w for w in waiting if w < since]
+        if measured is None and blocked and (joined == 0 or now - since >= self.settings.window_s):
+            measured = (1.0, 0.0)  # a trainer blocked all along (no node, or none that delivers)
+        asked = decide(self.settings, self.state, now - self.started, measured, joined)  # run-relative times
         self.ask(asked)
         if asked < before and joined > asked:  # this tick gave nodes back: drain them
             self.give_back(min(before - asked, joined - asked))

@@ -38,6 +38,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--blur-kernel", type=int, default=11, help="GaussianBlur kernel size, odd")
     p.add_argument("--light-after-steps", type=int, default=0,
                    help="from this step on, one blur pass an image (a load that drops mid-run; 0: never)")
+    p.add_argument("--phases", default="",
+                   help="a load that changes: light or heavy phases of so many steps, e.g. "
+                        "light:30,heavy:60,light:30 (heavy: --blur-count passes, light: one); "
+                        "sets --steps to their sum")
     p.add_argument("--model", choices=[*MODEL_PRESETS, "auto"], default="auto",
                    help="ViT preset; auto: base on a GPU, tiny on CPU")
     p.add_argument("--workers", type=int, default=0,
@@ -76,6 +80,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.light_after_steps < 0 or (args.light_after_steps and args.data != "synthetic"):
         problems.append(f"--light-after-steps must be 0 (off) or a step of a synthetic run "
                         f"(got {args.light_after_steps}{' with --data' if args.data != 'synthetic' else ''})")
+    args.heavy = None  # the heavy records' [start, end) ranges, in steps for now
+    if args.light_after_steps > 0:
+        args.heavy = ((0, args.light_after_steps),)
+    if args.phases:
+        phases = parse_phases(args.phases)
+        if isinstance(phases, str):
+            problems.append(phases)
+        elif args.light_after_steps or args.data != "synthetic":
+            problems.append("--phases goes alone with synthetic images: drop --light-after-steps and --data")
+        else:
+            args.steps, args.heavy = sum(n for _, n in phases), heavy_steps(phases)
     if not 0 <= args.blur_count <= 50:
         problems.append(f"--blur-count must be between 0 and 50 (got {args.blur_count})")
     if args.workers < 0:
@@ -89,6 +104,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     if problems:
         p.error("; ".join(problems))  # exits 2 before Ray starts any work
     return args
+
+
+def parse_phases(text: str) -> list[tuple[str, int]] | str:
+    """'light:30,heavy:60' -> [("light", 30), ("heavy", 60)]; what is wrong, as a string."""
+    phases = []
+    for part in text.split(","):
+        load, _, count = part.partition(":")
+        if load not in ("light", "heavy") or not count.isdigit() or not 1 <= int(count) <= 100_000:
+            return (f"--phases must be light:N or heavy:N parts (N steps, 1-100000) separated by "
+                    f"commas, e.g. light:30,heavy:60,light:30 (got {text[:60]!r})")
+        phases.append((load, int(count)))
+    return phases if len(phases) <= 20 else "--phases takes at most 20 phases"
+
+
+def heavy_steps(phases: list[tuple[str, int]]) -> tuple[tuple[int, int], ...]:
+    """The heavy phases' [first step, end step) ranges, steps counted from 0."""
+    ranges, step = [], 0
+    for load, count in phases:
+        if load == "heavy":
+            ranges.append((step, step + count))
+        step += count
+    return tuple(ranges)
 
 
 def build_model(preset: str, image_size: int):
@@ -140,9 +177,24 @@ def train_loop(config: dict) -> None:
         if step >= config["steps"]:  # after a restart the shard starts over: stop at the total
             break
     metrics = steps.metrics(model, restarts=restarts, resumed_from_step=first_step,
-                            final_loss=float(loss.item()))
+                            final_loss=float(loss.item()),
+                            phases=phase_figures(config["phases"], steps, config["batch_size"]))
     metrics["steps"] += first_step
     measure.report(metrics)  # the summary only: no model weights
+
+
+def phase_figures(phases: list, steps, batch_size: int) -> list[dict]:
+    """Each --phases phase's wait share and images/s, from this rank's steps (the first
+    step, the start-up, left out): the load changed, so did what the mix must deliver."""
+    out, start = [], 0
+    for load, count in phases or []:
+        window = range(max(start, 1), min(start + count, len(steps.steps_s)))
+        step_s = sum(steps.steps_s[i] for i in window)
+        out.append({"load": load, "steps": [start + 1, start + count],
+                    "wait_share": sum(steps.waits[i] for i in window) / step_s if step_s else None,
+                    "images_per_s": batch_size * len(window) / step_s if step_s else None})
+        start += count
+    return out
 
 
 def next_restart() -> int:
@@ -221,10 +273,11 @@ def main(argv=None) -> int:
             sys.exit(f"error: --data {args.data} holds {found} JPEG/PNG files; {args.steps} "
                      f"steps of {args.batch_size} x {workers} need {num_records}: lower --steps "
                      f"or write more (`make images ARGS=\"--count {num_records}\"`)")
-    light_from = args.batch_size * args.light_after_steps * workers if args.light_after_steps else None
+    per_step = args.batch_size * workers  # the records of one step, every trainer's
+    heavy = None if args.heavy is None else tuple((a * per_step, b * per_step) for a, b in args.heavy)
     dataset = build_dataset(num_records, args.batch_size, args.image_size, args.blur_count,
                             args.blur_kernel, files=files, batches_per_task=args.batches_per_task,
-                            light_from=light_from)
+                            heavy=heavy)
     print(f"training ViT-{model} on {workers} worker(s) ({'GPU' if use_gpu else 'CPU'}), "
           f"{num_records} images of {args.image_size}px "
           f"({'synthetic' if args.data == 'synthetic' else 'files from ' + args.data}), "
@@ -239,7 +292,8 @@ def main(argv=None) -> int:
         train_loop_config={"model": model, "image_size": args.image_size,
                            "batch_size": args.batch_size, "steps": args.steps,
                            "log_every": args.log_every, "prefetch_batches": args.prefetch_batches,
-                           "checkpoint_every": args.checkpoint_every},
+                           "checkpoint_every": args.checkpoint_every,
+                           "phases": parse_phases(args.phases) if args.phases else []},
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu,
                                      label_selector=shape["train_selector"]),
         datasets={"train": dataset},
@@ -261,7 +315,7 @@ def main(argv=None) -> int:
         "vit_synthetic", metrics, shape, workers=workers, batch_size=args.batch_size,
         wall_s=time.perf_counter() - started,
         extra={"model": model, "image_size": args.image_size, "blur_count": args.blur_count,
-               "data": args.data})
+               "data": args.data, "phases": metrics.get("phases") or []})
     summary.emit(result, args.results, headline=f"ViT-{model}")
     return 0
 

@@ -83,12 +83,12 @@ class Preprocess:
     the one-thread setting ran in the driver and never in Ray's workers.)"""
 
     def __init__(self, blur_count: int, blur_kernel: int, ship: str = "uint8",
-                 light_from: int | None = None):
+                 heavy: tuple[tuple[int, int], ...] | None = None):
         assert ship in SHIP_DTYPES, ship
         self.blur_count, self.blur_kernel, self.ship = blur_count, blur_kernel, ship
-        # a load that changes mid-run (make bench-autopilot): records from light_from on
-        # get one blur pass, not blur_count (None: every record the same)
-        self.light_from = light_from
+        # a load that changes during the run (make bench-autopilot): records in the heavy
+        # [start, end) ranges get blur_count passes, the others one (None: every record heavy)
+        self.heavy = heavy
         self._built = None
 
     def built(self) -> tuple:
@@ -98,9 +98,12 @@ class Preprocess:
 
             torch.set_num_threads(1)
             light = (build_transform(min(1, self.blur_count), self.blur_kernel)
-                     if self.light_from is not None else None)
+                     if self.heavy is not None else None)
             self._built = (build_transform(self.blur_count, self.blur_kernel), light)
         return self._built
+
+    def is_heavy(self, record: int) -> bool:
+        return any(start <= record < end for start, end in self.heavy)
 
     @property
     def transform(self):
@@ -111,7 +114,7 @@ class Preprocess:
 
         heavy, light = self.built()
         ids = batch.get("id") if light is not None else None
-        images = torch.stack([(light if ids is not None and ids[i] >= self.light_from else heavy)(image)
+        images = torch.stack([(heavy if ids is None or self.is_heavy(int(ids[i])) else light)(image)
                               for i, image in enumerate(batch["image"])])
         if self.ship == "uint8":
             images = images.mul_(255).round_().clamp_(0, 255).to(torch.uint8)
@@ -152,7 +155,7 @@ def normalize_on_device(images):
 def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count: int,
                   blur_kernel: int, files: tuple | None = None,
                   batches_per_task: int = BATCHES_PER_TASK, ship: str = "uint8",
-                  light_from: int | None = None):
+                  heavy: tuple[tuple[int, int], ...] | None = None):
     """num_records images in tasks of batches_per_task training batches: synthetic
     (ray.data.range -> random images) where `files` is None, else JPEG/PNG files
     (image_files' filesystem and paths, read, then decoded on the preprocessing nodes);
@@ -176,7 +179,7 @@ def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count
     # batches_per_task > 1: longer tasks amortise Ray Data's per-task cost (make bench-data)
     # (rounded up: a short run of a batch or two per CPU still spreads over the workers)
     blocks = -(-num_records // (batch_size * batches_per_task))
-    preprocess = Preprocess(blur_count, blur_kernel, ship, light_from)
+    preprocess = Preprocess(blur_count, blur_kernel, ship, heavy)
     if files is None:
         records = ray.data.range(num_records, override_num_blocks=blocks)
         stage = BatchStage(make_images, preprocess, batch_size, image_size=image_size)

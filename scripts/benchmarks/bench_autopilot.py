@@ -10,10 +10,17 @@ its own (`make run`), the values file changed only as the row says:
              resource utilization), autopilot off
   autopilot  min..max workers, the kit's autopilot steering from the trainers' data wait
 
-Each row, from the run's own summary: the job's wall time, images/s, the trainers' data
-wait (share of each step), the preprocess node-seconds, the nodes' bill (priced as the
-values file's prices_as) and $ per 1,000 images. Saved in build/bench/<time>-autopilot/:
-rows.json, rows.csv and the autopilot run's timeline (autopilot.png).
+The default job's appetite changes: light (one blur pass: one node feeds the trainer),
+heavy (--blur-count passes: two of the three nodes needed), light again
+(`--phases light:..,heavy:..,light:..`), on local_autopilot's mix: a head held to part of a
+core (its cpu_quota) so that the nodes' sizes matter, three quarter-core preprocess nodes,
+each priced as a quarter of one of a c5.4xlarge's vCPUs (scripts/pricing/cost.py).
+
+Each row, from the run's own summary: the job's wall time, images/s over the steps after
+the first, the trainers' data wait outside the start-up (mean, and per phase), the
+preprocess node-seconds, the nodes' bill (priced as the values file's prices_as) and $ per
+million images. Saved in build/bench/<time>-autopilot/: rows.json, rows.csv and the
+autopilot run's timeline (autopilot.png).
 """
 
 import argparse
@@ -35,10 +42,10 @@ from scripts.kit import raise_keyboard_interrupt
 from scripts.pricing.bench_table import new_run_dir
 from scripts.pricing.output import cell, text_table
 
-DEFAULT_ARGS = "--steps 120 --blur-count 30 --image-size 96 --log-every 20"  # ~15 min for the four rows
+DEFAULT_ARGS = "--phases light:60,heavy:120,light:60 --blur-count 6 --image-size 96 --log-every 30"
 ROWS = ("fixed_min", "fixed_max", "raydata", "autopilot")
 FIELDS = ["row", "preprocess_nodes", "wall_s", "images_per_s", "data_wait_fraction",
-          "mean_wait_share", "preprocess_node_s", "usd", "usd_per_1k_images", "usd_per_million_images"]
+          "phase_wait_shares", "mean_wait_share", "preprocess_node_s", "usd", "usd_per_million_images"]
 
 
 def variant(values: dict, row: str) -> dict:
@@ -67,8 +74,12 @@ def whole_run_wait_share(summary: dict) -> float | None:
 def measured(row: str, summary: dict, kind: str, bounds: str) -> dict:
     images = (summary.get("steps") or 0) * summary["batch_size"] * summary["workers"]  # all ranks' trained images
     usd = (summary.get("bill") or {}).get("usd")
+    phases = summary.get("phases") or []
     return {"row": row, "policy": row, "preprocess_nodes": bounds, "wall_s": summary["wall_s"],
             "images_per_s": summary["images_per_s"], "data_wait_fraction": summary["data_wait_fraction"],
+            "phases": phases,
+            "phase_wait_shares": " ".join(f"{p['load']} {p['wait_share']:.0%}" for p in phases
+                                          if p.get("wait_share") is not None),
             "mean_wait_share": whole_run_wait_share(summary),
             "preprocess_node_s": (summary.get("node_seconds") or {}).get(kind),
             "node_seconds": summary.get("node_seconds") or {},
@@ -78,11 +89,13 @@ def measured(row: str, summary: dict, kind: str, bounds: str) -> dict:
 
 
 def table(rows: list[dict]) -> list[str]:
-    header = ("run", "preprocess nodes", "wall s", "images/s", "data wait", "node-s", "$", "$/1k images")
+    header = ("run", "preprocess nodes", "wall s", "images/s", "data wait", "per phase",
+              "node-s", "$", "$/M images")
     return text_table([header] + [
         (r["row"], r["preprocess_nodes"], cell(r["wall_s"], ".0f"), cell(r["images_per_s"], ".1f"),
-         cell(r["data_wait_fraction"], ".0%"), cell(r["preprocess_node_s"], ".0f"),
-         cell(r["usd"], ".4f"), cell(r["usd_per_1k_images"], ".4f")) for r in rows], left=(0, 1))
+         cell(r["data_wait_fraction"], ".0%"), r["phase_wait_shares"] or "-",
+         cell(r["preprocess_node_s"], ".0f"), cell(r["usd"], ".4f"),
+         cell(r["usd_per_million_images"], ".2f")) for r in rows], left=(0, 1, 5))
 
 
 def main(argv=None) -> int:

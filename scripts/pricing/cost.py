@@ -6,7 +6,9 @@ of the instance types its node selectors name (the node groups bill them, not th
 their disks and the control plane are not counted). A local values file costs nothing to run; with `prices_as`
 it stands for an AWS values file with its own node counts (each local worker type priced
 as the AWS worker type of the same name), which is how `make cost` and `make bench` price
-a local mix. `make up` and `make up DRY_RUN=1` announce hourly_cost; `make cost` prints
+a local mix. A local preprocess node is priced as its share of the type it stands for: a
+quarter-core node as a quarter of one of the type's vCPUs, not the whole instance (its
+train nodes and head stand for the GPU instance whole: a trainer slot is the GPU). `make up` and `make up DRY_RUN=1` announce hourly_cost; `make cost` prints
 cost_table; `make bench` prices each row with priced().
 """
 
@@ -26,6 +28,13 @@ COST_TABLE_HEADER = ("node type", "instance", "count", "$/h each", "of it EBS", 
                      "$/h at max")
 
 
+def worker_usd_per_hour(node: dict, region: str) -> float | None:
+    """One node's $/h: an AWS node's list price and EBS, times its `share` where a local
+    node stands for part of it (stand_in_values)."""
+    price = aws.node_usd_per_hour(node, region)
+    return None if price is None else price * node.get("share", 1.0)
+
+
 def aws_hourly_cost(values: dict) -> tuple[float, float] | None:
     """$/h of AWS values with min_workers and with max_workers; None for a region without
     prices."""
@@ -35,8 +44,8 @@ def aws_hourly_cost(values: dict) -> tuple[float, float] | None:
         return None
     low = high = head
     for w in values["workers"].values():
-        low += w["min_workers"] * aws.node_usd_per_hour(w, region)
-        high += w["max_workers"] * aws.node_usd_per_hour(w, region)
+        low += w["min_workers"] * worker_usd_per_hour(w, region)
+        high += w["max_workers"] * worker_usd_per_hour(w, region)
     return low, high
 
 
@@ -106,13 +115,24 @@ def check_prices_as(built: Built) -> Built | None:
 def stand_in_values(values: dict, aws_mix: Built) -> dict:
     """The AWS values a local cluster stands for: `prices_as`'s mix (checked by
     check_prices_as) with this file's node counts, each local worker type priced as the AWS
-    worker type of the same name."""
+    worker type of the same name; a preprocess type carries its `share` of that type
+    (local_share), a train type stands for its instance whole."""
     aws_values = copy.deepcopy(aws_mix.values)
     aws_values["workers"] = {
         name: dict(aws_values["workers"][name], min_workers=w["min_workers"],
                    max_workers=w["max_workers"])
+        | ({"share": local_share(values, w, aws_values["workers"][name]["instance_type"])}
+           if w["role"] == "preprocess" else {})
         for name, w in values["workers"].items()}
     return aws_values
+
+
+def local_share(values: dict, node: dict, instance_type: str) -> float:
+    """The part of `instance_type` a local preprocess node stands for: the cores of time it
+    runs on (its cpu_quota; else, pinned, its cores; else its CPUs) over the type's vCPUs,
+    at most the whole instance."""
+    cores = node["cpu_quota"] or ((node["cores"] or node["cpus"]) if values["pin_cpus"] else node["cpus"])
+    return min(1.0, cores / catalog.INSTANCE_TYPES[instance_type].vcpus)
 
 
 def cost_table(built: Built) -> list[str]:
@@ -140,16 +160,21 @@ def aws_cost_table(values: dict) -> list[str]:
         return [f"no list prices for {region} in scripts/catalog.py (it prices "
                 f"{', '.join(catalog.PRICED_REGIONS)}); add the region's prices there"]
     rows = [COST_TABLE_HEADER]
-    spot = []
+    spot, shares = [], []
     for key, node in aws.nodes_of(values).items():
         name = aws.HEAD_TYPE if key == "head" else key.split(".", 1)[1]
-        each = aws.node_usd_per_hour(node, region)
-        ebs = each - catalog.INSTANCE_TYPES[node["instance_type"]].usd_per_hour[region]
+        each = worker_usd_per_hour(node, region)
+        ebs = (aws.node_usd_per_hour(node, region)
+               - catalog.INSTANCE_TYPES[node["instance_type"]].usd_per_hour[region]) * node.get("share", 1.0)
         least, most = (1, 1) if key == "head" else (node["min_workers"], node["max_workers"])
         rows.append((name, node["instance_type"], str(least) if least == most else f"{least}-{most}",
                      f"{each:.4f}", f"{ebs:.4f}", f"{least * each:.2f}", f"{most * each:.2f}"))
         if key != "head" and node["spot"]:
             spot.append(name)
+        if node.get("share", 1.0) < 1.0:
+            shares.append(f"{name}: a local node priced as {node['share']:.4g} of a {node['instance_type']} "
+                          f"({node['share'] * catalog.INSTANCE_TYPES[node['instance_type']].vcpus:g} of its "
+                          f"{catalog.INSTANCE_TYPES[node['instance_type']].vcpus} vCPUs: the cores it runs on)")
     low, high = aws_hourly_cost(values)
     rows.append(("total", "", "", "", "", f"{low:.2f}", f"{high:.2f}"))
     lines = [f"'{values['cluster_name']}' on AWS {region}: on-demand list prices and EBS "
@@ -158,7 +183,7 @@ def aws_cost_table(values: dict) -> list[str]:
     lines += [f"spot: {name} is billed at the spot price (varies, often well below on-demand; "
               "not in the catalog) and may be reclaimed: the figures above are its on-demand "
               "ceiling" for name in spot]
-    return lines
+    return lines + shares
 
 
 def kuberay_cost_table(values: dict) -> list[str]:
@@ -281,7 +306,7 @@ def node_hour_prices(built: Built) -> tuple[dict[str, float], str] | None:
             return None
         values, label = stand_in_values(values, aws_mix), f"as {built.values['prices_as']}, "
     region = values["aws"]["region"]
-    prices = {name: aws.node_usd_per_hour(node, region) for name, node in values["workers"].items()}
+    prices = {name: worker_usd_per_hour(node, region) for name, node in values["workers"].items()}
     prices |= {head: aws.node_usd_per_hour(values["head"], region) for head in HEAD_LABELS}
     if None in prices.values():
         return None

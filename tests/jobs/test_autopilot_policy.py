@@ -1,6 +1,7 @@
-"""The autopilot's policy (jobs/raykit/autopilot.py) on recorded traces: each trace is a
-list of (seconds, trainers' wait share, preprocess nodes joined), fed to decide() as the
-driver would, every 5 s; the assertions are on the nodes it holds."""
+"""The autopilot's policy (jobs/raykit/autopilot.py) on recorded traces: each trace gives
+the trainers' wait share at a time and a count of preprocess nodes joined, the images/s
+following from it (a trainer that takes FED images/s when it never waits), fed to decide()
+as the driver would, every 5 s; the assertions are on the nodes it holds."""
 
 import sys
 
@@ -9,9 +10,10 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "jobs"))  # as a job imports it
-from raykit.autopilot import Settings, State, decide, wait_share  # noqa: E402
+from raykit.autopilot import Settings, State, decide, steady_measure, wait_share  # noqa: E402
 
 SETTINGS = Settings(target_wait_share=0.10, min_nodes=1, max_nodes=6, cooldown_s=20, join_timeout_s=60)
+FED = 100.0  # images/s the trainers take when they never wait
 
 
 def replay(settings: Settings, trace, joins_after_s: float = 10.0, start: int = 1, never_join: int = 0):
@@ -23,7 +25,9 @@ def replay(settings: Settings, trace, joins_after_s: float = 10.0, start: int = 
         joined += sum(1 for due in pending if due <= t)
         pending = [due for due in pending if due > t]
         asked_before = state.asked
-        asked = decide(settings, state, float(t), trace(t, joined), joined)
+        share = trace(t, joined)
+        measured = None if share is None else (share, FED * (1 - share))
+        asked = decide(settings, state, float(t), measured, joined)
         if asked > asked_before:
             new = asked - max(asked_before, joined + len(pending))
             pending += [t + joins_after_s] * max(0, new - never_join)
@@ -91,9 +95,55 @@ def test_the_usd_ceiling_bounds_the_nodes():
     assert any("the $/h ceiling" in reason for reason in state.reasons)
 
 
-def test_max_workers_is_reached_and_held_when_even_that_cannot_feed_the_trainer():
-    out, _ = replay(SETTINGS, lambda t, joined: 0.9)
-    assert out[-1][1] == 6 and max(asked for _, asked, _ in out) == 6
+def test_where_more_nodes_buy_nothing_the_cheapest_count_is_held_not_max_workers():
+    """A trainer starved whatever the nodes (the data source, not the CPUs): the rise is
+    tried once, measured, undone, and tried again ever more rarely."""
+    out, state = replay(SETTINGS, lambda t, joined: 0.9)
+    assert out[-1][1] == 1 and any("not worth their price" in r for r in state.reasons)
+    at_one = sum(1 for _, asked, _ in out if asked == 1) / len(out)
+    assert at_one > 0.7, state.reasons
+    rises = [t for (_, a, _), (t, b, _) in zip(out, out[1:]) if b > a]
+    assert len(rises) <= 3 and all(b - a > 100 for a, b in zip(rises, rises[1:])), rises
+
+
+def test_a_node_that_adds_throughput_stays_and_one_that_adds_none_goes_back():
+    """Trainer-bound at 2 nodes (each feeds half the trainers): the rise to 2 pays, a third
+    never stays."""
+    capped = lambda t, joined: max(0.0, 1 - 0.5 * joined)  # noqa: E731
+    out, state = replay(SETTINGS, capped)
+    assert out[-1][1] == 2
+    assert sum(1 for _, asked, _ in out if asked > 2) <= 3
+
+
+def test_a_node_is_not_added_where_it_costs_more_than_the_time_it_saves():
+    """Pecan's rule: a cheap cluster and a dear node, a little starvation: holding is cheaper."""
+    dear = Settings(target_wait_share=0.10, min_nodes=1, max_nodes=6, cooldown_s=20,
+                    node_usd_per_hour=5.0, base_usd_per_hour=0.5)
+    out, state = replay(dear, lambda t, joined: 0.2 if joined == 1 else 0.0)
+    assert {asked for _, asked, _ in out} == {1}, state.reasons
+    cheap = Settings(target_wait_share=0.10, min_nodes=1, max_nodes=6, cooldown_s=20,
+                     node_usd_per_hour=0.01, base_usd_per_hour=1.0)
+    out, _ = replay(cheap, lambda t, joined: 0.2 if joined == 1 else 0.0)
+    assert 2 in {asked for _, asked, _ in out}
+
+
+def test_a_load_that_rises_and_falls_is_followed_up_and_down():
+    """light (one node feeds), heavy (two needed), light again: 1 -> 2 -> 1."""
+    def phases(t, joined):
+        heavy = 150 <= t < 350
+        return max(0.0, 1 - (0.5 if heavy else 1.0) * joined)
+    out, state = replay(SETTINGS, phases)
+    held = {t: asked for t, asked, _ in out}
+    assert held[140] == 1 and held[340] == 2 and held[595] == 1, state.reasons
+    assert max(held.values()) <= 3
+
+
+def test_the_measure_rests_on_the_steady_flow_since_the_change():
+    steps = [(90.0, 1.0, 0.9, 16), (96.0, 1.0, 0.5, 16), (97.0, 1.0, 0.1, 16), (98.0, 1.0, 0.1, 16),
+             (99.0, 1.0, 0.1, 16)]
+    share, rate = steady_measure(steps, [], now=100.0, since=95.0)  # the step at 90 is before
+    assert share == pytest.approx(0.8 / 4.0 / (5 / 4), rel=0.3) and rate == pytest.approx(64 / 4.0)
+    assert steady_measure(steps[:3], [], now=100.0, since=95.0) is None  # too few steps
 
 
 def test_nothing_moves_before_a_step_is_measured_or_while_a_node_joins():
@@ -135,8 +185,8 @@ def test_a_trainer_starving_from_its_start_gets_nodes_after_one_cooldown_not_a_s
     """The first batch takes 90 s at min_workers: the open wait drives the first ask."""
     state = State(asked=1)
     for t in range(0, 20, 5):  # start-up: imports and the first fill, whatever the wait
-        assert decide(SETTINGS, state, float(t), 1.0, 1) == 1
-    assert decide(SETTINGS, state, 20.0, 1.0, 1) == 6  # max_workers: 1 / (1 - 1.0) is unbounded
+        assert decide(SETTINGS, state, float(t), (1.0, 0.0), 1) == 1
+    assert decide(SETTINGS, state, 20.0, (1.0, 0.0), 1) == 6  # max_workers: 1 / (1 - 1.0) is unbounded
     assert state.reasons and "wait 100%" in state.reasons[0]
 
 
@@ -168,7 +218,9 @@ def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_data
         "target_wait_share": 0.1, "cooldown_s": 10, "max_usd_per_hour": None,
         "node_usd_per_hour": None, "base_usd_per_hour": None}
     prices = cost.node_hour_prices(build("hetero"))[0]  # local_autopilot's prices_as
-    assert settings["node_usd_per_hour"] == prices["cpu_worker"] and settings["base_usd_per_hour"] == prices["head"]
+    # a quarter-core node stands for a quarter of one of the c5.4xlarge's 16 vCPUs
+    assert settings["node_usd_per_hour"] == pytest.approx(prices["cpu_worker"] * 0.25 / 16)
+    assert settings["base_usd_per_hour"] == prices["head"]
     assert env["RAY_DATA_DEFAULT_CLUSTER_SCALING_UP_CPU_UTIL_THRESHOLD"] == "2"  # never reached: off
     found, node_type, bundle = settings_from_env(env[cost.AUTOPILOT_ENV])
     assert (found.min_nodes, found.max_nodes, node_type) == (1, 3, "cpu_worker")
@@ -209,7 +261,7 @@ def test_bad_autopilot_values_are_refused_before_anything_runs(change, message):
 
 def test_a_ceiling_below_the_mix_at_min_workers_or_without_prices_is_refused():
     low = built_with("local_autopilot", lambda v: v["autopilot"].update(max_usd_per_hour=0.5))
-    with pytest.raises(KitError, match=r"below what the mix costs at min_workers \(\$1\.71/h\)"):
+    with pytest.raises(KitError, match=r"below what the mix costs at min_workers \(\$1\.03/h\)"):
         cost.job_env(low)
     unpriced = built_with("local_autopilot", lambda v: (v["autopilot"].update(max_usd_per_hour=5),
                                                         v.update(prices_as=None)))

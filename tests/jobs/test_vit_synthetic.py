@@ -51,9 +51,11 @@ def test_the_images_ship_as_uint8_and_a_load_that_drops_mid_run_lightens_later_r
         torch.manual_seed(0)
         return stage(dict(batch))["image"]
 
-    changing = run(Preprocess(4, 11, ship="float32", light_from=2))
-    assert np.array_equal(changing[:2], run(heavy)[:2])  # before light_from: the heavy load
-    assert changing[2:].std() > run(heavy)[2:].std()     # after it: one pass, less smoothed
+    changing = run(Preprocess(4, 11, ship="float32", heavy=((0, 2),)))
+    assert np.array_equal(changing[:2], run(heavy)[:2])  # records 0-1: the heavy load
+    assert changing[2:].std() > run(heavy)[2:].std()     # after them: one pass, less smoothed
+    middle = run(Preprocess(4, 11, ship="float32", heavy=((1, 3),)))  # light, heavy, heavy, light
+    assert max(middle[1].std(), middle[2].std()) < min(middle[0].std(), middle[3].std())  # 4 passes smooth more
     shipped = run(Preprocess(4, 11))
     assert shipped.dtype == np.uint8 and shipped.nbytes * 4 == run(heavy).nbytes
     scaled = normalize_on_device(torch.from_numpy(shipped))
@@ -102,6 +104,13 @@ def test_a_gpu_utilization_that_cannot_be_read_is_a_warning_not_a_dead_thread():
     assert warnings_of({"gpu_utilization_error": None}) == []
 
 
+def test_phases_set_the_steps_and_the_heavy_steps():
+    args = parse_args(["--phases", "light:30,heavy:60,light:30"])
+    assert args.steps == 120 and args.heavy == ((30, 90),)
+    assert parse_args(["--light-after-steps", "40"]).heavy == ((0, 40),)
+    assert parse_args([]).heavy is None
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--steps", "0"], "--steps must be at least 1"),
     (["--image-size", "100"], "--image-size must be a multiple of the ViT patch size 16"),
@@ -113,6 +122,9 @@ def test_a_gpu_utilization_that_cannot_be_read_is_a_warning_not_a_dead_thread():
     (["--model", "huge"], "invalid choice: 'huge'"),
     (["--light-after-steps", "-1"], "--light-after-steps must be 0 (off) or a step of a synthetic run"),
     (["--light-after-steps", "5", "--data", "/tmp/images"], "(got 5 with --data)"),
+    (["--phases", "light:10,medium:5"], "--phases must be light:N or heavy:N parts"),
+    (["--phases", "heavy:0"], "--phases must be light:N or heavy:N parts"),
+    (["--phases", "light:5,heavy:5", "--light-after-steps", "3"], "--phases goes alone with synthetic images"),
 ])
 def test_bad_flags_are_refused_before_ray_starts(flags, message, capsys):
     with pytest.raises(SystemExit) as exit_:
