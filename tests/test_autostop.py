@@ -82,11 +82,11 @@ def test_a_job_past_the_limit_recorded_with_it_is_stopped_by_the_watchdog():
 def test_a_job_that_ignores_its_stop_no_longer_holds_the_cluster_up(monkeypatch, capsys):
     """Past its limit, asked to stop, still RUNNING after the grace: the idle clock counts
     from the first stop asked, and autostop tears the cluster down as for an idle one."""
-    from ray import job_submission
+    from scripts.node import autostop
 
     now = time.time()
     wedged = JobsStandIn([job("wedged", "RUNNING", 100, "10", now)])  # its stop changes nothing
-    monkeypatch.setattr(job_submission, "JobSubmissionClient", lambda address: wedged)
+    monkeypatch.setattr(autostop, "job_client", lambda address: wedged)
     torn = []
     watch("http://127.0.0.1:1", limit_s=0.5, teardown=lambda: torn.append(time.time()), poll_s=0.05,
           stop_grace_s=0.3)
@@ -119,6 +119,38 @@ def test_while_the_job_api_is_down_a_running_supervisor_holds_the_cluster_up(cap
         time.sleep(0.1)
     assert torn
     assert "job supervisor(s) running here: busy" in capsys.readouterr().out
+
+
+def test_a_dashboard_that_accepts_and_never_answers_does_not_hang_the_watchdog(monkeypatch, capsys, tmp_path):
+    """A listening socket that never answers (a wedged dashboard): each round's job API
+    call gives up after API_TIMEOUT_S, and the watchdog goes on beating; the bare client
+    blocked past it (requests passes no timeout)."""
+    import socket
+
+    from scripts.node import autostop
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)  # connections queue, nothing is ever read or answered
+    address = f"http://127.0.0.1:{server.getsockname()[1]}"
+    monkeypatch.setattr(autostop, "API_TIMEOUT_S", 1.0)
+    heartbeat = tmp_path / "beat"
+    try:
+        threading.Thread(target=watch, args=(address, None, lambda: None), daemon=True,
+                         kwargs={"poll_s": 0.1, "heartbeat": str(heartbeat)}).start()
+        time.sleep(4)
+        beats = heartbeat.stat().st_mtime
+        time.sleep(2)
+        assert heartbeat.stat().st_mtime > beats  # still beating: no round hung
+        assert "job API unreachable (" in capsys.readouterr().out
+        from ray.job_submission import JobSubmissionClient
+
+        bare = threading.Thread(target=lambda: JobSubmissionClient(address), daemon=True)
+        bare.start()
+        bare.join(timeout=3)
+        assert bare.is_alive()  # what the watchdog used to do: blocked for good
+    finally:
+        server.close()
 
 
 def test_make_submit_records_the_jobs_limit_with_the_job(monkeypatch):

@@ -351,3 +351,23 @@ def test_the_catalogs_oldest_gpu_is_the_oldest_the_installed_torch_build_ships_k
     assert oldest == int("".join(map(str, catalog.TORCH_MIN_COMPUTE_CAPABILITY)))
     for model in {spec.gpu_model for spec in catalog.INSTANCE_TYPES.values() if spec.gpu_model}:
         assert model in catalog.GPU_COMPUTE_CAPABILITY  # every GPU model of the catalog is rated
+
+
+@pytest.mark.parametrize("cluster", ["hetero", "k8s_hetero"])
+def test_the_heads_job_manager_waits_for_a_first_install_as_long_as_it_may_take(cluster):
+    """Ray's job manager fails a job whose driver has not started within
+    RAY_JOB_START_TIMEOUT_SECONDS (900 s by default), read in the head's dashboard process;
+    a first pip install may take PIP_SETUP_TIMEOUT_S (1800 s)."""
+    from scripts.core.submit import PIP_SETUP_TIMEOUT_S
+
+    config = build(cluster).config
+    if cluster == "hetero":
+        (start,) = [c for c in config["head_start_ray_commands"] if "ray start --head" in c]
+        assert f"RAY_JOB_START_TIMEOUT_SECONDS={PIP_SETUP_TIMEOUT_S} ray start --head" in start
+        assert all("RAY_JOB_START_TIMEOUT_SECONDS" not in c for c in config["worker_start_ray_commands"])
+    else:
+        head = config["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+        assert {"name": "RAY_JOB_START_TIMEOUT_SECONDS", "value": f"{PIP_SETUP_TIMEOUT_S}"} in head["env"]
+        for group in config["spec"]["workerGroupSpecs"]:
+            assert all(e["name"] != "RAY_JOB_START_TIMEOUT_SECONDS"
+                       for e in group["template"]["spec"]["containers"][0].get("env", []))

@@ -45,6 +45,11 @@ ENTRYPOINT = "main.py"
 # `python main.py` would, and starts the job's step log and stall watch beside it.
 WATCHED = ["-m", "raykit.entry"]
 PIP_SETUP_TIMEOUT_S = 1800
+# Ray's job manager fails a job whose driver has not started within its job-start timeout
+# (RAY_JOB_START_TIMEOUT_SECONDS, 900 s by default), read on the head: the job's first pip
+# install (torch's CUDA wheels on a GPU node) may take the whole PIP_SETUP_TIMEOUT_S, so
+# each provider starts the head's Ray with this.
+JOB_START_ENV = {"RAY_JOB_START_TIMEOUT_SECONDS": f"{PIP_SETUP_TIMEOUT_S}"}
 # Every job ends by printing its summary as `RESULT {json}`: the kit reads it from the log
 # and keeps it in build/results/<id>.json. It is for machines: the stream shows it only
 # with VERBOSE=1 (a person reads the job's own summary table above it).

@@ -138,7 +138,7 @@ def head_started_at(address: str) -> float | None:
 
     try:
         heads = list_nodes(address=address, filters=[("is_head_node", "=", True)],
-                           raise_on_missing_output=False)
+                           raise_on_missing_output=False, timeout=API_TIMEOUT_S)
     except Exception:  # noqa: BLE001 (the dashboard not up yet, or gone)
         return None
     times = [node.start_time_ms / 1000 for node in heads if node.start_time_ms]
@@ -162,8 +162,6 @@ def watch(address: str, limit_s: float | None, teardown, poll_s: float = POLL_S,
     on), tear the cluster down once no job has run for limit_s (a job stuck past its stop
     counts as ended when its stop was first asked). Runs until that teardown; each round
     beats the heartbeat, where there is one."""
-    from ray.job_submission import JobSubmissionClient  # the token comes from the environment
-
     started = head_started_at(address) or time.time()
     last_busy = time.time()
     stop_asked: dict[str, float] = {}  # overdue job -> when its stop was first asked
@@ -172,7 +170,7 @@ def watch(address: str, limit_s: float | None, teardown, poll_s: float = POLL_S,
         beat(heartbeat)
         now = time.time()
         try:
-            client = JobSubmissionClient(address)
+            client = job_client(address)
             overdue = stop_overdue(client, now)  # the jobs still running past their limit
             for submission_id in overdue:
                 stop_asked.setdefault(submission_id, now)
@@ -204,6 +202,23 @@ def watch(address: str, limit_s: float | None, teardown, poll_s: float = POLL_S,
         else:
             last_busy = max([last_busy, *[end for _, end in jobs if end]])
         time.sleep(poll_s)
+
+
+def job_client(address: str, timeout_s: float | None = None):
+    """Ray's JobSubmissionClient with every request bounded: it passes no timeout to
+    `requests`, which then waits for ever on a dashboard that accepts a connection and never
+    answers (socket.setdefaulttimeout does not reach it: requests sets the socket's own);
+    the token comes from the environment."""
+    from ray.job_submission import JobSubmissionClient
+
+    limit = API_TIMEOUT_S if timeout_s is None else timeout_s
+
+    class Bounded(JobSubmissionClient):
+        def _do_request(self, method, endpoint, **kwargs):
+            kwargs.setdefault("timeout", limit)
+            return super()._do_request(method, endpoint, **kwargs)
+
+    return Bounded(address)
 
 
 def tagged_instances(ec2, cluster_name: str, heads: bool) -> list[str]:
@@ -331,7 +346,8 @@ def run(address: str, minutes: float, teardown, heartbeat: str | None = None) ->
     AWS, scripts/providers/local/autostop.py on a local cluster)."""
     poll_s = float(os.environ.get("RAYKIT_AUTOSTOP_POLL_S") or POLL_S)
     # every call to Ray's API gives up after a while: a dashboard that accepts and never
-    # answers must not hang the loop (a hung watchdog enforces nothing, and stops beating)
+    # answers must not hang the loop (a hung watchdog enforces nothing, and stops beating);
+    # the job client's requests are bounded by job_client, the rest by this default
     socket.setdefaulttimeout(API_TIMEOUT_S)
     print("autostop: " + (f"the cluster stops after {duration(minutes)} with no job" if minutes
                           else "off; jobs past their time limit are stopped")

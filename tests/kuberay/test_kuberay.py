@@ -422,6 +422,19 @@ def test_run_is_a_rayjob_the_operator_tears_down(kube):
     assert not list((kube.tmp / "kube").glob("ray.*"))  # RayJob, ConfigMap and pods: all gone
 
 
+def test_a_submitter_not_yet_on_a_node_is_streamed_once_it_is_and_its_summary_kept(kube):
+    """kubectl logs of a pod not yet scheduled prints nothing and exits 0: the kit took that
+    for the whole log, never streamed again, kept no summary and deleted the RayJob."""
+    run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", "--args", "--steps 2", "--timeout", "900",
+               STANDIN_SUBMITTER="unscheduled")
+    assert run.returncode == 0, run.stdout + run.stderr
+    follows = [c for c in kube.calls() if c[2:4] == ["logs", "--follow"]]
+    assert len(follows) == 2  # the empty answer, then the log
+    assert "Job 'k8s-hetero-q8w3z' succeeded" in run.stdout
+    kept = list((kube.tmp / "build" / "results").glob("k8s-hetero-q8w3z.json"))
+    assert kept and json.loads(kept[0].read_text())["result"] == {"job": "smoke", "steps": 2}
+
+
 @pytest.mark.parametrize("job,said,events", [
     # the operator refuses a RayJob it cannot validate and never moves it on: the kit ends
     # (it used to wait for ever for Complete or Failed)

@@ -6,6 +6,7 @@ import base64
 import shlex
 
 from jobs.raykit import placement
+from scripts.core.submit import JOB_START_ENV
 from scripts import catalog
 from scripts.core import node_packages
 from scripts.core.paths import NODE_PROGRAMS
@@ -110,7 +111,9 @@ def template_context(cluster: str, values: dict) -> dict:
                     for name, w in values["workers"].items()],
         "initialization_commands": host_dir_commands(docker, data_volumes),
         "head_start_ray_command": (
-            f"ulimit -n 65536; RAY_AUTH_MODE={AUTH_MODE} ray start --head --port={GCS_PORT} "
+            f"ulimit -n 65536; RAY_AUTH_MODE={AUTH_MODE} "
+            + "".join(f"{k}={v} " for k, v in JOB_START_ENV.items())  # the kit's own numbers
+            + f"ray start --head --port={GCS_PORT} "
             f"--object-manager-port={OBJECT_MANAGER_PORT} "
             "--autoscaling-config=~/ray_bootstrap_config.yaml "
             "--dashboard-host=127.0.0.1 --disable-usage-stats"),

@@ -38,7 +38,7 @@ from scripts.core.errors import KitError, not_running, short
 from scripts.core.ray_cli import free_port
 from scripts.core.signals import signals_deferred
 from scripts.core.inputs import job_dir
-from scripts.core.submit import JobFiles, JobPackages
+from scripts.core.submit import JOB_START_ENV, JobFiles, JobPackages
 from scripts.providers.kuberay import crd, rayjob, watchdog
 from scripts.providers.kuberay.kubectl import delete as kubectl_delete
 from scripts.providers.kuberay.kubectl import (
@@ -331,8 +331,10 @@ def group(values: dict, node: dict, labels: dict, resources: dict | None = None,
         "resources": resources or {},
         "image": values["images"]["gpu" if pod["gpus"] else "cpu"],
         "sidecars": [],  # containers beside Ray's (the head's: the watchdog)
-        # every pip on a pod without a GPU (Ray's runtime_env installs) takes CPU torch
-        "env": [] if pod["gpus"] else [{"name": k, "value": v} for k, v in node_packages.CPU_PIP_ENV.items()],
+        # every pip on a pod without a GPU (Ray's runtime_env installs) takes CPU torch; the
+        # head's job manager waits as long for a job's first install as the install may take
+        "env": ([] if pod["gpus"] else [{"name": k, "value": v} for k, v in node_packages.CPU_PIP_ENV.items()])
+        + ([{"name": k, "value": v} for k, v in JOB_START_ENV.items()] if is_head else []),
         "container_resources": container,
         "node_selector": node["node_selector"],
         "tolerations": node["tolerations"],

@@ -252,11 +252,13 @@ def ending(ray_job: dict) -> str:
     message = status.get("message", "")[:300]
     if status.get("jobDeploymentStatus") == "ValidationFailed":
         return f"was refused by the KubeRay operator (ValidationFailed): {message}"
+    if status.get("reason") == "PreRunningDeadlineExceeded" or (
+            status.get("reason") == "DeadlineExceeded" and status.get("jobStatus", "") in NOT_STARTED):
+        # the operator's reason for pods never running (KubeRay >= 1.6), and an older one's
+        return (f"never ran: its pods were not running within preRunningDeadlineSeconds "
+                f"({spec.get('preRunningDeadlineSeconds')} s, ready_timeout_minutes); the "
+                "operator deleted it; the pods' events:")
     if status.get("reason") == "DeadlineExceeded":
-        if status.get("jobStatus", "") in NOT_STARTED:
-            return (f"never ran: its pods were not running within preRunningDeadlineSeconds "
-                    f"({spec.get('preRunningDeadlineSeconds')} s, ready_timeout_minutes); the "
-                    "operator deleted it; the pods' events:")
         return (f"ran past its limit, activeDeadlineSeconds {spec.get('activeDeadlineSeconds')} s "
                 "(TIMEOUT), and the operator stopped it")
     return f"{status.get('reason') or status.get('jobStatus') or 'failed'}: {message}"
@@ -264,15 +266,20 @@ def ending(ray_job: dict) -> str:
 
 def stream(where: dict, name: str, seen: list[str], verbose: bool) -> bool:
     """The submitter Job's log, followed to its end (it ends with the job); False where
-    kubectl could not follow it (its pod not yet started)."""
+    kubectl could not follow it: its pod not yet started, where kubectl fails, or not yet on
+    a node, where the API server answers 204 No Content and kubectl prints nothing and exits
+    0 (kube-apiserver's pod-log handler; seen on the kit's 1.20 testbed): a submitter always
+    prints (`ray job submit`'s own lines), so an empty log is one not yet there."""
     command = kube.kubectl(where, "logs", "--follow", f"job/{name}")
     colour = submit.colour_wanted()
+    printed = 0
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         for line in proc.stdout:
+            printed += 1
             print(submit.for_a_person(line, name, verbose, colour), end="", flush=True)
             if line.startswith(submit.RESULT_PREFIX):
                 seen.append(line)
-    return proc.returncode == 0
+    return proc.returncode == 0 and printed > 0
 
 
 def delete(where: dict, name: str, config_map: str) -> str:
