@@ -88,8 +88,15 @@ def test_values_land_where_kuberay_reads_them():
     # the autopilot's requests name (the operator passes it to ray start --resources)
     assert gpu["resources"] == {"raykit-node-gpu-worker": "1"} and gpu["rayStartParams"] == {}
     container = gpu["template"]["spec"]["containers"][0]
-    assert container["resources"]["limits"] == {"cpu": "44", "memory": "160Gi", "nvidia.com/gpu": "4"}
-    assert container["resources"]["requests"] == container["resources"]["limits"]
+    assert container["resources"]["limits"] == {"cpu": "44", "memory": "160Gi", "nvidia.com/gpu": "4",
+                                                 "ephemeral-storage": "40Gi"}
+    # CPU and memory requested as limited (Guaranteed); local disk for a first install
+    # (CUDA packages and wheels) asked for, so a 20 GiB node root or a LimitRange's default
+    # limit does not evict the pod
+    assert container["resources"]["requests"] == container["resources"]["limits"] | {"ephemeral-storage": "12Gi"}
+    cpu_container = cpu["template"]["spec"]["containers"][0]["resources"]
+    assert (cpu_container["requests"]["ephemeral-storage"], cpu_container["limits"]["ephemeral-storage"]) == (
+        "4Gi", "20Gi")
     assert container["image"] == "rayproject/ray:2.60.0-py311-cpu"  # CUDA comes with torch's wheel
     assert cpu["template"]["spec"]["containers"][0]["image"].endswith("-cpu")
     assert gpu["template"]["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "g5.12xlarge"}
@@ -261,7 +268,7 @@ def test_cpu_pods_take_cpu_torch_and_gpu_pods_cuda_torch():
     spec = build("k8s_hetero").config["spec"]
     head = spec["headGroupSpec"]["template"]["spec"]["containers"][0]
     worker = spec["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
-    assert head["env"] == []  # the GPU head
+    assert [e["name"] for e in head["env"]] == ["RAY_JOB_START_TIMEOUT_SECONDS"]  # the GPU head: no CPU index
     assert worker["env"] == [{"name": "PIP_INDEX_URL", "value": "https://download.pytorch.org/whl/cpu"},
                              {"name": "PIP_EXTRA_INDEX_URL", "value": "https://pypi.org/simple"}]
     from packaging.specifiers import SpecifierSet
@@ -420,6 +427,19 @@ def test_run_is_a_rayjob_the_operator_tears_down(kube):
         c[2:4] == ["patch", "configmap"] for c in calls)
     assert any(c[2:5] == ["delete", "rayjob", "k8s-hetero"] for c in calls)
     assert not list((kube.tmp / "kube").glob("ray.*"))  # RayJob, ConfigMap and pods: all gone
+
+
+def test_the_submitter_pod_may_go_where_the_head_goes():
+    """Tainted pools: the submitter tolerates and selects what the head does, or it stays
+    Pending while the RayJob runs to its deadline."""
+    values = load_example("k8s_hetero")
+    values["head"]["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "ray", "effect": "NoSchedule"}]
+    built = build_text("k8s_hetero", yaml.safe_dump(values).encode())
+    _, job = rayjob.resources(built, "smoke", ["--steps", "2"], 600, False, "pip", "upload")
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    submitter = job["spec"]["submitterPodTemplate"]["spec"]
+    assert submitter["tolerations"] == head["tolerations"] and submitter["tolerations"][0]["key"] == "dedicated"
+    assert submitter["nodeSelector"] == head["nodeSelector"] != {}
 
 
 def test_a_submitter_not_yet_on_a_node_is_streamed_once_it_is_and_its_summary_kept(kube):

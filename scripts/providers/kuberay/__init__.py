@@ -118,7 +118,7 @@ def value_problems(values: dict) -> list[str]:
         for key in node["node_selector"]:
             problems += [f"{where}.node_selector: key '{key}': {p}"
                          for p in crd.qualified_name_problems(key)]
-        problems += fit_problems(where, node)
+        problems += fit_problems(where, node, beside=HEAD_NEIGHBOURS if where == "head" else None)
         if node["pod"]["shm_gb"] >= node["pod"]["memory_gb"]:
             problems.append(f"{where}.pod.shm_gb: /dev/shm counts against the pod's memory "
                             f"({node['pod']['memory_gb']} GiB); set shm_gb below it")
@@ -231,6 +231,15 @@ INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/
 # DaemonSet more takes the rest.
 POD_MEMORY_SHARE = 0.85
 NODE_RESERVED_VCPUS = 1
+# What shares the head's node with the head's Ray container: the operator's autoscaler
+# sidecar (KubeRay v1.7.0 common/pod.go BuildAutoscalerContainer: 500m, 512Mi), the kit's
+# watchdog sidecar (watchdog.RESOURCES: 100m, 512Mi) and `make run`'s submitter pod, which
+# runs where the head may (rayjob.SUBMITTER_RESOURCES: 200m, 512Mi): (vCPUs, GiB).
+HEAD_NEIGHBOURS = (0.8, 1.5)
+# Local disk a pod asks for, (request, limit), by whether it has GPUs: a job's first pip
+# install writes ~7.4 GB on a GPU pod (CUDA packages, torch's wheels), ~1.5 GB on a CPU one
+# (CPU torch); Ray's logs and spilled objects beside them.
+EPHEMERAL = {True: ("12Gi", "40Gi"), False: ("4Gi", "20Gi")}
 
 
 def instance_type_of(node: dict) -> str | None:
@@ -269,25 +278,30 @@ def node_groups(values: dict) -> list[dict]:
     return groups
 
 
-def fit_problems(where: str, node: dict) -> list[str]:
+def fit_problems(where: str, node: dict, beside: tuple[float, float] | None = None) -> list[str]:
     """The pod fits the instance type its node selector names (one the catalog knows),
-    with room left for the kubelet and the DaemonSets; nothing is said of other selectors."""
+    with room left for the kubelet and the DaemonSets, and for what runs beside it there
+    (`beside`: vCPUs, GiB; the head's sidecars); nothing is said of other selectors."""
     name, pod = instance_type_of(node), node["pod"]
     if name is None:
         return []
     spec = catalog.INSTANCE_TYPES[name]
     cpus, memory = room(spec)
+    extra_cpus, extra_memory = beside or (0, 0)
+    cpus, memory = int(cpus - extra_cpus), int(memory - extra_memory)
+    also = (f" and the {extra_cpus:g} vCPUs, {extra_memory:g} GiB of its sidecars and make run's "
+            "submitter") if beside else ""
     problems = []
     if pod["gpus"] > spec.gpus:
         problems.append(f"{where}.pod.gpus: {pod['gpus']} GPU(s), but a {name} has {spec.gpus}; "
                         "ask for at most that, or select a larger type")
     if pod["cpus"] > cpus:
         problems.append(f"{where}.pod.cpus: {pod['cpus']} of a {name}'s {spec.vcpus} vCPUs leaves "
-                        f"none for the kubelet and DaemonSets; ask for at most {cpus}")
+                        f"none for the kubelet and DaemonSets{also}; ask for at most {cpus}")
     if pod["memory_gb"] > memory:
         problems.append(f"{where}.pod.memory_gb: {pod['memory_gb']} GiB of a {name}'s "
                         f"{spec.memory_gib} GiB leaves too little for the kubelet and DaemonSets "
-                        f"(about 85% is allocatable); ask for at most {memory}")
+                        f"(about 85% is allocatable){also}; ask for at most {memory}")
     return problems
 
 
@@ -335,7 +349,12 @@ def group(values: dict, node: dict, labels: dict, resources: dict | None = None,
         # head's job manager waits as long for a job's first install as the install may take
         "env": ([] if pod["gpus"] else [{"name": k, "value": v} for k, v in node_packages.CPU_PIP_ENV.items()])
         + ([{"name": k, "value": v} for k, v in JOB_START_ENV.items()] if is_head else []),
-        "container_resources": container,
+        # requests = limits for CPU and memory (Guaranteed QoS); local disk asked for beside
+        # them (it does not change the class): a GPU pod writes ~4.4 GB of CUDA packages and
+        # ~3 GB of wheels at a job's first install, which a 20 GiB node root (EKS managed
+        # node groups', Karpenter's default) or a LimitRange's default limit would evict
+        "container_requests": container | {"ephemeral-storage": EPHEMERAL[bool(pod["gpus"])][0]},
+        "container_limits": container | {"ephemeral-storage": EPHEMERAL[bool(pod["gpus"])][1]},
         "node_selector": node["node_selector"],
         "tolerations": node["tolerations"],
         # only the head's autoscaler talks to the Kubernetes API

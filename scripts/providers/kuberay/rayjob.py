@@ -62,6 +62,12 @@ def files(job: str) -> dict[str, tuple[str, bytes]]:
     return found
 
 
+# `ray job submit` and a log to follow: small, so that it fits beside the head (the head's
+# fit rule counts it: kuberay.HEAD_NEIGHBOURS)
+SUBMITTER_RESOURCES = {"requests": {"cpu": "200m", "memory": "512Mi", "ephemeral-storage": "1Gi"},
+                       "limits": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "2Gi"}}
+
+
 def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
               job_packages: JobPackages, job_files: JobFiles, env_vars: dict | None = None) -> tuple[dict, dict]:
     """(the ConfigMap of the job's files, the RayJob), checked against the CRD and the
@@ -90,11 +96,13 @@ def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
             **({"serviceAccountName": head_pod["serviceAccountName"]} if "serviceAccountName" in head_pod else {}),
             "automountServiceAccountToken": False,
             "imagePullSecrets": head_pod["imagePullSecrets"],
+            # where the head may run, so may the submitter: without them, on a cluster whose
+            # every pool is tainted it stayed Pending while the RayJob ran to its deadline
+            **{key: head_pod[key] for key in ("nodeSelector", "tolerations") if head_pod.get(key)},
             "containers": [{
                 "name": "ray-job-submitter",
                 "image": built.values["images"]["cpu"],
-                "resources": {"requests": {"cpu": "500m", "memory": "1Gi"},
-                              "limits": {"cpu": "1", "memory": "2Gi"}},
+                "resources": SUBMITTER_RESOURCES,
                 "securityContext": {"allowPrivilegeEscalation": False},
                 "volumeMounts": [{"name": "job-files", "mountPath": FILES_MOUNT, "readOnly": True}],
             }],
