@@ -336,6 +336,12 @@ VALUE_CASES = [
     ("a pod asking for every vCPU of its node", "k8s_hetero",
      lambda v: set_path(v, "workers.cpu-worker.pod.cpus", 16),
      "workers.cpu-worker.pod.cpus: 16 of a c5.4xlarge's 16 vCPUs leaves none"),
+    # the head's node also holds its autoscaler and watchdog sidecars and make run's submitter
+    ("a head pod with no room for its sidecars", "k8s_hetero", lambda v: set_path(v, "head.pod.cpus", 3),
+     "head.pod.cpus: 3 of a g5.xlarge's 4 vCPUs leaves none for the kubelet and DaemonSets and the 0.8 "
+     "vCPUs, 1.5 GiB of its sidecars and make run's submitter; ask for at most 2"),
+    ("a head pod with no memory for its sidecars", "k8s_hetero", lambda v: set_path(v, "head.pod.memory_gb", 12),
+     "head.pod.memory_gb: 12 GiB of a g5.xlarge's 16 GiB leaves too little"),
     ("/dev/shm as large as the pod's memory", "k8s_hetero",
      lambda v: set_path(v, "head.pod.shm_gb", 12), "head.pod.shm_gb: /dev/shm counts against"),
     ("two volumes on one mount", "k8s_multi",
@@ -403,7 +409,13 @@ FILE_CASES = [
      "duplicate key 'cpus'"),
     ("not UTF-8", "cluster_name: h\u00e9tero\n".encode("latin-1"), "not UTF-8"),
     ("not YAML", b"cluster_name: [local\nprovider: local\n", "not valid YAML"),
-    ("tabs for indentation", b"head:\n\tcpus: 1\n", "not valid YAML"),
+    ("tabs for indentation", b"head:\n\tcpus: 1\n", "not valid YAML: line 2: a tab; YAML indents with spaces only"),
+    # PyYAML's words translated into the mistake's, its own kept after them
+    ("a key indented off its mapping", b"cluster_name: a\nprovider: local\nhead:\n  cpus: 2\n trainer_slots: 1\n",
+     "line 5: this key is indented differently from the keys above it"),
+    ("a second colon on a line", b"cluster_name: a: b\n", "line 1: a second ':' on one line"),
+    ("a typo'd required key said once", b"cluster_name: a\nprovider: local\nhead: {cpsu: 1}\n",
+     "head.cpsu: unknown key; did you mean 'cpus'?"),
     ("a list at the top", b"- provider: local\n", "expected a mapping of keys at the top"),
     ("an empty file", b"", "expected a mapping of keys at the top"),
     ("alias bomb", BILLION_LAUGHS.encode(), "more than 50 YAML aliases"),
@@ -434,6 +446,12 @@ def test_malformed_values_files_are_refused(monkeypatch, capsys, name, data, mes
     line = kit_error(monkeypatch, capsys, "local", data)
     assert message in line and "cluster_templates/local.yaml" in line
     assert not os.path.exists("/tmp/raykit-pwned")
+
+
+def test_a_key_typed_wrong_is_said_once(monkeypatch, capsys):
+    """Its did-you-mean, not also "'cpus' is required" for the key it was meant to be."""
+    line = kit_error(monkeypatch, capsys, "local", b"cluster_name: a\nprovider: local\nhead: {cpsu: 1}\n")
+    assert "did you mean 'cpus'?" in line and "is required" not in line
 
 
 def test_every_problem_is_counted_in_one_line(monkeypatch, capsys):

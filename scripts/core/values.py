@@ -60,7 +60,7 @@ def parse_yaml(data: bytes, where: str):
         mark = getattr(e, "problem_mark", None)
         at = f"line {mark.line + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e)
-        raise KitError(f"{where}: not valid YAML: {at}{problem}") from None
+        raise KitError(f"{where}: not valid YAML: {at}{plain_yaml_problem(problem)}") from None
     except (ValueError, OverflowError, RecursionError) as e:  # e.g. a date out of range
         raise KitError(f"{where}: not valid YAML: {short(str(e), 120)}") from None
     if too_many_values(parsed):
@@ -72,6 +72,26 @@ def parse_yaml(data: bytes, where: str):
             raise KitError(f"{where}: {key or '(top level)'}: {short(text_value)} contains the "
                            f"invisible character U+{ord(bad):04X}; retype it")
     return parsed
+
+
+# PyYAML's words for the mistakes people make, in theirs
+YAML_PROBLEMS = {
+    "expected <block end>, but found '<block mapping start>'":
+        "this key is indented differently from the keys above it; give keys of one mapping "
+        "the same number of spaces",
+    "mapping values are not allowed here":
+        "a second ':' on one line, or a key indented under a value; quote a value that holds "
+        "': ', or fix the indentation",
+    "found character '\\t' that cannot start any token":
+        "a tab; YAML indents with spaces only",
+}
+
+
+def plain_yaml_problem(problem: str) -> str:
+    for words, plain in YAML_PROBLEMS.items():
+        if problem.startswith(words):
+            return f"{plain} (YAML: {problem})"
+    return problem
 
 
 def too_many_values(value) -> bool:
@@ -141,14 +161,21 @@ def joined(where: str, problems: list[str]) -> str:
     return f"{where}: {listed}" + (f" (and {more} more)" if more > 0 else "")
 
 
-def short_problem(problem: str, limit: int = 200) -> str:
-    return problem if len(problem) <= limit else problem[: limit - 3] + "..."
+def short_problem(problem: str, limit: int = 600) -> str:
+    """A problem whole (each value it quotes is already shortened, inputs.short): cut only
+    past `limit`, at a word, where a message of the kit's would say too much."""
+    if len(problem) <= limit:
+        return problem
+    return problem[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def schema_problems(values: dict, schema: dict) -> list[str]:
-    """Every violation as 'dotted.key: what is wrong; how to fix'."""
-    problems = []
-    for error in sorted(StrictValidator(schema).iter_errors(values), key=lambda e: list(map(str, e.path))):
+    """Every violation as 'dotted.key: what is wrong; how to fix', a key typed wrong said
+    once: its did-you-mean, not also the required key it was meant to be."""
+    problems, meant = [], set()
+    # by key; at one key an unknown key first, so that its did-you-mean is known
+    for error in sorted(StrictValidator(schema).iter_errors(values),
+                        key=lambda e: (list(map(str, e.path)), e.validator != "additionalProperties")):
         key = ".".join(str(p) for p in error.path) or "(top level)"
         rule = error.schema if isinstance(error.schema, dict) else {}
         if error.validator == "additionalProperties":
@@ -157,9 +184,12 @@ def schema_problems(values: dict, schema: dict) -> list[str]:
                 where = f"{key}.{extra}" if error.path else extra
                 hint = difflib.get_close_matches(extra, allowed, n=1)
                 fix = f"did you mean '{hint[0]}'?" if hint else f"allowed keys: {', '.join(allowed)}"
+                meant |= {(key, hint[0])} if hint else set()
                 problems.append(f"{short(where, 50)[1:-1]}: unknown key; {fix}")
         elif error.validator == "required":
             missing = error.message.split("'")[1]
+            if (key, missing) in meant:
+                continue  # said as the typo's did-you-mean
             problems.append(f"{key}: '{missing}' is required; add it (see hetero.yaml or local.yaml)")
         elif error.validator == "propertyNames":
             problems.append(f"{key}: key {short(error.instance)} is not a name; {rule.get('description', '')}")
