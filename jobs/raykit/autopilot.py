@@ -363,10 +363,9 @@ def steering():
         return
     import ray
 
-    log = steps.running_log()
-    own = log is None  # no kit entrypoint: this job's own log, and its own watch
-    if own:
-        log = steps.start_step_log()
+    # under the kit's entrypoint (entry.py) the stall watch runs there; run without it, here
+    own = os.environ.get(stall.WATCHED_BY_ENTRY) != "1"
+    log = steps.start_step_log()  # the entrypoint's, where it started it first
     watch = stall.Watch(stall_limit, log) if stall_limit and own else None
     pilot = Pilot(*found, log) if found else None
     if pilot:

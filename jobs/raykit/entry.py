@@ -37,6 +37,7 @@ def watch_once_connected() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     script, *args = sys.argv[1:] if argv is None else argv
+    os.environ[stall.WATCHED_BY_ENTRY] = "1"  # the job's autopilot leaves the watch to us
     threading.Thread(target=watch_once_connected, name="raykit-entry", daemon=True).start()
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))

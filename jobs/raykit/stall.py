@@ -30,6 +30,7 @@ import time
 
 STALL_ENV = "RAYKIT_STALL_S"  # set by the kit (scripts/pricing/cost.py's job_env)
 STALLED_EXIT = 3               # the job's exit code when stopped as stalled
+WATCHED_BY_ENTRY = "RAYKIT_ENTRY_WATCHES"  # set by entry.py: the job's autopilot leaves the watch to it
 IDLE_PERCENT = 2               # a GPU this busy or less (NVML's utilization) is idle
 
 

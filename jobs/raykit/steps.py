@@ -108,15 +108,8 @@ def start_step_log(name: str | None = STEP_LOG):
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
-    options = {"scheduling_strategy": here} | ({"name": name} if name else {})
+    # named: whoever comes first starts it (the kit's entrypoint or the job's autopilot),
+    # the other gets the same actor
+    options = {"scheduling_strategy": here} | ({"name": name, "get_if_exists": True} if name else {})
     return ray.remote(num_cpus=0)(StepLog).options(**options).remote()
 
-
-def running_log():
-    """This job's StepLog where one was started (by the kit's entrypoint), else None."""
-    import ray
-
-    try:
-        return ray.get_actor(STEP_LOG)
-    except ValueError:
-        return None
