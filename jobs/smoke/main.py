@@ -30,7 +30,7 @@ def trainer_task() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=8, help="preprocess tasks to run")
     parser.add_argument("--fail-with", type=int, default=0, help="exit with this code")
     parser.add_argument("--sleep", type=float, default=0, help="seconds to wait after the report")

@@ -23,7 +23,7 @@ from raykit import autopilot, cluster, feed, measure, summary
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True,
                    help="JPEG/PNG files: an absolute directory every node can read, or s3://...")
     p.add_argument("--steps", type=int, default=10, help="training steps per worker")

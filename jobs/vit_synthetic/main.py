@@ -28,7 +28,7 @@ MODEL_PRESETS = {
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=32,
                    help="training steps per worker (enough for the demo to reach its steady "
                         "state: the summary says where a run is too short)")

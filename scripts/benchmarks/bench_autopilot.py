@@ -100,7 +100,7 @@ def table(rows: list[dict]) -> list[str]:
 
 def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # `kill`: the teardown still runs
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     # CLUSTER as the user gave it; the Makefile's own default (local) is not an autopilot mix
     given = os.environ.get("KIT_CLUSTER_ORIGIN", "command line") != "file"
     p.add_argument("--cluster", default=(given and os.environ.get("KIT_CLUSTER")) or "local_autopilot")

@@ -205,7 +205,7 @@ ENGINES = {"a": Limit, "b": RayData, "c": Loader,
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--waves", type=int, default=8,
                    help="waves of tasks on every core per round (the round's images: waves x "
                         "cores x batch-size x batches-per-task)")

@@ -27,7 +27,7 @@ TARGET_MAX_WAIT_S = 1.0
 
 def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # `kill`: the teardown still runs
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cluster", default=os.environ.get("KIT_CLUSTER") or "local")
     p.add_argument("--steps", type=int, default=80, help="training steps per case")
     args = p.parse_args(argv)

@@ -26,7 +26,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="make images ARGS=...", description=__doc__.splitlines()[0])
+    p = Parser(prog="make images ARGS=...", description=__doc__.split("\n\n")[0])
     p.add_argument("--count", type=int, default=512, help=f"images to write (1-{MAX_COUNT})")
     p.add_argument("--size", type=int, default=256, help="width and height in pixels (32-1024)")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality (50-100)")

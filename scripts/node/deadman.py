@@ -115,7 +115,7 @@ def power_off() -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--grace-minutes", type=float, required=True,
                    help="from boot, before a raylet must have run")
     p.add_argument("--idle-minutes", type=float, required=True,

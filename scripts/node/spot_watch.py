@@ -115,7 +115,7 @@ def watch(gcs_address: str, imds: str, node_ip: str | None, poll_s: float) -> in
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--gcs", required=True, help="the head's GCS address, host:port")
     p.add_argument("--imds", default=IMDS, help="the metadata service's base URL")
     p.add_argument("--node-ip", help="this node's Ray address; default: the instance's "
