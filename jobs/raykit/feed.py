@@ -35,15 +35,26 @@ class _Failed:
         self.error = error
 
 
-def one_batch_blocks(batch_bytes: int) -> None:
+def one_batch_blocks(batch_bytes: int, blocks_per_task: int | None = None) -> None:
     """Each batch a map stage yields becomes a block of its own, leaving its task as it is
     made (call before building the dataset: a Dataset keeps the DataContext of its
     creation). batch_bytes: about one output batch's size. A block is cut where the
     buffer exceeds the target, and sliced only past 1.5 times it, so a batch a little
-    over the target leaves whole and alone."""
+    over the target leaves whole and alone.
+
+    blocks_per_task: the most batches one task yields (None: not known). A task never
+    pauses mid-way for its blocks to be read: Ray Data pauses a task's generator after 2
+    unread blocks by default, and where a node dies with a block the trainer waits for,
+    the paused tasks hold every CPU its re-run needs while Ray Data reads nothing more
+    until that block comes: a deadlock (ray-project/ray#64805; it hung make test's chaos
+    test). A task's blocks then sit in the object store as its one block used to."""
     import ray.data
 
-    ray.data.DataContext.get_current().target_max_block_size = max(1, int(batch_bytes))
+    context = ray.data.DataContext.get_current()
+    context.target_max_block_size = max(1, int(batch_bytes))
+    # None: no pause at all; a count: no pause before the task's last block, and Ray
+    # Data's memory budget still counts a running task's output whole
+    context._max_num_blocks_in_streaming_gen_buffer = None if blocks_per_task is None else blocks_per_task + 1
 
 
 class Feed:

@@ -175,7 +175,7 @@ def build_dataset(num_records: int, batch_size: int, image_size: int, blur_count
     ctx = ray.data.DataContext.get_current()
     ctx.op_resource_reservation_enabled = bool(os.environ.get(SETTINGS_ENV))
     ctx.op_resource_reservation_ratio = 0.0  # bounded, but no operator's share held back
-    one_batch_blocks(batch_bytes(batch_size, image_size, ship))
+    one_batch_blocks(batch_bytes(batch_size, image_size, ship), blocks_per_task=batches_per_task)
     # batches_per_task > 1: longer tasks amortise Ray Data's per-task cost (make bench-data)
     # (rounded up: a short run of a batch or two per CPU still spreads over the workers)
     blocks = -(-num_records // (batch_size * batches_per_task))

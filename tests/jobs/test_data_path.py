@@ -66,6 +66,28 @@ def test_a_batch_is_a_block_of_its_own_just_over_the_target_and_never_sliced():
     assert batch_bytes(8, 32, "float32") == 4 * target
 
 
+def test_a_task_never_pauses_before_its_last_block():
+    """Ray Data pauses a task's generator after 2 unread blocks by default; a paused task
+    holds its CPU, and where a node dies with a block the trainer waits for, the re-run
+    finds no CPU (make test's chaos test hung so). The pause comes after a task's last
+    block, or never where the count is not known."""
+    import ray.data
+
+    from raykit.feed import one_batch_blocks
+
+    context = ray.data.DataContext.get_current()
+    saved = (context.target_max_block_size, context._max_num_blocks_in_streaming_gen_buffer)
+    try:
+        one_batch_blocks(1000, blocks_per_task=4)
+        # Ray Data asks 2 objects per block (the block, its metadata) of the generator
+        assert 2 * context._max_num_blocks_in_streaming_gen_buffer > 2 * 4
+        one_batch_blocks(1000)
+        assert context._max_num_blocks_in_streaming_gen_buffer is None
+        assert context.target_max_block_size == 1000
+    finally:
+        context.target_max_block_size, context._max_num_blocks_in_streaming_gen_buffer = saved
+
+
 # --- the feed ------------------------------------------------------------------------------
 
 class Shard:
