@@ -807,6 +807,28 @@ def test_make_up_makes_the_placement_group_once_and_purge_deletes_it():
         stub.assert_no_pending_responses()
 
 
+def test_purge_after_an_up_that_failed_before_the_placement_group_was_made():
+    """A first `make up` that failed before its placement group existed: `make down PURGE=1`
+    finds none to delete and goes on (it ended in "internal error" on every rerun)."""
+    from botocore.stub import Stubber
+
+    from scripts.providers import aws
+
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    name = "raykit-multi-p4d"
+    record = {"cluster_name": "multi-p4d", "security_group": None, "ray_key_pair": False,
+              "ray_role": False, "placement_group": name}
+    with Stubber(ec2) as stub:
+        stub.add_response("describe_instances", {"Reservations": []})
+        stub.add_client_error("delete_placement_group", "InvalidPlacementGroup.Unknown",
+                              expected_params={"GroupName": name})
+        assert aws.left_behind(ec2, record, purge=True) == [f"nothing of placement group {name} (deleted)"]
+        stub.add_response("describe_instances", {"Reservations": []})
+        stub.add_client_error("delete_placement_group", "UnauthorizedOperation")
+        with pytest.raises(Exception, match="UnauthorizedOperation"):  # any other refusal is said
+            aws.left_behind(ec2, record, purge=True)
+
+
 @contextmanager
 def ray_provider_calls_in_moto(cluster: str, config: dict | None = None):
     """Ray's AWS node provider in moto after every node type was launched (as `ray up` and

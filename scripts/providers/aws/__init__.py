@@ -586,6 +586,8 @@ def left_behind(ec2, record: dict, purge: bool) -> list[str]:
     """What Ray created and `ray down` keeps: the cluster's security group (free, deleted
     with purge), and the key pair and IAM role Ray shares between all its clusters in the
     region (never deleted here: another cluster may use them)."""
+    import botocore.exceptions
+
     notes = []
     group = record["security_group"]
     # the one `make up` made, by its tag: a group of that name in another VPC is not this cluster's
@@ -609,7 +611,12 @@ def left_behind(ec2, record: dict, purge: bool) -> list[str]:
         deadline = time.monotonic() + 600
         while cluster_instances(ec2, record, ["shutting-down"]) and time.monotonic() < deadline:
             time.sleep(READY_POLL_S)
-        ec2.delete_placement_group(GroupName=placement)
+        try:
+            ec2.delete_placement_group(GroupName=placement)
+        except botocore.exceptions.ClientError as e:
+            # a first `make up` that failed before making it: nothing to delete
+            if e.response.get("Error", {}).get("Code") != "InvalidPlacementGroup.Unknown":
+                raise
         notes.append(f"nothing of placement group {placement} (deleted)")
     elif placement:
         notes.append(f"placement group {placement} (free, `make down PURGE=1` deletes it)")
