@@ -116,8 +116,9 @@ def refuse_if_up(cluster: str) -> None:
     if PROVIDERS[record["provider"]].is_running(record):
         raise KitError(f"cluster '{cluster}' is already up; `make down CLUSTER={cluster}` "
                        "first, or use it as it is")
-    print(f"cluster '{cluster}': its record is stale (nothing of it runs); starting afresh")
-    state.forget(cluster)
+    print(f"cluster '{cluster}': its record is stale (nothing of it runs); starting afresh", flush=True)
+    for line in PROVIDERS[record["provider"]].forget_stale(cluster, record):
+        print(f"  {line}", flush=True)
 
 
 def launch(built) -> dict:

@@ -74,6 +74,11 @@ class Provider(Protocol):
     def is_running(self, record: dict) -> bool:
         """Whether the recorded cluster may still run (False: its record is stale)."""
 
+    def forget_stale(self, cluster: str, record: dict) -> list[str]:
+        """Forget the record of a cluster that ended itself (autostop, the dead-man, the
+        hung-head alarm), with what it left that is its own and nothing but a bill (AWS:
+        its alarm); lines saying what was deleted or kept."""
+
     def down(self, cluster: str, record: dict | None, purge: bool = False) -> str:
         """Stop what the record says was launched, and only that; check nothing of it is
         left; return what was done and what stays (purge: delete what is the cluster's own).

@@ -1046,13 +1046,20 @@ def test_a_record_whose_cluster_has_no_instance_left_is_stale_and_one_with_an_in
     from scripts.core import state
     from scripts.core.errors import KitError
     from scripts.providers import load_record
+    from scripts.providers.aws.alarm import set_head_alarm
 
     record = {"cluster": "stale_test", "provider": "aws", "cluster_name": "stale-test",
               "region": "us-east-1", "min_workers": {"cpu_worker": 1}, "ready_timeout_s": 600,
               "security_group": None, "ray_key_pair": False, "ray_role": False}
     state.save("stale_test", record, "cluster_name: stale-test\n")
+    # the hung-head alarm `make up` set outlives a cluster that ended itself (autostop,
+    # the dead-man): it goes with the stale record
+    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
+    assert set_head_alarm(cloudwatch, "stale-test", "us-east-1", "i-0123456789abcdef0") is None
+    assert cloudwatch.describe_alarms()["MetricAlarms"]
     refuse_if_up("stale_test")  # nothing tagged: stale, forgotten
     assert load_record("stale_test") is None
+    assert cloudwatch.describe_alarms()["MetricAlarms"] == []
 
     ec2 = boto3.client("ec2", region_name="us-east-1")
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
@@ -1066,6 +1073,42 @@ def test_a_record_whose_cluster_has_no_instance_left_is_stale_and_one_with_an_in
             refuse_if_up("stale_test")
     finally:
         state.forget("stale_test")
+
+
+@mock_aws
+def test_down_terminates_a_node_someone_stopped(monkeypatch, capsys):
+    """`ray down` terminates pending and running nodes only (its AWS provider's
+    non_terminated_nodes): a stopped node of the cluster (its disks bill) was left, and
+    `make down` failed on every rerun. Ray's side is played as it acts."""
+    from scripts.core import state
+    from scripts.providers import aws
+
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    tags = [{"ResourceType": "instance", "Tags": [{"Key": "ray-cluster-name", "Value": "stop-test"}]}]
+    ids = [i["InstanceId"] for i in ec2.run_instances(ImageId=image, MinCount=2, MaxCount=2, InstanceType="c5.large",
+                                                      TagSpecifications=tags)["Instances"]]
+    ec2.stop_instances(InstanceIds=ids[:1])
+
+    def ray_down(args, keep_output=False):
+        assert args[0] == "down"
+        running = aws.cluster_instances(ec2, record, ["pending", "running"])
+        ec2.terminate_instances(InstanceIds=running)
+        return 0
+
+    monkeypatch.setattr(aws, "run_ray", ray_down)
+    monkeypatch.setattr(aws, "require_credentials", lambda: None)
+    record = {"cluster": "stop_test", "provider": "aws", "cluster_name": "stop-test", "region": "us-east-1",
+              "min_workers": {}, "ready_timeout_s": 600, "security_group": None, "ray_key_pair": False,
+              "ray_role": False}
+    state.save("stop_test", record, "cluster_name: stop-test\nprovider:\n  type: aws\n  region: us-east-1\n")
+    try:
+        said = aws.down("stop_test", record)
+    finally:
+        state.forget("stop_test")
+    assert said.startswith("AWS cluster 'stop_test': every instance terminated")
+    assert f"terminated 1 stopped instance(s) `ray down` leaves: {ids[0]}" in capsys.readouterr().out
+    assert aws.cluster_instances(ec2, record, ["pending", "running", "stopping", "stopped"]) == []
 
 
 def test_workers_read_the_data_buckets_with_credentials_of_their_own_and_nothing_else(home, hetero_values):

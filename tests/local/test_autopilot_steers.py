@@ -25,12 +25,12 @@ pilot = autopilot.Pilot(settings, node_type, bundle, step_log.start_step_log())
 seen = {"before": pilot.joined(), "bundle": bundle}
 time.sleep(max(0.0, settings.cooldown_s - (time.time() - pilot.started)) + 0.5)  # its start-up cooldown
 
-def steps(wait_share):  # ten steps that end now: inside the window however slow this machine is
+def steps(step_s, wait_share):  # ten steps that end now: inside the window however slow this machine is
     ray.get(pilot.log.since.remote(0))  # the actor is up (its start may take seconds here)
     now = time.time()
-    ray.get([pilot.log.record.remote(now - 0.01 * i, 0.3, 0.3 * wait_share, 16) for i in range(10)])
+    ray.get([pilot.log.record.remote(now - 0.01 * i, step_s, step_s * wait_share, 16) for i in range(10)])
 
-steps(0.9)  # starving: 90% of each step waiting for data
+steps(1.0, 0.9)  # starving: 90% of each 1 s step waiting for data
 pilot.tick()
 seen["asked_up"], seen["first"] = pilot.state.asked, pilot.timeline[-1]
 deadline = time.time() + 90
@@ -39,7 +39,9 @@ while pilot.joined() < settings.max_nodes and time.time() < deadline:
 seen["after_up"] = pilot.joined()
 time.sleep(settings.cooldown_s + 0.5)
 pilot.log = step_log.start_step_log(name=None)  # a fresh log: the starving steps are out of the window
-steps(0.0)  # fed, with slack: one node can go
+pilot.tick()  # it sees the three up: its measures count from now (the count's steady flow)
+time.sleep(0.1)
+steps(0.3, 0.0)  # fed, with slack, at three times the rate: the rise paid, and one node can go
 pilot.tick()
 seen["asked_down"] = pilot.state.asked
 seen["reasons"], seen["drained"] = pilot.state.reasons, pilot.drained

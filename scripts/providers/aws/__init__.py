@@ -45,6 +45,7 @@ from scripts.providers.aws.names import (
     TAG_USER_TYPE,
     UP_TO_DATE,
     UPDATE_FAILED,
+    head_alarm_name,
     head_profile_name,
     placement_group_name,
     security_group_name,
@@ -506,6 +507,14 @@ def down(cluster: str, record: dict | None, purge: bool = False) -> str:
     import boto3
 
     ec2 = boto3.client("ec2", region_name=record["region"])
+    # `ray down` terminates pending and running nodes only: a node someone stopped (its
+    # disks bill) would be left, and `make down` fail on every rerun. The record's
+    # names were checked as this cluster's own above.
+    stopped = cluster_instances(ec2, record, states=["stopping", "stopped"])
+    if stopped:
+        ec2.terminate_instances(InstanceIds=stopped)
+        print(f"terminated {len(stopped)} stopped instance(s) `ray down` leaves: {', '.join(stopped[:5])}",
+              flush=True)
     left = cluster_instances(ec2, record, states=["pending", "running", "stopping", "stopped"])
     if left:
         raise KitError(f"`ray down` returned, but {len(left)} instance(s) tagged "
@@ -674,6 +683,17 @@ def is_running(record: dict) -> bool:
                                                     "shutting-down"]))
     except (BotoCoreError, ClientError):
         return True
+
+
+def forget_stale(cluster: str, record: dict) -> list[str]:
+    """The hung-head alarm of a cluster that ended itself goes with its record (it is
+    re-made by the next `make up`); its group and roles stay, the next launch's own."""
+    import boto3
+
+    left = delete_head_alarm(boto3.client("cloudwatch", region_name=record["region"]), record["cluster_name"])
+    state.forget(cluster)
+    return [f"left behind: {left}"] if left else [
+        f"no hung-head alarm of it is left ({head_alarm_name(record['cluster_name'])})"]
 
 
 @contextmanager

@@ -692,6 +692,12 @@ def same_cluster(values: dict, record: dict) -> bool:
         == (record["namespace"], record["name"])
 
 
+def forget_stale(cluster: str, record: dict) -> list[str]:
+    """Nothing of a stopped cluster is left to delete: only its record."""
+    state.forget(cluster)
+    return []
+
+
 def is_running(record: dict) -> bool:
     """Whether the RayCluster exists; where the API cannot be asked, it stands."""
     try:

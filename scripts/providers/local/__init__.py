@@ -525,6 +525,12 @@ def same_cluster(values: dict, record: dict) -> bool:
     return False
 
 
+def forget_stale(cluster: str, record: dict) -> list[str]:
+    """Nothing of a stopped cluster is left to delete: only its record."""
+    state.forget(cluster)
+    return []
+
+
 def is_running(record: dict) -> bool:
     """The cluster answers while its head's GCS runs: without it no command reaches the
     cluster, whatever else of it is left (a worker's raylet, the dashboard, the watchdog)."""
