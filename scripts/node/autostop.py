@@ -59,6 +59,7 @@ KIT_TAG = "ray-kit-cluster"  # the kit's tag on every instance of a cluster (aws
 JOB_LIMIT_KEY = "raykit_limit_s"  # a job's time limit in seconds, in its metadata
 TERMINATE_ATTEMPTS = 20  # the teardown's sweeps (throttling, a transient API error)
 TERMINATE_RETRY_S = 15
+RETRY_MAX_S = 300        # the KubeRay watchdog's longest wait between DELETEs (it never gives up)
 STOP_GRACE_S = 300  # a job past its limit still running this long after the first stop is stuck
 API_TIMEOUT_S = 60  # any one call to Ray's job or state API
 SUPERVISOR_TITLE = b"ray::JobSupervisor"  # the process title of Ray's job supervisor actor
@@ -298,16 +299,20 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # the pod
 
 
 def delete_raycluster(api: str, namespace: str, name: str, account_dir: str,
-                      attempts: int = TERMINATE_ATTEMPTS, retry_s: float = TERMINATE_RETRY_S) -> bool:
+                      attempts: int | None = None, retry_s: float = TERMINATE_RETRY_S) -> bool:
     """DELETE the RayCluster (background propagation: the garbage collector deletes its
     pods), with the pod's service-account token over TLS checked against the cluster's
     CA; retried on an API error or a refusal (throttling, an API server restarting, a
-    RoleBinding not yet applied). True once it is deleted or gone; False if every attempt
-    failed (the nodes then bill until `make down`: said in the log)."""
+    RoleBinding applied late or fixed), the wait doubling up to RETRY_MAX_S. By default
+    it never gives up: the watchdog is what stops the bill, and its pod is not restarted
+    (the head's restartPolicy). True once it is deleted or gone; False once `attempts`
+    (where given) all failed."""
     url = (f"{api}/apis/ray.io/v1/namespaces/{urllib.parse.quote(namespace, safe='')}"
            f"/rayclusters/{urllib.parse.quote(name, safe='')}")
     body = json.dumps({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}).encode()
-    for _ in range(attempts):
+    tried, wait_s = 0, retry_s
+    while attempts is None or tried < attempts:
+        tried += 1
         try:
             token = open(os.path.join(account_dir, "token")).read().strip()  # re-read: kubelet rotates it
             context = ssl.create_default_context(cafile=os.path.join(account_dir, "ca.crt"))
@@ -322,7 +327,12 @@ def delete_raycluster(api: str, namespace: str, name: str, account_dir: str,
             print(f"autostop: deleting failed (HTTP {e.code} {e.reason}); retrying", flush=True)
         except (OSError, ssl.SSLError) as e:
             print(f"autostop: deleting failed ({type(e).__name__}: {str(e)[:160]}); retrying", flush=True)
-        time.sleep(retry_s)
+        if tried % 20 == 0:
+            print(f"autostop: RayCluster {namespace}/{name} still not deleted after {tried} tries: its pods "
+                  "bill until it is; check the watchdog's RoleBinding (`make render`'s kubectl-role.yaml)",
+                  flush=True)
+        time.sleep(wait_s)
+        wait_s = min(RETRY_MAX_S, wait_s * 2)
     print(f"autostop: could not delete RayCluster {namespace}/{name}: its pods bill until "
           "`make down`", flush=True)
     return False

@@ -113,6 +113,19 @@ def test_the_delete_is_retried_through_api_errors_and_ends_on_a_gone_cluster(api
     assert "its pods bill until `make down`" in capsys.readouterr().out
 
 
+def test_the_watchdog_never_gives_up_its_delete(api, capsys, monkeypatch):
+    """It gave up after 20 refusals (and its pod is never restarted): a RoleBinding fixed
+    an hour later found nothing left to delete the idle cluster. Now it tries until it is
+    deleted, saying so every 20 tries, the wait doubling to a bound."""
+    waits = []
+    monkeypatch.setattr(autostop.time, "sleep", waits.append)
+    api.answers += [403] * 45
+    assert autostop.delete_raycluster(api.url, "ray", "k8s-hetero", str(api.account), retry_s=1)
+    assert len(api.seen) == 46
+    assert capsys.readouterr().out.count("still not deleted after") == 2
+    assert waits[:4] == [1, 2, 4, 8] and max(waits) == autostop.RETRY_MAX_S
+
+
 def test_an_api_server_the_pods_ca_does_not_vouch_for_gets_nothing(api, tmp_path):
     """The token goes only to the server the pod's CA certifies: another CA, no request."""
     other = tmp_path / "other"
@@ -198,6 +211,11 @@ def test_a_cluster_its_watchdog_deleted_says_so_and_make_down_forgets_it(tmp_pat
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert ("autostop_minutes: 60 needs the watchdog's RoleBinding raykit-k8s-hetero-watchdog in "
             "namespace ray, which does not exist") in refused.stderr
+    assert not list(store.glob("ray.RayCluster.*"))
+    stale = kit("up", STANDIN_WATCHDOG_SUBJECT="old-cluster")  # exists by name, grants the head nothing
+    assert stale.returncode == 2 and len(stale.stderr.splitlines()) == 1, stale.stderr
+    assert ("which does not bind the head pod's account (ServiceAccount k8s-hetero; a binding left "
+            "from another cluster or account)") in stale.stderr
     assert not list(store.glob("ray.RayCluster.*"))
     assert kit("up").returncode == 0
     for path in store.glob("ray.*"):  # the watchdog's delete, and the garbage collector's

@@ -412,7 +412,8 @@ def run_job(built, job: str, args: list[str], timeout_s: float | None,
     """`make run` as a RayJob (rayjob.py): the operator deletes its cluster."""
     refused_packages(built.values, job)
     with state.lock(built.cluster):
-        for line in preflight(built.values)[1]:
+        # the RayJob's cluster runs no watchdog (watchdog.without): its RoleBinding is not asked for
+        for line in preflight(built.values | {"autostop_minutes": 0})[1]:
             print(line, flush=True)
         return rayjob.run(built, job, args, timeout_s or DEFAULT_JOB_TIMEOUT_S, verbose,
                           JOB_PACKAGES, JOB_FILES, env_vars)
@@ -509,14 +510,28 @@ def preflight(values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
 
 
 def require_watchdog_binding(values: dict) -> None:
-    """The watchdog's RoleBinding is in place: without it, its delete would be refused on an
-    idle cluster, which would then bill until `make down`."""
-    name = watchdog.rbac_name(values)
-    found = run_kubectl(target(values), "get", "rolebinding", name, "-o", "name", check=False)
+    """The watchdog's RoleBinding is in place and binds its Role to the head pod's account:
+    without it, or with a stale one (another account, another Role: it exists by name and
+    grants nothing), the watchdog's delete is refused on an idle cluster, which then bills
+    until `make down`."""
+    name, namespace = watchdog.rbac_name(values), values["kubernetes"]["namespace"]
+    found = run_kubectl(target(values), "get", "rolebinding", name, "-o", "json", check=False)
+    said = None
     if found.returncode != 0:
         said = "does not exist" if missing(found) else f"cannot be read ({kubectl_error(found)})"
+    else:
+        binding = json_object(found.stdout, f"kubectl get rolebinding {name}")
+        wanted = {"kind": "ServiceAccount", "name": watchdog.head_account(values), "namespace": namespace}
+        subjects = binding.get("subjects") if isinstance(binding.get("subjects"), list) else []
+        role = binding.get("roleRef") if isinstance(binding.get("roleRef"), dict) else {}
+        if (role.get("kind"), role.get("name")) != ("Role", name):
+            said = f"binds {short(str(role.get('kind')), 20)} {short(str(role.get('name')), 60)}, not Role {name}"
+        elif not any(isinstance(s, dict) and {k: s.get(k) for k in wanted} == wanted for s in subjects):
+            said = (f"does not bind the head pod's account (ServiceAccount {wanted['name']}; "
+                    "a binding left from another cluster or account)")
+    if said:
         raise KitError(f"autostop_minutes: {values['autostop_minutes']} needs the watchdog's RoleBinding "
-                       f"{name} in namespace {values['kubernetes']['namespace']}, which {said}: the "
+                       f"{name} in namespace {namespace}, which {said}: the "
                        f"namespace's admin applies build/clusters/<CLUSTER>.kubectl-role.yaml "
                        "(`make render`) once; or set autostop_minutes: 0")
 
