@@ -371,11 +371,41 @@ def test_pods_the_namespaces_pod_security_refuses_fail_up_at_once(kube):
     first look, naming the level, instead of after ready_timeout_minutes."""
     up = kube("up", "--cluster", "k8s_hetero", STANDIN_POD_STATE="Forbidden", RAYKIT_READY_TIMEOUT_S="600")
     assert up.returncode == 2 and len(up.stderr.strip().splitlines()) == 1, up.stderr
-    assert ("RayCluster k8s-hetero: the operator cannot create its pods: FailedToCreateHeadPod: "
+    assert ("RayCluster k8s-hetero: the operator cannot create it: FailedToCreateHeadPod: "
             "Failed to create head Pod") in up.stderr
     assert "violates PodSecurity" in up.stderr and "enforce=baseline" in up.stderr
     assert "RayCluster k8s-hetero deleted" in up.stdout
     assert not (kube.tmp / "kube" / "ray.RayCluster.k8s-hetero.json").exists()
+
+
+@pytest.mark.parametrize("reason,message,said", [
+    # KubeRay v1.7's words (raycluster_controller.go): a RayJob of the same name holds the Service
+    ("FailedToCreateService", 'Failed creating service ray/NAME-head-svc, services "NAME-head-svc" already exists',
+     "a Service of that name is another's (a RayJob or RayService named k8s-hetero in the namespace?)"),
+    ("AutoscalerServiceAccountNotFound", "Failed to reconcile RayCluster ray/NAME. If users specify "
+     "ServiceAccountName for the head Pod, they need to create a ServiceAccount themselves. However, "
+     "ServiceAccount NAME is not found. Please create one.",
+     "kubernetes.service_account: create that ServiceAccount in namespace ray, or set it to null"),
+    ("FailedToCreateRoleBinding", "Failed to create role binding ray/NAME, forbidden", "forbidden"),
+])
+def test_every_refusal_of_the_operator_fails_up_at_once(kube, reason, message, said):
+    """The operator retries a refusal for ever, with a Warning on the RayCluster: `up`
+    waited 20-30 minutes in silence on those it did not list. Every create or validate
+    failure now fails it at the first look, in one line, the fix named where it is known."""
+    up = kube("up", "--cluster", "k8s_hetero", STANDIN_OPERATOR_EVENT=f"{reason}|{message}",
+              RAYKIT_READY_TIMEOUT_S="600")
+    assert up.returncode == 2 and len(up.stderr.strip().splitlines()) == 1, up.stderr
+    assert f"RayCluster k8s-hetero: the operator cannot create it: {reason}: " in up.stderr
+    assert said in up.stderr
+    assert not (kube.tmp / "kube" / "ray.RayCluster.k8s-hetero.json").exists()
+
+
+def test_an_earlier_clusters_refusal_of_the_same_name_is_not_this_ones(kube):
+    """Events live an hour: a refusal of a RayCluster of the same name deleted since (another
+    uid) does not fail this launch."""
+    up = kube("up", "--cluster", "k8s_hetero", STANDIN_OPERATOR_EVENT="FailedToCreateHeadPod|refused",
+              STANDIN_EVENT_UID="0a1b2c3d-old")
+    assert up.returncode == 0, up.stderr
 
 
 def test_a_stuck_pod_fails_up_with_its_events_and_deletes_what_was_applied(kube):

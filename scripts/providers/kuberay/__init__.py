@@ -631,31 +631,50 @@ def ready_timeout_s(record: dict) -> float:
 
 
 # Warning events KubeRay records on a RayCluster whose pods it cannot create: no wait helps
-OPERATOR_REFUSALS = ("FailedToCreateHeadPod", "FailedToCreateWorkerPod", "InvalidRayClusterSpec",
-                     "InvalidRayClusterMetadata")
+def is_operator_refusal(reason: str) -> bool:
+    """A Warning the operator puts on a RayCluster when it cannot build it, and retries
+    for ever (KubeRay v1.6/v1.7, utils/constant.go): a failed create (head or worker pod,
+    Service, ServiceAccount, Role, PVC...), a spec or metadata it rejects, an autoscaler
+    ServiceAccount the values name and nobody made."""
+    return reason.startswith(("FailedToCreate", "Invalid")) or reason == "AutoscalerServiceAccountNotFound"
 
 
-def operator_refusal(record: dict) -> str | None:
-    """Why the operator cannot create the cluster's pods (its Warning event), or None."""
+def refusal_hint(record: dict, reason: str, message: str) -> str:
+    """The fix for the refusals a user can make, in the kit's words."""
+    if "PodSecurity" in message:
+        return ("; the namespace's Pod Security admission refuses Ray's pods: label it "
+                "pod-security.kubernetes.io/enforce=baseline (docs/kubernetes.md)")
+    if reason == "FailedToCreateService" and "already exists" in message:
+        return (f"; a Service of that name is another's (a RayJob or RayService named {record['name']} "
+                "in the namespace?): delete it, or change cluster_name")
+    if reason == "AutoscalerServiceAccountNotFound":
+        return (f"; kubernetes.service_account: create that ServiceAccount in namespace "
+                f"{record['namespace']}, or set it to null")
+    return ""
+
+
+def operator_refusal(record: dict, uid: str | None) -> str | None:
+    """Why the operator cannot build the cluster (its Warning event on this RayCluster: an
+    event of an earlier one of the same name, which lives an hour, has another uid), or None."""
     for event in get_json(record, "events").get("items", []):
-        if (event.get("involvedObject", {}).get("name") == record["name"]
-                and event.get("involvedObject", {}).get("kind") == "RayCluster"
-                and event.get("type") == "Warning" and event.get("reason") in OPERATOR_REFUSALS):
-            message = event.get("message", "")
-            hint = ("; the namespace's Pod Security admission refuses Ray's pods: label it "
-                    "pod-security.kubernetes.io/enforce=baseline (docs/kubernetes.md)"
-                    if "PodSecurity" in message else "")
-            return f"{event['reason']}: {short(message, 240)[1:-1]}{hint}"
+        about = event.get("involvedObject") if isinstance(event.get("involvedObject"), dict) else {}
+        reason, message = str(event.get("reason", "")), str(event.get("message", ""))
+        if (about.get("name") == record["name"] and about.get("kind") == "RayCluster"
+                and (uid is None or about.get("uid") in (None, uid))
+                and event.get("type") == "Warning" and is_operator_refusal(reason)):
+            return f"{short(reason, 60)[1:-1]}: {short(message, 240)[1:-1]}{refusal_hint(record, reason, message)}"
     return None
 
 
 def wait_until_ready(record: dict) -> None:
     deadline = time.monotonic() + ready_timeout_s(record)
     shown = None
+    cluster = ours(record)
+    uid = ((cluster or {}).get("metadata") or {}).get("uid")
     while True:
-        refused = operator_refusal(record)  # fail fast: not after ready_timeout_minutes
+        refused = operator_refusal(record, uid)  # fail fast: not after ready_timeout_minutes
         if refused:
-            raise KitError(f"RayCluster {record['name']}: the operator cannot create its pods: {refused}")
+            raise KitError(f"RayCluster {record['name']}: the operator cannot create it: {refused}")
         current = pods(record)
         counts = {g: sum(1 for p in current if group_of(p) == g and ready(p)) for g in record["expected_pods"]}
         line = "pods ready: " + ", ".join(f"{g} {counts[g]}/{n}" for g, n in record["expected_pods"].items())
