@@ -21,8 +21,8 @@ from scripts.core.state import make_dir, write_atomic
 
 CONTEXTS = BUILD / "images-docker"
 # imported at build time: a package that failed to install fails the build, not a job
-IMPORT_CHECK = {"gpu": "import torch, torchvision, timm, adaptdl, pynvml",
-                "cpu": "import torch, torchvision, timm, adaptdl; assert torch.version.cuda is None"}
+IMPORT_CHECK = {"gpu": "import torch, torchvision, timm, adaptdl, pynvml, PIL",
+                "cpu": "import torch, torchvision, timm, adaptdl, pynvml, PIL; assert torch.version.cuda is None"}
 DOCKER_INFO_TIMEOUT_S = 20
 
 

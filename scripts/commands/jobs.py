@@ -47,7 +47,13 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
         return submit.submit(address, job, args, python, token, timeout_s=timeout,
                              env_vars=prices_for(record) if env_vars is None else env_vars,
                              results_dir=RESULTS, verbose=verbose,
-                             job_packages=provider.JOB_PACKAGES, job_files=provider.JOB_FILES)
+                             job_packages=job_packages_of(provider, record), job_files=provider.JOB_FILES)
+
+
+def job_packages_of(provider, record: dict) -> JobPackages:
+    """How the cluster's nodes get a job's packages: the provider's way, or none where its
+    images have them baked in (images.job_packages: baked, recorded at launch)."""
+    return JobPackages.BAKED if record.get("job_packages") == "baked" else provider.JOB_PACKAGES
 
 
 def prices_for(record: dict) -> dict[str, str]:

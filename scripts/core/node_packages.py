@@ -11,14 +11,14 @@ import re
 import shlex
 
 from scripts.core.errors import KitError
-from scripts.core.paths import JOBS, REPO
+from scripts.core.paths import JOB_DIRS, JOBS, REPO
 
-# What the kit's jobs import beyond Ray, on every node...
+# What the kit's jobs import beyond Ray, on every node (a baked image adds every job's own
+# requirements.txt: jobs_requirements). NVML's bindings on CPU images too: torch's
+# utilization and the stall watch need them on GPU nodes, and a job's requirements name them
+# for every node, which a baked image must satisfy with no index to install from.
 PACKAGES = ("torch", "torchvision", "timm", "autograd", "pandas", "portpicker",
-            "scipy", "semver", "pymoo", "setuptools")
-# ...and on GPU nodes only: NVML's bindings, which torch.cuda.utilization needs (the Ray
-# image lacks them); without them the ViT job cannot tell a busy GPU from a host-bound one.
-GPU_PACKAGES = ("nvidia-ml-py",)
+            "scipy", "semver", "pymoo", "setuptools", "pillow", "nvidia-ml-py")
 # adaptdl's own pins downgrade aiohttp and break Ray: it installs only with --no-deps,
 # which a job's runtime_env cannot do (jobs/adaptdl_mnist/README.md)
 NODEPS_FILE = "requirements-nodeps.txt"
@@ -46,8 +46,7 @@ def install_commands(gpu: bool) -> list[str]:
     node first takes torch and torchvision from PyTorch's CPU index; `torch==X` then
     counts as satisfied by the CPU build (X+cpu), so the second line installs the rest."""
     pins = pinned_requirements(REPO / "requirements.txt")
-    packages = PACKAGES + (GPU_PACKAGES if gpu else ())
-    missing = [p for p in packages if p not in pins]
+    missing = [p for p in PACKAGES if p not in pins]
     if missing:
         raise KitError(f"requirements.txt: no pinned version for {', '.join(missing)}")
     nodeps = pinned_requirements(NODEPS_REQUIREMENTS).values()
@@ -55,9 +54,30 @@ def install_commands(gpu: bool) -> list[str]:
         f"pip install -q --no-cache-dir --index-url {TORCH_CPU_INDEX} "
         + shlex.join([pins["torch"], pins["torchvision"]])]
     return commands + [
-        "pip install -q --no-cache-dir " + shlex.join(pins[p] for p in packages),
+        "pip install -q --no-cache-dir " + shlex.join([pins[p] for p in PACKAGES] + jobs_requirements(set(PACKAGES))),
         "pip install -q --no-cache-dir --no-deps " + shlex.join(nodeps),
     ]
+
+
+def jobs_requirements(known: set[str]) -> list[str]:
+    """Every job's requirements.txt lines (as `make submit` reads them) naming a package not
+    in `known`: a user's job baked in with the kit's."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    from scripts.core.inputs import job_requirements
+
+    known = {canonicalize_name(name) for name in known}
+    found = []
+    jobs = sorted({folder.name for where in JOB_DIRS if where.is_dir() for folder in where.iterdir()
+                   if (folder / "main.py").is_file() and (folder / "requirements.txt").is_file()})
+    for job in jobs:
+        for line in job_requirements(job):
+            name = canonicalize_name(Requirement(line).name)
+            if name not in known:
+                known.add(name)
+                found.append(line)
+    return found
 
 
 def needs_built_image(job_folder) -> bool:

@@ -32,6 +32,7 @@ class JobPackages(enum.StrEnum):
     """How a job's requirements.txt is honoured on a provider's nodes."""
     PIP = "pip"              # Ray's pip runtime_env installs them on each node
     INSTALLED = "installed"  # the nodes run this machine's .venv: they must be there already
+    BAKED = "baked"          # the nodes' images hold them (`make image`): nothing is installed
 
 
 class JobFiles(enum.StrEnum):

@@ -7,6 +7,7 @@ an engine that is not there, is one error line."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -41,6 +42,53 @@ def test_the_dockerfile_is_rays_image_plus_the_jobs_pinned_packages(kind):
     cpu_index = [r for r in runs if "--index-url https://download.pytorch.org/whl/cpu" in r[2]]
     assert bool(cpu_index) == (kind == "cpu")  # the CPU image takes PyTorch's CPU build first
     assert "--no-deps adaptdl==0.2.11" in runs[-2][2]
+
+
+@pytest.mark.parametrize("kind", ["gpu", "cpu"])
+def test_a_baked_image_holds_every_jobs_requirements_at_their_pins(kind):
+    """A baked image installs nothing when a job starts (an air-gapped cluster has no index):
+    every line of every job's requirements.txt is in its install commands, pillow and NVML's
+    bindings on the CPU image too, and a user's own job's packages with the kit's."""
+    import shlex
+
+    from conftest import USER_JOBS
+    from scripts.core.inputs import job_requirements
+    from scripts.core.paths import JOBS
+
+    installed = {word for command in node_packages.install_commands(gpu=kind == "gpu")
+                 for word in shlex.split(command)}
+    wanted = {line for folder in JOBS.iterdir() if (folder / "requirements.txt").is_file()
+              for line in job_requirements(folder.name)}
+    assert {"pillow==13.0.0", "torch==2.14.1"} <= wanted
+    assert wanted <= installed, wanted - installed
+    own = USER_JOBS / f"own_{uuid.uuid4().hex[:8]}"  # a user's job (the tests' jobs folder)
+    own.mkdir()
+    try:
+        (own / "main.py").write_text("")
+        (own / "requirements.txt").write_text("# mine\nrich==14.2.0\ntorch==2.14.1\n")
+        commands = node_packages.install_commands(gpu=kind == "gpu")
+        assert "rich==14.2.0" in commands[-2] and commands[-2].count("torch==") == 1
+    finally:
+        shutil.rmtree(own)
+
+
+def test_a_baked_cluster_sends_no_pip_runtime_env():
+    """images.job_packages: baked: neither `make run`'s RayJob nor `make submit` asks Ray to
+    pip-install what the image holds (it did: the pods still needed an index)."""
+    from scripts.build import build_text
+    from scripts.commands.jobs import job_packages_of
+    from scripts.core.submit import JobPackages
+    from scripts.providers import kuberay
+    from scripts.providers.kuberay import rayjob
+
+    values = load_example("k8s_hetero")
+    values["images"] = {"gpu": "registry.example.com/team/jobs:gpu-1",
+                        "cpu": "registry.example.com/team/jobs:cpu-1", "job_packages": "baked"}
+    built = build_text("k8s_hetero", yaml.safe_dump(values).encode())
+    _, job = rayjob.resources(built, "vit_synthetic", [], 600, False, kuberay.job_packages(built.values), "upload")
+    assert "pip" not in json.loads(job["spec"]["runtimeEnvYAML"])
+    assert job_packages_of(kuberay, {"job_packages": "baked"}) is JobPackages.BAKED
+    assert job_packages_of(kuberay, {"job_packages": "install"}) is JobPackages.PIP
 
 
 @pytest.fixture

@@ -416,14 +416,20 @@ def run_job(built, job: str, args: list[str], timeout_s: float | None,
         for line in preflight(built.values | {"autostop_minutes": 0})[1]:
             print(line, flush=True)
         return rayjob.run(built, job, args, timeout_s or DEFAULT_JOB_TIMEOUT_S, verbose,
-                          JOB_PACKAGES, JOB_FILES, env_vars)
+                          job_packages(built.values), JOB_FILES, env_vars)
 
 
 def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> list[str]:
     """The RayJob `make run` would create: its files, limits and images, then its cluster."""
     refused_packages(built.values, job)
-    return rayjob.plan(built, job, args, timeout_s or DEFAULT_JOB_TIMEOUT_S, JOB_PACKAGES,
+    return rayjob.plan(built, job, args, timeout_s or DEFAULT_JOB_TIMEOUT_S, job_packages(built.values),
                        JOB_FILES) + pod_lines(built.values)
+
+
+def job_packages(values: dict) -> JobPackages:
+    """Baked images hold the jobs' packages: no pip runtime_env (an air-gapped cluster has no
+    index to install from); stock ones install them (JOB_PACKAGES)."""
+    return JobPackages.BAKED if values["images"]["job_packages"] == "baked" else JOB_PACKAGES
 
 
 def refused_packages(values: dict, job: str) -> None:
