@@ -130,10 +130,34 @@ def test_every_aws_node_starts_the_switch_at_boot_and_powering_off_terminates():
         assert script.startswith("#!/bin/bash\n")
         encoded = script.split("echo ", 1)[1].split(" ", 1)[0]
         assert base64.b64decode(encoded) == (REPO / "scripts" / "node" / "deadman.py").read_bytes()
-        assert ("systemd-run --unit raykit-deadman --property Restart=always python3 "
+        assert ("ExecStart=/usr/bin/env python3 "
                 f"/opt/raykit/deadman.py --grace-minutes {aws_render.DEADMAN_GRACE_MIN} "
                 f"--idle-minutes {aws_render.DEADMAN_IDLE_MIN}") in script
         watched = (f"--watchdog-minutes {aws_render.WATCHDOG_SILENT_MIN} "
                    f"--heartbeat {aws_render.WATCHDOG_HEARTBEAT}")
         assert (watched in script) == (name == config["head_node_type"]), name
         assert len(script) < 16 * 1024  # EC2's limit on user data
+
+
+def test_the_switch_is_an_enabled_service_that_comes_back_after_a_reboot(tmp_path):
+    """A transient unit (systemd-run) is gone after a reboot, and Ray's container (--rm)
+    too: the host ran on, passing its status checks, with nothing to power it off. The user
+    data, run here with its two folders moved under tmp_path and a stand-in systemctl,
+    installs an enabled unit started at every boot (multi-user.target) that restarts."""
+    config = build("hetero").config
+    script = config["available_node_types"][config["head_node_type"]]["node_config"]["UserData"]
+    script = script.replace("/opt/raykit", str(tmp_path / "opt")).replace("/etc/systemd/system", str(tmp_path / "etc"))
+    (tmp_path / "etc").mkdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "systemctl.log"}\n')
+    (bin_dir / "systemctl").chmod(0o755)
+    run = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30,
+                         env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "opt" / "deadman.py").read_bytes() == (REPO / "scripts" / "node" / "deadman.py").read_bytes()
+    unit = (tmp_path / "etc" / "raykit-deadman.service").read_text()
+    assert "WantedBy=multi-user.target" in unit and "Restart=always" in unit
+    assert f"--heartbeat {aws_render.WATCHDOG_HEARTBEAT}" in unit
+    assert (tmp_path / "systemctl.log").read_text().splitlines() == [
+        "daemon-reload", "enable --now raykit-deadman.service"]

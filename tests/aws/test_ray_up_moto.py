@@ -98,7 +98,7 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
     assert head["IamInstanceProfile"]["Arn"].endswith(":instance-profile/raykit-hetero-head")
     # the dead-man switch starts at boot (user data), before SSH could fail; off = terminated
     user_data = ec2.describe_instance_attribute(InstanceId=head["InstanceId"], Attribute="userData")
-    assert b"systemd-run --unit raykit-deadman" in base64.b64decode(user_data["UserData"]["Value"])
+    assert b"systemctl enable --now raykit-deadman.service" in base64.b64decode(user_data["UserData"]["Value"])
     assert ec2.describe_instance_attribute(InstanceId=head["InstanceId"], Attribute="instanceInitiatedShutdownBehavior")[
         "InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
     # closed by default: the head's group admits SSH from `make up`'s own address alone

@@ -210,21 +210,36 @@ def aws_node(name: str, node: dict, preprocess: bool, spot: bool, root_device: s
 
 def deadman_user_data(head: bool = False) -> str:
     """Every node's EC2 user data: a script cloud-init runs as root at first boot, before
-    SSH, Docker or Ray, that starts the node's dead-man switch (scripts/node/deadman.py) as
-    a systemd unit restarting if it dies. A node on which Ray never starts (its setup
-    failed, or SSH never reached it) or has stopped then powers itself off, and, launched
-    with InstanceInitiatedShutdownBehavior=terminate, is terminated. The program travels
-    base64-encoded: its text never meets a shell. The head's also watches its watchdog's
-    heartbeat (autostop_command)."""
+    SSH, Docker or Ray, that installs the node's dead-man switch (scripts/node/deadman.py)
+    as an enabled systemd service, restarted if it dies and started again at every boot.
+    A node on which Ray never starts (its setup failed, or SSH never reached it), has
+    stopped, or does not come back after a reboot (Ray's container is --rm: maintenance,
+    `sudo reboot` or a stop/start leaves the host up, its status checks passing, and no Ray)
+    then powers itself off and, launched with InstanceInitiatedShutdownBehavior=terminate,
+    is terminated. The program travels base64-encoded: its text never meets a shell; the
+    unit's text is the kit's constants in a quoted heredoc. The head's also watches its
+    watchdog's heartbeat (autostop_command)."""
     program = base64.b64encode(DEADMAN_PROGRAM.read_bytes()).decode()
+    command = (f"/usr/bin/env python3 /opt/raykit/deadman.py --grace-minutes {DEADMAN_GRACE_MIN} "
+               f"--idle-minutes {DEADMAN_IDLE_MIN}"
+               + (f" --watchdog-minutes {WATCHDOG_SILENT_MIN} --heartbeat {WATCHDOG_HEARTBEAT}" if head else ""))
     return "\n".join([
         "#!/bin/bash",
-        "# ray-kit: the node's dead-man switch (scripts/node/deadman.py), from boot",
+        "# ray-kit: the node's dead-man switch (scripts/node/deadman.py), from every boot",
         "mkdir -p /opt/raykit",
         f"echo {program} | base64 -d > /opt/raykit/deadman.py",
-        f"systemd-run --unit {DEADMAN_UNIT} --property Restart=always python3 "
-        f"/opt/raykit/deadman.py --grace-minutes {DEADMAN_GRACE_MIN} --idle-minutes {DEADMAN_IDLE_MIN}"
-        + (f" --watchdog-minutes {WATCHDOG_SILENT_MIN} --heartbeat {WATCHDOG_HEARTBEAT}" if head else ""),
+        f"cat > /etc/systemd/system/{DEADMAN_UNIT}.service <<'UNIT'",
+        "[Unit]",
+        "Description=ray-kit dead-man switch: powers the node off when Ray has not run on it for a while",
+        "[Service]",
+        f"ExecStart={command}",
+        "Restart=always",
+        "RestartSec=5",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "UNIT",
+        "systemctl daemon-reload",
+        f"systemctl enable --now {DEADMAN_UNIT}.service",
         ""])
 
 
