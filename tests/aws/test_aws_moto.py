@@ -1261,3 +1261,29 @@ def test_make_up_waits_until_ec2_takes_a_new_instance_profile(hetero_values, cap
     assert wait_until_usable(ec2, "never", values, limit_s=0.3, poll_s=0.1) is False
     assert "EC2 does not take instance profile never yet after 0.3 s" in capsys.readouterr().out
     assert not ec2.describe_instances()["Reservations"]  # dry runs: nothing launched
+
+
+def test_the_profiles_dry_run_launches_in_the_named_groups_vpc(hetero_values):
+    """Values naming security groups and no subnet, in an account with no default VPC: a
+    dry run without a subnet is refused at once (VPCIdNotSpecified) and never waited on.
+    It goes to a subnet of the groups' VPC in the pinned zone, as Ray's launch does."""
+    from botocore.stub import ANY, Stubber
+
+    from scripts.providers.aws.iam import wait_until_usable
+
+    values = checked(hetero_values)
+    values["aws"] |= {"security_group_ids": ["sg-0abc"], "subnet_ids": [], "availability_zone": "us-east-1b",
+                      "image_id": "ami-0123456789abcdef0"}
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    with Stubber(ec2) as stub:
+        stub.add_response("describe_security_groups", {"SecurityGroups": [{"GroupId": "sg-0abc", "VpcId": "vpc-1"}]},
+                          {"GroupIds": ["sg-0abc"]})
+        stub.add_response("describe_subnets", {"Subnets": [{"SubnetId": "subnet-b2"}, {"SubnetId": "subnet-b1"}]},
+                          {"Filters": [{"Name": "vpc-id", "Values": ["vpc-1"]},
+                                       {"Name": "availability-zone", "Values": ["us-east-1b"]},
+                                       {"Name": "state", "Values": ["available"]}]})
+        stub.add_client_error("run_instances", "DryRunOperation", expected_params={
+            "DryRun": True, "ImageId": ANY, "InstanceType": ANY, "MinCount": 1, "MaxCount": 1,
+            "IamInstanceProfile": {"Name": "p"}, "SubnetId": "subnet-b1"})
+        assert wait_until_usable(ec2, "p", values, limit_s=1, poll_s=0.1) is True
+        stub.assert_no_pending_responses()

@@ -168,8 +168,9 @@ def wait_until_usable(ec2, profile: str, values: dict, limit_s: float = USABLE_L
     aws, head = values["aws"], values["head"]
     launch = {"DryRun": True, "ImageId": aws["image_id"], "InstanceType": head["instance_type"],
               "MinCount": 1, "MaxCount": 1, "IamInstanceProfile": {"Name": profile}}
-    if aws["subnet_ids"]:
-        launch["SubnetId"] = aws["subnet_ids"][0]
+    subnet = aws["subnet_ids"][0] if aws["subnet_ids"] else subnet_of_groups(ec2, aws)
+    if subnet:
+        launch["SubnetId"] = subnet
     deadline = time.monotonic() + limit_s
     while True:
         try:
@@ -186,6 +187,26 @@ def wait_until_usable(ec2, profile: str, values: dict, limit_s: float = USABLE_L
                   "`ray up` tries anyway", flush=True)
             return False
         time.sleep(poll_s)
+
+
+def subnet_of_groups(ec2, aws: dict) -> str | None:
+    """Where the values name security groups and no subnet: a subnet of the groups' VPC in
+    the pinned zone, as Ray's launch picks one. Without it the dry run fails at once in an
+    account with no default VPC (VPCIdNotSpecified), and never waits. None where no group
+    is named (the kit's own group pins the subnet) or none is found."""
+    import botocore.exceptions
+
+    if not aws["security_group_ids"]:
+        return None
+    try:
+        (group, *_) = ec2.describe_security_groups(GroupIds=aws["security_group_ids"][:1])["SecurityGroups"]
+        subnets = ec2.describe_subnets(Filters=[
+            {"Name": "vpc-id", "Values": [group["VpcId"]]},
+            {"Name": "availability-zone", "Values": [aws["availability_zone"]]},
+            {"Name": "state", "Values": ["available"]}])["Subnets"]
+    except (botocore.exceptions.ClientError, ValueError, KeyError):
+        return None
+    return min((s["SubnetId"] for s in subnets), default=None)
 
 
 def delete_role(iam, name: str) -> bool:
