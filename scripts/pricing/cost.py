@@ -178,7 +178,7 @@ def aws_cost_table(values: dict) -> list[str]:
     low, high = aws_hourly_cost(values)
     rows.append(("total", "", "", "", "", f"{low:.2f}", f"{high:.2f}"))
     lines = [f"'{values['cluster_name']}' on AWS {region}: on-demand list prices and EBS "
-             "(scripts/catalog.py, as of 2026-11)"]
+             "(scripts/catalog.py, as of 2026-11; not in it: public IPv4, $0.005/h a node that has one)"]
     lines += text_table(rows, left=(0, 1, 2))
     lines += [f"spot: {name} is billed at the spot price (varies, often well below on-demand; "
               "not in the catalog) and may be reclaimed: the figures above are its on-demand "
