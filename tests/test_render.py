@@ -113,6 +113,9 @@ def config_of(cluster, values):
 def test_defaults_come_from_the_schema():
     minimal = {"cluster_name": "mini", "provider": "aws",
                "head": {"instance_type": "g5.xlarge", "disk": {"root_gb": 150}}}
+    with pytest.raises(KitError, match="leave no node to preprocess at launch"):  # head.preprocess: false
+        build_text("mini", yaml.safe_dump(minimal).encode())
+    minimal["head"]["preprocess"] = True
     built = build_text("mini", yaml.safe_dump(minimal).encode())
     assert built.values["aws"] == {"region": "us-east-1", "availability_zone": None, "image_id": "auto",
                                    "root_device": "/dev/sda1", "ebs_kms_key": None,

@@ -47,6 +47,7 @@ def role_problems(values: dict) -> list[str]:
     if head["role"] == "train" and trains:
         problems.append(f"head.role: the head trains, and so do worker type(s) {', '.join(trains)}; "
                         "with train workers set role: coordinate (the head then only coordinates)")
+    problems += at_min_problems(values)
     if head["role"] == "coordinate":
         if head["preprocess"]:
             problems.append("head.preprocess: a coordinating head gives Ray no CPUs for work; "
@@ -54,4 +55,26 @@ def role_problems(values: dict) -> list[str]:
         if not trains:
             problems.append("head.role: a coordinating head needs train worker types, and none "
                             "has role: train; add one, or set role: train")
+    return problems
+
+
+def at_min_problems(values: dict) -> list[str]:
+    """With every worker type at min_workers, the cluster has a node that trains and one
+    that preprocesses: a job checks both before it starts (jobs/raykit/cluster.py's
+    check_shape) and exits otherwise, with the GPUs billing. Neither Ray's autoscaler nor
+    the autopilot brings up a type from zero for it: Ray Data asks for CPUs by label, which
+    the autoscaler does not scale on."""
+    head, workers = values["head"], values["workers"]
+    problems = []
+    preprocess = preprocess_types(values)
+    if not head["preprocess"] and not any(workers[name]["min_workers"] for name in preprocess):
+        where = (f"workers.{preprocess[0]}.min_workers: 0" if preprocess else "no preprocess worker type")
+        problems.append(f"{where} and head.preprocess: false leave no node to preprocess at launch: every "
+                        "job would exit with 'no node preprocesses' while the cluster bills; set min_workers "
+                        "to 1 or more on a preprocess type, or head.preprocess: true")
+    trains = train_types(values)
+    if head["role"] == "coordinate" and trains and not any(workers[name]["min_workers"] for name in trains):
+        problems.append(f"workers.{trains[0]}.min_workers: 0 leaves no node to train at launch (the head only "
+                        "coordinates): every job would exit with 'no node carries the train label'; set it "
+                        "to 1 or more")
     return problems

@@ -232,3 +232,40 @@ def test_on_a_cluster_without_gpus_a_job_that_records_no_steps_is_told_it_is_not
     assert ("stall watch: this cluster has no GPU node, so a job that records no steps (raykit's "
             "measure) is not watched; one that does is") in run.stdout.replace("\n", " ")
     assert kept_summary(run.stdout) == {"status": "done"}
+
+
+SHUTS_DOWN_MID_WATCH = """
+import time
+import ray
+ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 * 1024 * 1024)
+time.sleep(1.5)  # the watch is up, looking every 0.5 s
+ray.shutdown()
+time.sleep(1.0)  # a look of the watch's would fall here
+print("job done")
+"""
+
+
+EXITS_AT_ONCE = """
+import ray
+ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 * 1024 * 1024)
+print("job done")
+"""
+
+
+@pytest.mark.parametrize("text", [SHUTS_DOWN_MID_WATCH, EXITS_AT_ONCE], ids=["shutdown", "exit"])
+def test_a_job_that_disconnects_while_watched_exits_as_it_would_alone(tmp_path, text):
+    """A thread that calls Ray after ray.shutdown() makes Ray end the process with exit code
+    1: the entrypoint's watch failed a job that had succeeded (a quick one, on KubeRay's
+    test head). The watch now stops before the driver disconnects, by the job's own
+    shutdown or at the interpreter's exit (Ray's exit hook), whenever they come."""
+    import os
+    import subprocess
+
+    (tmp_path / "main.py").write_text(text)
+    env = dict(os.environ, PYTHONPATH=str(REPO / "jobs"), RAYKIT_STALL_S="5")
+    env.pop("RAY_ADDRESS", None)
+    run = subprocess.run([sys.executable, "-m", "raykit.entry", "main.py"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "job done" in run.stdout
+    assert "already been shutdown" not in run.stderr
