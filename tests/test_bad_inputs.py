@@ -15,6 +15,7 @@ import yaml
 
 from conftest import REPO, USER_VALUES, load_example, make
 from scripts import kit
+from scripts.commands import checked as entrance
 from scripts.commands import lifecycle
 from scripts.build import build_text
 
@@ -42,7 +43,7 @@ def edited(cluster: str, change) -> bytes:
 def kit_error(monkeypatch, capsys, cluster: str, data: bytes) -> str:
     """`kit validate` on `data` as the values file of `cluster`: assert the CLI's contract
     (exit 2, one error line, no traceback) and return that line."""
-    monkeypatch.setattr(lifecycle, "build", lambda name: build_text(name, data))
+    monkeypatch.setattr(entrance, "build", lambda name: build_text(name, data))
     code = kit.main(["validate", "--cluster", cluster])
     out, err = capsys.readouterr()
     assert code == 2, out + err
@@ -938,3 +939,31 @@ def test_bench_wait_tears_down_only_a_cluster_it_launched(monkeypatch, capsys):
     assert bench_wait.main(["--cluster", "local"]) == 2
     assert capsys.readouterr().err == "error: no capacity for the head\n"
     assert torn_down == []
+
+
+# --- one entrance: every command refuses what validate refuses --------------------------
+
+ENTRANCES = [["validate"], ["render"], ["preflight"], ["up", "--dry-run", "1"], ["up"], ["cost"],
+             ["run", "--job", "smoke", "--dry-run", "1"], ["run", "--job", "smoke"]]
+
+
+@pytest.mark.parametrize("cluster,change,said", [
+    # a ceiling under the mix's own price at min_workers: the autopilot could never run
+    ("local_autopilot", lambda v: v["autopilot"].update(max_usd_per_hour=0.01), "max_usd_per_hour"),
+    ("local", lambda v: v.update(prices_as="nosuch"), "prices_as"),
+])
+def test_every_command_refuses_the_values_file_validate_refuses_with_the_same_line(
+        monkeypatch, capsys, cluster, change, said):
+    """The pricing's checks (a local mix's prices_as, an autopilot's $/h ceiling) ran in
+    validate, run and submit only: `make up` launched such a file, and `make submit` failed
+    once the cluster was up. Every command goes through one entrance (commands/checked.py)."""
+    data = edited(cluster, change)
+    monkeypatch.setattr(entrance, "build", lambda name: build_text(name, data))
+    lines = set()
+    for command in ENTRANCES:
+        code = kit.main([command[0], "--cluster", cluster, *command[1:]])
+        out, err = capsys.readouterr()
+        assert code == 2 and len(err.splitlines()) == 1 and said in err, (command, out, err)
+        assert "launching" not in out and "is up" not in out, command
+        lines.add(err)
+    assert len(lines) == 1, lines  # the same line from every command

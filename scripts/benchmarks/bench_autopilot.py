@@ -32,7 +32,8 @@ import sys
 
 import yaml
 
-from scripts.build import build, build_text
+from scripts.build import build_text
+from scripts.commands.checked import checked
 from scripts.commands.jobs import run_once
 from scripts.core import charts, roles
 from scripts.core.errors import KitError
@@ -108,7 +109,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     try:
         cluster = check_name("CLUSTER", a.cluster)
-        base = build(cluster)
+        base = checked(cluster)
         kinds = roles.preprocess_types(base.values)
         if len(kinds) != 1 or base.values["workers"][kinds[0]]["min_workers"] >= \
                 base.values["workers"][kinds[0]]["max_workers"]:

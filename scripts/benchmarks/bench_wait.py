@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from scripts.build import build
+from scripts.commands.checked import checked
 from scripts.commands.jobs import running_or_started, submit_to
 from scripts.core.errors import KitError
 from scripts.core.inputs import check_name, split_args
@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     summaries = {}
     try:
-        built = build(check_name("CLUSTER", args.cluster))
+        built = checked(check_name("CLUSTER", args.cluster))
         with running_or_started(built) as record:  # the running cluster, or one of its own
             for name, case_args in CASES.items():
                 job_args = f"{case_args} --steps {args.steps}"

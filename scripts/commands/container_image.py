@@ -12,7 +12,8 @@ import shutil
 import subprocess
 
 from scripts import catalog
-from scripts.build import build, render
+from scripts.build import render
+from scripts.commands.checked import checked
 from scripts.core import node_packages
 from scripts.core.errors import KitError, short
 from scripts.core.inputs import flag, shown
@@ -27,7 +28,7 @@ DOCKER_INFO_TIMEOUT_S = 20
 
 
 def cmd_image(a) -> int:
-    built = build(a.cluster)
+    built = checked(a.cluster)
     try:
         tags = built.provider.images_to_bake(built.values)
     except KitError as e:

@@ -4,6 +4,7 @@ import asyncio
 from contextlib import contextmanager
 
 from scripts.build import build
+from scripts.commands.checked import checked
 from scripts.commands.lifecycle import (
     preflight_and_launch,
     prepared,
@@ -117,7 +118,7 @@ def cmd_stop_job(a) -> int:
 
 def cmd_run(a) -> int:
     args, timeout, verbose = split_args(a.args), parse_timeout(a.timeout), flag("VERBOSE", a.verbose)
-    built = build(a.cluster)  # a refused config launches nothing and tears nothing down
+    built = checked(a.cluster)  # a refused config launches nothing and tears nothing down
     checked_job_packages(built.provider, a.job)  # before anything is launched
     refuse_a_twin(built)
     if flag("DRY_RUN", a.dry_run):

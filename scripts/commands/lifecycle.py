@@ -5,27 +5,26 @@ import shutil
 
 import yaml
 
-from scripts.build import build, build_text
+from scripts.build import build_text
+from scripts.commands.checked import checked
 from scripts.core import state
 from scripts.core.errors import CapacityRefused, KitError
 from scripts.core.inputs import check_name, flag, values_file
 from scripts.core.paths import BENCH, BUILD, LAUNCHED, RENDERED, RESULTS
 from scripts.core.values import parse_yaml
-from scripts.pricing.cost import check_prices_as, hourly_cost, job_env
+from scripts.pricing.cost import hourly_cost
 from scripts.providers import PROVIDERS, load_record
 
 
 def cmd_validate(a) -> int:
-    built = build(a.cluster)
-    check_prices_as(built)  # a local mix's prices_as is the pricing code's to check
-    job_env(built)  # so is an autopilot's $/h ceiling
+    built = checked(a.cluster)
     print(f"cluster_templates/{a.cluster}.yaml: valid ({built.provider.NAME}; "
           "every check passed, nothing written or launched)")
     return 0
 
 
 def cmd_render(a) -> int:
-    built = build(a.cluster)  # the template needs values that passed every check
+    built = checked(a.cluster)  # the template needs values that passed every check
     path = RENDERED / f"{a.cluster}.yaml"
     state.write_atomic(path, built.text, mode=0o644)
     print(path)
@@ -37,7 +36,7 @@ def cmd_render(a) -> int:
 
 
 def cmd_preflight(a) -> int:
-    built = prepared(build(a.cluster))
+    built = prepared(checked(a.cluster))
     print(f"preflight of '{a.cluster}' passed ({built.provider.NAME}); nothing was created")
     return 0
 
@@ -75,7 +74,7 @@ def prepared(built, avoid_zones: tuple = ()):
 
 
 def cmd_up(a) -> int:
-    built = build(a.cluster)
+    built = checked(a.cluster)
     if flag("DRY_RUN", a.dry_run):
         return print_plan(prepared(built))
     with state.lock(a.cluster):

@@ -5,7 +5,7 @@ import time
 import yaml
 
 from scripts import catalog
-from scripts.build import build
+from scripts.commands.checked import checked
 from scripts.commands.jobs import checked_job_packages, run_once, running_or_started, submit_to
 from scripts.commands.lifecycle import prepared, print_plan, refuse_if_up
 from scripts.core.errors import KitError
@@ -19,7 +19,7 @@ from scripts.pricing.cost import cost_table, priced
 
 
 def cmd_cost(a) -> int:
-    built = build(a.cluster)
+    built = checked(a.cluster)
     print("\n".join(cost_table(built)))
     return 0
 
@@ -95,7 +95,7 @@ def write_plan(name: str, chosen, region: str) -> None:
         raise KitError(f"ARGS: --write {name}: {shown(path)} exists; pick "
                        "another name, or remove that file first") from None
     try:
-        build(name)
+        checked(name)
     except KitError:
         path.unlink()
         raise
@@ -117,7 +117,7 @@ def cmd_bench(a) -> int:
         args, timeout = split_args(a.args), parse_timeout(a.timeout)
         # Every values file checked, priced and preflighted (the AWS account too) before
         # the first cluster launches: nothing starts that a later check would refuse.
-        clusters = [build(name) for name in bench.cluster_names(a.clusters)]
+        clusters = [checked(name) for name in bench.cluster_names(a.clusters)]
         providers = sorted({built.provider.NAME for built in clusters})
         if len(providers) > 1:
             raise KitError(f"CLUSTERS: mixes {' and '.join(providers)} values files; a bench "
@@ -125,9 +125,9 @@ def cmd_bench(a) -> int:
         prices = [priced(built) for built in clusters]
         for built in clusters:
             refuse_if_up(built.cluster)
-        checked = [prepared(built) for built in clusters]  # each launch preflights again
+        preflighted = [prepared(built) for built in clusters]  # each launch preflights again
         if flag("DRY_RUN", a.dry_run):
-            for ready in checked:
+            for ready in preflighted:
                 print(f"\n== {ready.cluster}")
                 print_plan(ready)
             return 0
@@ -160,7 +160,7 @@ def bench_adaptdl(a) -> int:
                        "build/bench/<time>-adaptdl/rows.json, to read as they are")
     args, timeout, verbose = split_args(a.args), parse_timeout(a.timeout), flag("VERBOSE", a.verbose)
     target = elastic_bench.check_args(args)  # the job's own checks, before anything starts
-    built = build(a.cluster)
+    built = checked(a.cluster)
     checked_job_packages(built.provider, "adaptdl_mnist")
     name, usd_per_hour = priced(built)
     if flag("DRY_RUN", a.dry_run):
