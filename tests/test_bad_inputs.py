@@ -967,3 +967,12 @@ def test_every_command_refuses_the_values_file_validate_refuses_with_the_same_li
         assert "launching" not in out and "is up" not in out, command
         lines.add(err)
     assert len(lines) == 1, lines  # the same line from every command
+
+
+@pytest.mark.parametrize("job", ["vit_synthetic", "template"])
+def test_a_jobs_help_needs_no_cluster(capfd, job):
+    """`make submit JOB=x ARGS=--help` said the cluster was not up: the job's flags are
+    its main.py's to say, here, with nothing launched (no local cluster runs in this phase)."""
+    assert kit.main(["submit", "--cluster", "local", "--job", job, "--args=--help"]) == 0
+    out, err = capfd.readouterr()
+    assert out.startswith("usage: main.py") and "--steps" in out, out + err

@@ -1,6 +1,9 @@
 """Job commands: submit, jobs, logs, stop-job, and run (up + submit + down)."""
 
 import asyncio
+import os
+import subprocess
+import sys
 from contextlib import contextmanager
 
 from scripts.build import build
@@ -16,8 +19,8 @@ from scripts.commands.lifecycle import (
 )
 from scripts.core import state, submit
 from scripts.core.errors import KitError, not_running
-from scripts.core.inputs import flag, job_id, job_requirements, parse_timeout, split_args
-from scripts.core.paths import RESULTS
+from scripts.core.inputs import flag, job_dir, job_id, job_requirements, parse_timeout, split_args
+from scripts.core.paths import JOB_LIBRARY, RESULTS
 from scripts.core.ray_cli import use_auth_in_this_process
 from scripts.core.signals import signals_deferred
 from scripts.core.submit import JobPackages
@@ -28,7 +31,18 @@ from scripts.providers import PROVIDERS, load_record
 def cmd_submit(a) -> int:
     job_requirements(a.job)  # a typo in JOB or its requirements fails before any tunnel opens
     args, timeout, verbose = split_args(a.args), parse_timeout(a.timeout), flag("VERBOSE", a.verbose)
+    if args in (["--help"], ["-h"]):
+        return job_help(a.job)
     return submit_to(require_record(a.cluster), a.job, args, timeout, verbose)[0]
+
+
+def job_help(job: str) -> int:
+    """`make submit JOB=x ARGS=--help`: the job's flags, from its main.py run here (its
+    argparse answers before it connects to Ray): no cluster needed, nothing launched."""
+    folder = job_dir(job)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(JOB_LIBRARY.parent), os.environ.get("PYTHONPATH", "")]))
+    env.pop("RAY_ADDRESS", None)  # never a cluster's
+    return subprocess.run([sys.executable, "main.py", "--help"], cwd=folder, env=env, timeout=120).returncode
 
 
 def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
