@@ -226,7 +226,7 @@ def bill(node_seconds: dict[str, float], prices_json: str) -> dict | None:
         prices = {str(k): float(v) for k, v in given["usd_per_hour"].items()} if given else None
         basis = str(given["basis"]) if given else ""
     except (ValueError, TypeError, KeyError, AttributeError):
-        print(f"run cost unknown: {NODE_PRICES_ENV} is not the kit's prices", flush=True)
+        print(f"job's cost unknown: {NODE_PRICES_ENV} is not the kit's prices", flush=True)
         return None
     if prices is None:
         return None
@@ -360,7 +360,7 @@ def print_summary(s: dict, headline: str = "") -> None:
         row("autopilot", autopilot_text(s["autopilot"]))
     if s.get("verdict"):
         row("verdict", verdict_text(s["verdict"]))
-    row("run cost", bill_text(s.get("node_seconds") or {}, s.get("bill")))
+    row("job's cost", bill_text(s.get("node_seconds") or {}, s.get("bill")))
     print()
 
 
@@ -419,4 +419,5 @@ def bill_text(node_seconds: dict, run_bill: dict | None) -> str:
                 "without prices_as, or an instance type scripts/catalog.py does not price)")
     if run_bill["usd"] is None:
         return f"not priced: no price for {', '.join(run_bill['unpriced'])} (node time: {held})"
-    return f"${run_bill['usd']:.4f} for the nodes' time ({held}; {run_bill['priced_as']})"
+    return (f"${run_bill['usd']:.4f} for the nodes' time while the job ran ({held}; {run_bill['priced_as']}); "
+            "not in it: `make up`, the wait for workers, idle minutes before autostop")

@@ -36,7 +36,8 @@ def test_the_bill_prices_each_type_and_claims_no_total_with_one_unpriced():
     run = bill({"head": 3600.0, "cpu_worker": 7200.0}, prices)
     assert run["usd"] == pytest.approx(1.0 + 1.0) and run["unpriced"] == []
     assert bill_text({"head": 3600.0, "cpu_worker": 7200.0}, run).startswith(
-        "$2.0000 for the nodes' time (head 3600 s, cpu_worker 7200 s; as hetero)")
+        "$2.0000 for the nodes' time while the job ran (head 3600 s, cpu_worker 7200 s; as hetero); "
+        "not in it: `make up`, the wait for workers, idle minutes before autostop")
     partial = bill({"head": 60.0, "gpu_worker": 60.0}, prices)
     assert partial["usd"] is None and partial["unpriced"] == ["gpu_worker"]
     assert "no price for gpu_worker" in bill_text({"head": 60.0}, partial)

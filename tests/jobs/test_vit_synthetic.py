@@ -199,7 +199,7 @@ def test_job_trains_on_head_and_preprocesses_on_workers(shared_local_cluster, tm
     assert bill["usd"] == pytest.approx(sum(row["node_seconds"] / 3600 * row["usd_per_hour"]
                                             for row in bill["by_type"].values()))
     shown = run.stdout.replace("\n" + " " * 17, " ")  # the table's wrapped rows, joined
-    assert (f"run cost         ${bill['usd']:.4f} for the nodes' time (cpu_worker "
+    assert (f"job's cost       ${bill['usd']:.4f} for the nodes' time while the job ran (cpu_worker "
             f"{held['cpu_worker']:.0f} s, head {held['head']:.0f} s; as hetero, ") in shown
 
 
