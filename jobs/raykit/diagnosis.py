@@ -15,6 +15,7 @@ DATA_BOUND_WAIT_FRACTION = 0.10  # the trainer idles >10% of each step waiting f
 # is bound by its host side: Python, kernel launches, host-to-device copies. On a lent
 # H200 ViT-base at 16-64 images a step kept the GPU 9-19% busy.
 GPU_HOST_BOUND_BUSY = 0.5
+SURPLUS_HEADROOM = 1.1  # preprocessing CPUs kept past the trainer's need before any is called surplus
 # Fewer measured steps than this and the pipeline's start-up (the first tasks scheduled,
 # each worker process's imports) is a large share of the wait: the run is too short to say.
 SHORT_RUN_STEPS = 30
@@ -104,6 +105,17 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
                  f"{steps_needed} steps to measure the steady flow.)")
     if verdict != "data-bound":  # the remedy is not more CPUs: the figures say none to add
         more_cpus = more_nodes = 0
+    surplus_nodes = 0
+    if measured and not waiting and not steps_needed and cpus_per_worker > 0:
+        # CPUs past what the trainer takes, with a tenth to spare: whole worker nodes of
+        # them bill for nothing (the README's demo had twice the need)
+        kept = math.ceil(demand * SURPLUS_HEADROOM / per_cpu)
+        surplus_nodes = max(0, math.floor((preprocess_cpus - kept) / cpus_per_worker))
+        if surplus_nodes:
+            text += (f" Its {preprocess_cpus:g} preprocessing CPUs could deliver {supply:.1f} images/s, "
+                     f"~{kept} would do: {surplus_nodes} '{worker_type}' node(s) of {cpus_per_worker:g} "
+                     f"CPUs are surplus (lower its min_workers by {surplus_nodes}; `make plan` sizes "
+                     "the mix).")
     return {
         "verdict": verdict,
         "gpu_busy": gpu_busy,
@@ -114,6 +126,7 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
         "preprocess_cpus_needed": cpus_needed,
         "add_cpus": more_cpus,
         "add_worker_nodes": more_nodes,
+        "surplus_worker_nodes": surplus_nodes,
         "worker_type": worker_type,
         "text": text,
     }

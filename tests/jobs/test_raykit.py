@@ -204,6 +204,22 @@ def test_diagnosis_compute_bound():
     assert remedy_problems(d) == []
 
 
+def test_surplus_preprocess_nodes_are_named_with_the_fix():
+    """The README's demo: workers that could deliver twice what the trainer takes were
+    only told 'more CPU workers would not help'. Whole worker nodes past the need (and a
+    tenth to spare) are named, with the fix; a short run, or one near its need, names none."""
+    args = dict(mean_step_s=0.1, mean_wait_s=0.001, mean_compute_s=0.099, images_per_step=8,
+                preprocess_s_per_image=0.1, worker_type="cpu_worker", cpus_per_worker=1)
+    # the trainer takes ~81 images/s, a CPU makes 10: 9 CPUs kept (with a tenth to spare)
+    d = diagnose(**args, preprocess_cpus=20)
+    assert d["verdict"] == "compute-bound" and d["surplus_worker_nodes"] == 11
+    assert ("~9 would do: 11 'cpu_worker' node(s) of 1 CPUs are surplus (lower its min_workers by 11"
+            in d["text"])
+    assert diagnose(**args, preprocess_cpus=9)["surplus_worker_nodes"] == 0
+    assert diagnose(**args, preprocess_cpus=20, steps_needed=40)["surplus_worker_nodes"] == 0
+    assert "surplus" not in diagnose(**args, preprocess_cpus=9)["text"]
+
+
 def test_diagnosis_a_gpu_seldom_busy_without_waiting_for_data_is_host_bound():
     # what a lent H200 showed: ViT-base, 64 images a step, no data wait, the GPU 19% busy
     args = dict(mean_step_s=0.185, mean_wait_s=0.001, mean_compute_s=0.184, images_per_step=64,
