@@ -161,3 +161,40 @@ def test_the_switch_is_an_enabled_service_that_comes_back_after_a_reboot(tmp_pat
     assert f"--heartbeat {aws_render.WATCHDOG_HEARTBEAT}" in unit
     assert (tmp_path / "systemctl.log").read_text().splitlines() == [
         "daemon-reload", "enable --now raykit-deadman.service"]
+
+
+def test_the_data_volume_line_formats_once_and_mounts_in_real_bash(tmp_path):
+    """The nodes' initialization commands as bash runs them (stand-ins for sudo, lsblk,
+    blkid, mkfs, mountpoint, mount and chown, each logging its call): the volume is found
+    by its exact size, formatted only where it holds no filesystem (a rebooted or reused
+    node keeps its data), mounted where not yet mounted, and handed to the container's user."""
+    host = tmp_path / "data"
+    docker = {"volumes": [{"host": str(host), "container": "/data"}]}
+    commands = aws_render.host_dir_commands(docker, [100])
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    size = 100 * 1024**3
+    tools = {
+        "sudo": 'exec "$@"',
+        "lsblk": f'echo "/dev/nvme0n1 {75 * 1024**3}"; echo "/dev/nvme1n1 {size}"',
+        "blkid": '[ -n "$FORMATTED" ]',
+        "mkfs.ext4": "true", "mount": "true", "chown": "true",
+        "mountpoint": '[ -n "$MOUNTED" ]',
+    }
+    for name, body in tools.items():
+        (bin_dir / name).write_text(f'#!/bin/bash\necho "{name} $*" >> {log}\n{body}\n')
+        (bin_dir / name).chmod(0o755)
+
+    def run(**state) -> list[str]:
+        log.write_text("")
+        for command in commands:
+            done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30,
+                                  env={"PATH": f"{bin_dir}:/usr/bin:/bin", **state})
+            assert done.returncode == 0, (command, done.stderr)
+        return [line for line in log.read_text().splitlines() if not line.startswith(("sudo", "lsblk"))]
+
+    assert run() == [f"chown 1000:100 {host}", "blkid /dev/nvme1n1", "mkfs.ext4 -q /dev/nvme1n1",
+                     f"mountpoint -q {host}", f"mount /dev/nvme1n1 {host}", f"chown 1000:100 {host}"]
+    assert host.is_dir()
+    kept = run(FORMATTED="1", MOUNTED="1")  # a node rebooted: its data stays, mounted once
+    assert not any(c.startswith(("mkfs", "mount ")) for c in kept) and f"chown 1000:100 {host}" in kept

@@ -136,6 +136,25 @@ def test_an_api_server_the_pods_ca_does_not_vouch_for_gets_nothing(api, tmp_path
     assert api.seen == []
 
 
+def test_the_watchdog_command_runs_in_real_bash_and_restarts_the_program_after_a_crash(tmp_path):
+    """The container's command as the kubelet runs it (bash, its loop, python -c BOOT with
+    the base64 program): autostop.py itself answers (here --help, in place of its flags),
+    and a crash (a stand-in python that fails once, then is the real one) is restarted
+    after RESTART_S; the program's exit 0 (its teardown) ends the loop."""
+    (_, dog) = build("k8s_hetero").config["spec"]["headGroupSpec"]["template"]["spec"]["containers"]
+    command = dog["command"][:5] + ["--help"]
+    bin_dir, marker = tmp_path / "bin", tmp_path / "crashed"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(f'#!/bin/bash\nif [ ! -e {marker} ]; then touch {marker}; exit 137; fi\n'
+                                    f'exec {sys.executable} "$@"\n')
+    (bin_dir / "python").chmod(0o755)
+    run = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                         env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count(f"autostop: the watchdog exited (137); restarting in {watchdog.RESTART_S} s") == 1
+    assert "--kuberay" in run.stdout and "--minutes" in run.stdout  # autostop.py's own --help
+
+
 def test_the_head_pod_runs_the_watchdog_and_a_rayjobs_cluster_does_not():
     spec = build("k8s_hetero").config["spec"]
     head = spec["headGroupSpec"]["template"]["spec"]
