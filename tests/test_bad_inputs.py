@@ -976,3 +976,15 @@ def test_a_jobs_help_needs_no_cluster(capfd, job):
     assert kit.main(["submit", "--cluster", "local", "--job", job, "--args=--help"]) == 0
     out, err = capfd.readouterr()
     assert out.startswith("usage: main.py") and "--steps" in out, out + err
+
+
+def test_make_cost_of_a_mix_it_cannot_price_exits_non_zero(monkeypatch, capsys):
+    """A region the catalog does not price: the table's line, then exit 2 (it exited 0,
+    and a script took the mix for priced)."""
+    data = edited("hetero", lambda v: v["aws"].update(region="eu-west-1"))
+    monkeypatch.setattr(entrance, "build", lambda name: build_text(name, data))
+    assert kit.main(["cost", "--cluster", "hetero"]) == 2
+    out, err = capsys.readouterr()
+    assert out.startswith("no list prices for eu-west-1") and "cannot be priced" in err
+    monkeypatch.undo()
+    assert kit.main(["cost", "--cluster", "hetero"]) == 0

@@ -15,12 +15,15 @@ from scripts.core.paths import BENCH, VALUES_DIRS
 from scripts.pricing import bench_table as bench
 from scripts.pricing import elastic_bench
 from scripts.pricing import planner
-from scripts.pricing.cost import cost_table, priced
+from scripts.pricing.cost import cost_table, hourly_cost, priced
 
 
 def cmd_cost(a) -> int:
     built = checked(a.cluster)
     print("\n".join(cost_table(built)))
+    if hourly_cost(built) is None:  # a script reading the exit code must not take it for priced
+        raise KitError(f"CLUSTER={a.cluster}: this mix cannot be priced (the lines above say what "
+                       "is missing); scripts/catalog.py prices its regions and instance types")
     return 0
 
 
