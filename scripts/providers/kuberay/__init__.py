@@ -722,7 +722,7 @@ def down(cluster: str, record: dict | None, purge: bool = False) -> str:
     wait_until_no_pods(record, record["name"], f"RayCluster {record['name']}")
     state.forget(cluster)
     return (f"RayCluster {record['name']} deleted from namespace {record['namespace']}; none of its pods "
-            "is left (the node groups scale their nodes down on their own)")
+            "is left; their nodes bill until your node autoscaler removes them (docs/kubernetes.md)")
 
 
 def same_cluster(values: dict, record: dict) -> bool:

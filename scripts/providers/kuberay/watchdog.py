@@ -1,7 +1,7 @@
 """The head pod's watchdog: scripts/node/autostop.py in a container beside Ray's. It stops
 a `make submit` job past its TIMEOUT (recorded with the job), this machine closed or not,
 and with no job for autostop_minutes (0: never) it deletes its own RayCluster (the
-garbage collector then deletes every pod, and the node groups scale their nodes down); a
+garbage collector then deletes every pod; a node autoscaler then removes their nodes); a
 `make run` RayJob's cluster carries none (without, below): the operator deletes that one
 when the job ends.
 
