@@ -14,16 +14,17 @@ PROFILE ?=#              a job summary for `make plan`, e.g. build/results/<id>.
 CLUSTERS ?=#             values files `make bench` runs in turn (empty: local_single local_hetero)
 FROM    ?=#              rows.json for `make bench` to re-print and plot (saved or published rows)
 PYTHON  ?= python3#      the interpreter that creates .venv (3.11)
+DETACH  ?=#              1: `make submit` returns once the job is submitted, which runs on (Ctrl-C otherwise stops it)
 
 # The variables reach the kit through its environment, never through a shell line: their
 # raw text ($(value ...): make expands nothing in it) is exported as KIT_*, so quotes, `$`,
 # backticks and `;` are data. The originals are not exported: make would expand them on
 # the way (running a `$(shell ...)` in them). scripts/core/inputs.py checks each one.
-unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW VERBOSE PROFILE CLUSTERS FROM PYTHON
+unexport CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW VERBOSE PROFILE CLUSTERS FROM PYTHON DETACH
 # Make exports every variable set on its command line, expanding it on the way: any other
 # name given there (or an attempt to replace the kit's own variables below) could run
 # shell code before a recipe starts. Refuse it before anything runs.
-USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW VERBOSE PROFILE CLUSTERS FROM PYTHON
+USER_VARIABLES := CLUSTER JOB ARGS TIMEOUT DRY_RUN PURGE ID FOLLOW VERBOSE PROFILE CLUSTERS FROM PYTHON DETACH
 $(foreach v,$(.VARIABLES),$(if $(and $(filter command line,$(origin $(v))),$(filter-out $(USER_VARIABLES),$(v))),\
   $(error error: $(v) is not a variable of this Makefile; use $(USER_VARIABLES), see `make help`)))
 export KIT_CLUSTER := $(value CLUSTER)
@@ -39,6 +40,7 @@ export KIT_PROFILE := $(value PROFILE)
 export KIT_CLUSTERS := $(value CLUSTERS)
 export KIT_FROM    := $(value FROM)
 export KIT_PYTHON  := $(value PYTHON)
+export KIT_DETACH  := $(value DETACH)
 
 VENV  := .venv
 PY    := $(VENV)/bin/python

@@ -94,6 +94,8 @@ def parse(argv) -> argparse.Namespace:
     p.add_argument("--id", default=env.get("KIT_ID", ""), help="a job's submission id (ID)")
     p.add_argument("--follow", default=env.get("KIT_FOLLOW", ""),
                    help="1: `logs` follows the job until it ends (FOLLOW)")
+    p.add_argument("--detach", default=env.get("KIT_DETACH", ""),
+                   help="1: `submit` returns once the job is submitted; it runs on (DETACH)")
     p.add_argument("--verbose", default=env.get("KIT_VERBOSE", ""),
                    help="1: a job's log shows Ray's own INFO lines too (VERBOSE)")
     p.add_argument("--profile", default=env.get("KIT_PROFILE", ""),

@@ -33,7 +33,8 @@ def cmd_submit(a) -> int:
     args, timeout, verbose = split_args(a.args), parse_timeout(a.timeout), flag("VERBOSE", a.verbose)
     if args in (["--help"], ["-h"]):
         return job_help(a.job)
-    return submit_to(require_record(a.cluster), a.job, args, timeout, verbose)[0]
+    return submit_to(require_record(a.cluster), a.job, args, timeout, verbose,
+                     detach=flag("DETACH", a.detach))[0]
 
 
 def job_help(job: str) -> int:
@@ -46,7 +47,8 @@ def job_help(job: str) -> int:
 
 
 def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
-              verbose: bool = False, env_vars: dict[str, str] | None = None) -> tuple[int, dict | None]:
+              verbose: bool = False, env_vars: dict[str, str] | None = None,
+              detach: bool = False) -> tuple[int, dict | None]:
     """The job's exit code and summary (its RESULT line, None if it printed none).
     `env_vars`: the job's prices and autopilot settings where the caller built the values
     (`make run`, a bench's variant); else read from the record's values file."""
@@ -62,7 +64,8 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
         return submit.submit(address, job, args, python, token, timeout_s=timeout,
                              env_vars=prices_for(record) if env_vars is None else env_vars,
                              results_dir=RESULTS, verbose=verbose,
-                             job_packages=job_packages_of(provider, record), job_files=provider.JOB_FILES)
+                             job_packages=job_packages_of(provider, record), job_files=provider.JOB_FILES,
+                             detach=detach)
 
 
 def job_packages_of(provider, record: dict) -> JobPackages:
@@ -113,10 +116,13 @@ def cmd_logs(a) -> int:
         submission_id = chosen or submit.latest_job(client)
         colour = submit.colour_wanted()  # the whole log (verbose), colour only on a terminal
         if follow:
-            asyncio.run(submit.stream_logs(client, submission_id, [], True, colour))
+            seen: list[str] = []
+            asyncio.run(submit.stream_logs(client, submission_id, seen, True, colour))
+            text = "".join(seen)
         else:
             text = client.get_job_logs(submission_id)
             print(text if colour else submit.ANSI_ESCAPE.sub("", text), end="")
+        submit.keep_ended(client, submission_id, text, RESULTS)
     return 0
 
 

@@ -88,7 +88,7 @@ SDK_LOGGERS = ["ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job
 def submit(address: str, job: str, args: list[str], python: str, auth_token: str | None,
            timeout_s: float | None = None, env_vars: dict | None = None,
            results_dir: Path | None = None, verbose: bool = False, *,
-           job_packages: JobPackages, job_files: JobFiles) -> tuple[int, dict | None]:
+           job_packages: JobPackages, job_files: JobFiles, detach: bool = False) -> tuple[int, dict | None]:
     """Run jobs/<job>/main.py on the cluster; block, streaming logs; return its exit code
     and its summary (the RESULT line; None if it printed none). The summary is also kept
     in results_dir/<submission id>.json. verbose: Ray's INFO lines too. job_packages and
@@ -116,6 +116,10 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise KitError(f"could not submit to {address}: {short(str(e), 200)}") from None
     print(f"job {submission_id}: {entrypoint}", flush=True)
+    if detach:  # the job runs on, its TIMEOUT with it (the cluster's watchdog stops it)
+        print(f"detached: job {submission_id} runs on; follow it and keep its summary with `make logs "
+              f"ID={submission_id} FOLLOW=1`; stop it with `make stop-job ID={submission_id}`", flush=True)
+        return 0, None
     seen: list[str] = []
     try:
         asyncio.run(asyncio.wait_for(stream_logs(client, submission_id, seen, verbose, colour),
@@ -208,6 +212,21 @@ def keep_result(results_dir: Path, submission_id: str, job: str, args: list[str]
             print(f"no autopilot chart: its timeline is not the kit's ({type(e).__name__})", flush=True)
         else:
             print(f"autopilot's nodes and data wait over time: {shown(chart)}", flush=True)
+
+
+def keep_ended(client, submission_id: str, text: str, results_dir: Path) -> None:
+    """`make logs` of a job that has ended (a detached one, one whose terminal closed): its
+    summary kept as `make submit` keeps it, where it printed one and none is kept yet."""
+    if (results_dir / f"{submission_id}.json").exists() or not client.get_job_info(submission_id).status.is_terminal():
+        return
+    try:
+        result = result_line(text)
+    except KitError:
+        return  # it printed no summary
+    words = shlex.split(client.get_job_info(submission_id).entrypoint or "")
+    args = words[words.index(ENTRYPOINT) + 1:] if ENTRYPOINT in words else []
+    keep_result(results_dir, submission_id, submission_id.rsplit("-", 1)[0], args,
+                exit_code(client, submission_id), result)
 
 
 def lost(submission_id: str, error: Exception) -> KitError:

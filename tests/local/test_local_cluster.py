@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -96,6 +97,25 @@ def test_stop_job_stops_a_running_job(cluster_env):
     assert proc.wait(timeout=120) != 0
     jobs = make("jobs", "CLUSTER=local", env=env)
     assert [line.split()[1] for line in jobs.stdout.splitlines() if line.startswith(submission)] == ["STOPPED"]
+
+
+def test_a_detached_job_runs_on_and_make_logs_keeps_its_summary(cluster_env):
+    """DETACH=1: `make submit` returns once the job is submitted (Ctrl-C would stop it
+    otherwise); `make logs ID=... FOLLOW=1` follows it to its end and keeps its summary as
+    `make submit` would have, with its args and exit code."""
+    env, _ = cluster_env
+    started = time.monotonic()
+    run = make("submit", "CLUSTER=local", "JOB=smoke", "ARGS=--tasks 2 --sleep 4", "DETACH=1", env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    submission = re.search(r"detached: job (\S+) runs on", run.stdout).group(1)
+    assert "summary kept" not in run.stdout and time.monotonic() - started < 60
+    logs = make("logs", "CLUSTER=local", f"ID={submission}", "FOLLOW=1", env=env, timeout=180)
+    assert logs.returncode == 0 and "smoke: " in logs.stdout, logs.stdout + logs.stderr
+    kept = json.loads((Path(env["RAYKIT_BUILD_DIR"]) / "results" / f"{submission}.json").read_text())
+    assert (kept["job"], kept["args"], kept["exit_code"]) == ("smoke", ["--tasks", "2", "--sleep", "4"], 0)
+    assert kept["result"]["preprocess_task_nodes"]  # the summary the job printed
+    again = make("logs", "CLUSTER=local", f"ID={submission}", env=env)
+    assert again.returncode == 0 and "summary kept" not in again.stdout  # kept once
 
 
 def test_a_failing_job_fails_make_submit(cluster_env):
