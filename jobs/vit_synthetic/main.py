@@ -151,9 +151,13 @@ def train_loop(config: dict) -> None:
     rank = ray.train.get_context().get_world_rank()
     resumed = load_checkpoint(model, optimizer)  # after a failure: the last checkpoint
     first_step = resumed["step"] if resumed else 0
-    restarts = (next_restart() if rank == 0 else resumed["restarts"] + 1) if resumed else 0
-    if rank == 0 and resumed:
-        print(f"restart {restarts}: resuming from the checkpoint of step {first_step}", flush=True)
+    if rank == 0:
+        restarts = next_attempt() - 1
+    else:
+        restarts = resumed["restarts"] + 1 if resumed else 0
+    if rank == 0 and restarts:
+        print(f"restart {restarts}: " + (f"resuming from the checkpoint of step {first_step}" if resumed
+                                         else "no checkpoint yet, starting over"), flush=True)
 
     for batch in steps.batches(batches):
         images = normalize_on_device(torch.from_numpy(batch["image"].copy()).to(device, non_blocking=True))
@@ -197,21 +201,22 @@ def phase_figures(phases: list, steps, batch_size: int) -> list[dict]:
     return out
 
 
-def next_restart() -> int:
-    """This run's restarts so far, this one included: counted in a file beside its
-    checkpoints (the run's storage, which every attempt shares). The count a checkpoint
-    holds goes back where a restart resumes from one an earlier attempt wrote late (killed
-    at step 8, resumed from 4; killed again at 14 before 12's was registered: resumed from
-    the first attempt's 8, which says 0 restarts)."""
+def next_attempt() -> int:
+    """This attempt's number in the run (1: the first), counted in a file beside its
+    checkpoints (the run's storage, which every attempt shares): a restart counts whether
+    or not a checkpoint was there to resume from (a worker killed before the first one was
+    registered starts over, and still restarted). A checkpoint's own count goes back where
+    a restart resumes from one an earlier attempt wrote late."""
     import ray.train
 
     storage = ray.train.get_context().get_storage()
-    fs, path = storage.storage_filesystem, f"{storage.experiment_fs_path}/raykit-restarts"
+    fs, path = storage.storage_filesystem, f"{storage.experiment_fs_path}/raykit-attempts"
     try:
         with fs.open_input_stream(path) as f:
             count = int(f.read().decode() or 0)
-    except (OSError, ValueError):  # the first restart: no file yet
+    except (OSError, ValueError):  # the first attempt: no file yet
         count = 0
+        fs.create_dir(storage.experiment_fs_path, recursive=True)
     with fs.open_output_stream(path) as f:
         f.write(str(count + 1).encode())
     return count + 1
