@@ -3,6 +3,7 @@ cluster and profiled for `make plan`; its requirements file; image files (JPEG/P
 path and from S3 (a moto server on 127.0.0.1); and autoscaler v2's label-driven scale-up."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -74,9 +75,16 @@ def test_copied_template_trains_on_the_head_preprocesses_on_workers_and_plans(
         cluster, copied_template, image_dir, tmp_path):
     results = tmp_path / "summary.json"
     run = make("submit", "CLUSTER=local", f"JOB={copied_template}",
-               f"ARGS=--data {image_dir} --steps 3 --batch-size 8 --results {results}",
+               f"ARGS=--data {image_dir} --steps 3 --batch-size 8 --checkpoint-every 2 "
+               f"--storage {tmp_path / 'runs'} --results {results}",
                env=cluster, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    # the model is kept where --storage says, its classes the image folders' (0-9 here)
+    import torch
+
+    saved = re.search(r"model saved in (\S+/model\.pt) \(10 classes: 0, 1, 2", run.stdout)
+    assert saved and saved.group(1).startswith(str(tmp_path / "runs")), run.stdout[-3000:]
+    assert torch.load(saved.group(1))["4.weight"].shape[0] == 10
     summary = kept_summary(run.stdout)
     assert summary == json.loads(results.read_text())
     assert summary["trainer_node"] == "127.0.0.2"  # the train subcluster: the head
@@ -288,3 +296,41 @@ def test_a_person_sees_no_result_line_and_no_colour_where_none_is_wanted(monkeyp
     assert "RAY_COLOR_PREFIX" not in env["env_vars"]
     monkeypatch.setenv("NO_COLOR", "1")
     assert not submit.colour_wanted()
+
+
+def template_module():
+    import importlib.util
+
+    sys.path.insert(0, str(REPO / "jobs"))  # raykit, as a job imports it
+    spec = importlib.util.spec_from_file_location("template_main", REPO / "jobs" / "template" / "main.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_templates_classes_are_its_folders_names(tmp_path):
+    """cat/ and dog/ trained as one class (only digit-named folders counted, 10 classes
+    fixed): the classes are now the folders, sorted, each image labelled by its own."""
+    from PIL import Image
+
+    template = template_module()
+    for folder, colour in (("dog", (200, 10, 10)), ("cat", (10, 200, 10)), ("owl", (10, 10, 200))):
+        (tmp_path / folder).mkdir()
+        Image.new("RGB", (20, 20), colour).save(tmp_path / folder / "a.jpg")
+    (tmp_path / "notes.txt").write_text("not an image")
+    classes = template.class_names(str(tmp_path))
+    assert classes == ["cat", "dog", "owl"]
+    data = [(tmp_path / f / "a.jpg").read_bytes() for f in ("owl", "cat")]
+    out = template.decode_and_augment({"bytes": data, "path": [f"{tmp_path}/owl/a.jpg", f"{tmp_path}/cat/a.jpg"]},
+                                      16, classes)
+    assert out["label"].tolist() == [2, 0] and out["image"].shape == (2, 3, 16, 16)
+    assert template.build_model(len(classes))[-1].out_features == 3
+
+
+@pytest.mark.parametrize("args,message", [("--epochs 0", "--epochs must be at least 1"),
+                                          ("--checkpoint-every -1", "--checkpoint-every must be 0 or more")])
+def test_the_templates_new_flags_are_checked_before_ray(args, message, capsys):
+    template = template_module()
+    with pytest.raises(SystemExit) as exit:
+        template.parse_args(["--data", "/x", *args.split()])
+    assert exit.value.code == 2 and message in capsys.readouterr().err
