@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from conftest import REPO, load_example, make
+from jobs.raykit import contract
 from scripts import kit
 from scripts.build import build, build_text
 from scripts.core.errors import KitError
@@ -293,7 +294,7 @@ def test_bench_autopilots_rows_change_only_the_bounds_and_the_switch():
 def cost_env_has_autopilot(built) -> bool:
     from scripts.pricing import cost
 
-    return cost.AUTOPILOT_ENV in cost.job_env(built)
+    return contract.AUTOPILOT_ENV in cost.job_env(built)
 
 
 def test_bench_autopilot_refuses_a_mix_it_cannot_steer_before_anything_starts(capsys):

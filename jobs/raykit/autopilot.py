@@ -46,9 +46,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from raykit import stall, steps
+from raykit import contract, stall, steps
 
-SETTINGS_ENV = "RAYKIT_AUTOPILOT"  # set by the kit (scripts/pricing/cost.py's autopilot_env)
+SETTINGS_ENV = contract.AUTOPILOT_ENV  # set by the kit (scripts/pricing/cost.py's autopilot_env)
 POLL_S = float(os.environ.get("RAYKIT_AUTOPILOT_POLL_S") or 5)
 REQUESTER = "raykit-autopilot"     # its name at Ray Data's AutoscalingCoordinator
 REQUEST_EXPIRES_S = 120            # re-sent every poll: a dead driver's request lapses
@@ -364,7 +364,7 @@ def steering():
     import ray
 
     # under the kit's entrypoint (entry.py) the stall watch runs there; run without it, here
-    own = os.environ.get(stall.WATCHED_BY_ENTRY) != "1"
+    own = os.environ.get(contract.ENTRY_WATCHES_ENV) != "1"
     log = steps.start_step_log()  # the entrypoint's, where it started it first
     watch = stall.Watch(stall_limit, log) if stall_limit and own else None
     pilot = Pilot(*found, log) if found else None

@@ -11,7 +11,7 @@ the preprocessing nodes and Ray Train's workers on the train nodes. In a job's d
 
 import os
 
-from raykit import placement
+from raykit import contract, placement
 
 
 def cluster_shape() -> dict:
@@ -137,4 +137,4 @@ def train_logging():
     group started, checkpoint created, ...) only where `make submit VERBOSE=1` asked."""
     from ray.train import LoggingConfig
 
-    return LoggingConfig(log_level="INFO" if os.environ.get("RAYKIT_VERBOSE", "1") == "1" else "WARNING")
+    return LoggingConfig(log_level="INFO" if os.environ.get(contract.VERBOSE_ENV, "1") == "1" else "WARNING")

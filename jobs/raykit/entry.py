@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from raykit import stall, steps
+from raykit import contract, stall, steps
 
 CONNECT_POLL_S = 0.2
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     import ray  # registers Ray's exit hook (shutdown) now: ours, registered after, runs first
 
     script, *args = sys.argv[1:] if argv is None else argv
-    os.environ[stall.WATCHED_BY_ENTRY] = "1"  # the job's autopilot leaves the watch to us
+    os.environ[contract.ENTRY_WATCHES_ENV] = "1"  # the job's autopilot leaves the watch to us
     watching = Watching()
     real_shutdown = ray.shutdown
 

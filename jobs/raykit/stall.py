@@ -28,9 +28,10 @@ import sys
 import threading
 import time
 
-STALL_ENV = "RAYKIT_STALL_S"  # set by the kit (scripts/pricing/cost.py's job_env)
+from raykit import contract
+
+STALL_ENV = contract.STALL_ENV  # set by the kit (scripts/pricing/cost.py's job_env)
 STALLED_EXIT = 3               # the job's exit code when stopped as stalled
-WATCHED_BY_ENTRY = "RAYKIT_ENTRY_WATCHES"  # set by entry.py: the job's autopilot leaves the watch to it
 IDLE_PERCENT = 2               # a GPU this busy or less (NVML's utilization) is idle
 
 

@@ -17,7 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from raykit import autopilot
+from raykit import autopilot, contract
 from raykit.diagnosis import diagnose
 from raykit.measure import finite
 from raykit.verdict import priced_verdict, verdict_text
@@ -81,7 +81,7 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
         "wall_s": wall_s,
         # each node type's node-seconds while the run ran, priced with what the kit passed
         "node_seconds": held,
-        "bill": bill(held, os.environ.get(NODE_PRICES_ENV, "")),
+        "bill": bill(held, os.environ.get(contract.NODE_PRICES_ENV, "")),
         "autopilot": autopilot.last_report(),  # None where none steered
         # nodes that left during the run, drained on a spot notice or lost; Ray Data re-ran
         # the preprocessing they took with them elsewhere (the retried tasks)
@@ -110,7 +110,7 @@ def with_verdict(summary: dict) -> dict:
         summary["diagnosis"], summary.get("steady_images_per_s") or summary["images_per_s"],
         summary["node_types"], trainers,
         summary.get("preprocess_nodes") or {}, summary.get("bytes_per_image"),
-        os.environ.get(NODE_PRICES_ENV, ""))
+        os.environ.get(contract.NODE_PRICES_ENV, ""))
     diagnosis = summary["diagnosis"]
     if verdict["cause"] == "network":  # the diagnosis must not ask for CPUs the link cannot carry
         diagnosis = diagnosis | {"verdict": "network-bound", "add_cpus": 0, "add_worker_nodes": 0, "text": (
@@ -214,22 +214,18 @@ def node_seconds(since_s: float, now_s: float | None = None, nodes=None) -> dict
     return {k: round(v, 1) for k, v in sorted(totals.items())}
 
 
-NODE_PRICES_ENV = "RAYKIT_NODE_PRICES"  # set by the kit (scripts/pricing/cost.py's price_env)
-
-
 def bill(node_seconds: dict[str, float], prices_json: str) -> dict | None:
     """What the run's nodes cost: each type's node-seconds at its $/h, from the prices the
     kit passed (None where it passed none: a local cluster without prices_as). A type
     without a price is listed unpriced, and then no total is claimed."""
     try:
-        given = json.loads(prices_json) if prices_json else None
-        prices = {str(k): float(v) for k, v in given["usd_per_hour"].items()} if given else None
-        basis = str(given["basis"]) if given else ""
-    except (ValueError, TypeError, KeyError, AttributeError):
-        print(f"job's cost unknown: {NODE_PRICES_ENV} is not the kit's prices", flush=True)
+        given = contract.node_prices(prices_json)
+    except ValueError as e:
+        print(f"job's cost unknown: {e}", flush=True)
         return None
-    if prices is None:
+    if given is None:
         return None
+    prices, basis = given.usd_per_hour, given.basis
     by_type = {kind: {"node_seconds": seconds, "usd_per_hour": prices.get(kind),
                       "usd": None if kind not in prices else seconds / 3600 * prices[kind]}
                for kind, seconds in node_seconds.items()}

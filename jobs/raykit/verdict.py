@@ -8,7 +8,7 @@ The network is the cause where the images the CPU workers preprocessed reach the
 nodes at NETWORK_BOUND_SHARE or more of the train nodes' baseline bandwidth: more CPUs
 then add nothing (`make plan` caps them there too)."""
 
-import json
+from raykit import contract
 
 NETWORK_BOUND_SHARE = 0.8  # of the baseline: past it the link, not the CPUs, sets the pace
 CAUSES = {"data-bound": "data", "data-bound-unmeasured": "data", "pipeline-bound": "pipeline",
@@ -19,12 +19,10 @@ def given(prices_json: str) -> tuple[dict[str, float], dict[str, float]]:
     """({type: $/h}, {type: baseline Gbit/s}) from the kit's RAYKIT_NODE_PRICES ({} each
     where it passed none, or something else)."""
     try:
-        found = json.loads(prices_json) if prices_json else {}
-        prices = {str(k): float(v) for k, v in (found.get("usd_per_hour") or {}).items()}
-        network = {str(k): float(v) for k, v in (found.get("network_gbps") or {}).items()}
-    except (ValueError, TypeError, AttributeError):
+        found = contract.node_prices(prices_json)
+    except ValueError:
         return {}, {}
-    return prices, network
+    return (found.usd_per_hour, found.network_gbps) if found else ({}, {})
 
 
 def per_million(usd_per_hour: float | None, images_per_s: float) -> float | None:

@@ -15,7 +15,7 @@ cost_table; `make bench` prices each row with priced().
 import copy
 import json
 
-from jobs.raykit import placement, stall
+from jobs.raykit import contract, placement
 from scripts import catalog
 from scripts.build import Built, build
 from scripts.core import roles
@@ -239,9 +239,7 @@ def priced(built: Built) -> tuple[str, float]:
 HEAD_LABELS = ("head", aws.HEAD_TYPE)
 
 
-# How a job learns its nodes' prices: the kit puts them in the job's environment, and
-# jobs/raykit/summary.py bills the run's node-seconds with them (NODE_PRICES_ENV there)
-NODE_PRICES_ENV = "RAYKIT_NODE_PRICES"
+# What a job learns from the kit: the names and shapes are jobs/raykit/contract.py's
 
 
 def job_env(built: Built) -> dict[str, str]:
@@ -252,7 +250,7 @@ def job_env(built: Built) -> dict[str, str]:
     priced = node_hour_prices(built)
     stall_s = built.values["stall_minutes"] * 60
     return (price_env(priced, node_network_gbps(built)) | autopilot_env(built, priced)
-            | ({stall.STALL_ENV: f"{stall_s:g}"} if stall_s else {}))
+            | ({contract.STALL_ENV: f"{stall_s:g}"} if stall_s else {}))
 
 
 def price_env(priced: tuple[dict[str, float], str] | None,
@@ -261,8 +259,7 @@ def price_env(priced: tuple[dict[str, float], str] | None,
     bandwidth (node_network_gbps; the verdict's network term) ({} where there are no prices)."""
     if not priced:
         return {}
-    return {NODE_PRICES_ENV: json.dumps({"usd_per_hour": priced[0], "basis": priced[1],
-                                         "network_gbps": network or {}})}
+    return {contract.NODE_PRICES_ENV: contract.node_prices_json(priced[0], priced[1], network or {})}
 
 
 def node_network_gbps(built: Built) -> dict[str, float]:
@@ -317,7 +314,6 @@ def node_hour_prices(built: Built) -> tuple[dict[str, float], str] | None:
 # reads them); while it steers, Ray Data's own cluster autoscaler, which scales up on
 # resource utilization above 50% (ray/data/_internal/cluster_autoscaler/), is switched off
 # by thresholds it can never reach: both would ask Ray's autoscaler for nodes.
-AUTOPILOT_ENV = "RAYKIT_AUTOPILOT"
 RAY_DATA_AUTOSCALER_OFF = {f"RAY_DATA_DEFAULT_CLUSTER_SCALING_UP_{kind}_UTIL_THRESHOLD": "2"
                            for kind in ("CPU", "GPU", "MEMORY", "OBJECT_STORE_MEMORY")}
 
@@ -356,4 +352,4 @@ def autopilot_env(built: Built, priced: tuple[dict[str, float], str] | None) -> 
                 "target_wait_share": pilot["target_wait_share"], "cooldown_s": pilot["cooldown_s"],
                 "node_usd_per_hour": node_usd, "base_usd_per_hour": base_usd or 0.0,
                 "max_usd_per_hour": ceiling}
-    return {AUTOPILOT_ENV: json.dumps(settings)} | RAY_DATA_AUTOSCALER_OFF
+    return {contract.AUTOPILOT_ENV: json.dumps(settings)} | RAY_DATA_AUTOSCALER_OFF

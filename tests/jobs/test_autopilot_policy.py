@@ -197,6 +197,7 @@ import json  # noqa: E402
 import yaml  # noqa: E402
 
 from conftest import load_example  # noqa: E402
+from raykit import contract  # noqa: E402
 from raykit.autopilot import settings_from_env  # noqa: E402
 from raykit.summary import autopilot_text  # noqa: E402
 from scripts.build import build, build_text  # noqa: E402
@@ -212,7 +213,7 @@ def built_with(cluster: str, change):
 
 def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_datas_own_off():
     env = cost.job_env(build("local_autopilot"))
-    settings = json.loads(env[cost.AUTOPILOT_ENV])
+    settings = json.loads(env[contract.AUTOPILOT_ENV])
     assert settings | {"node_usd_per_hour": None, "base_usd_per_hour": None} == {
         "node_type": "cpu_worker", "node_bundle": {"raykit-node-cpu_worker": 1}, "min_nodes": 1, "max_nodes": 3,
         "target_wait_share": 0.1, "cooldown_s": 10, "max_usd_per_hour": None,
@@ -222,7 +223,7 @@ def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_data
     assert settings["node_usd_per_hour"] == pytest.approx(prices["cpu_worker"] * 0.25 / 16)
     assert settings["base_usd_per_hour"] == prices["head"]
     assert env["RAY_DATA_DEFAULT_CLUSTER_SCALING_UP_CPU_UTIL_THRESHOLD"] == "2"  # never reached: off
-    found, node_type, bundle = settings_from_env(env[cost.AUTOPILOT_ENV])
+    found, node_type, bundle = settings_from_env(env[contract.AUTOPILOT_ENV])
     assert (found.min_nodes, found.max_nodes, node_type) == (1, 3, "cpu_worker")
     # the local v1 autoscaler counts the head's free CPUs and ignores selectors: the
     # type's own resource makes each bundle a node of that type; no CPUs, which Ray Data's
@@ -231,13 +232,13 @@ def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_data
     worker_type = next(t for t in build("local_autopilot").config["available_node_types"].values()
                        if "raykit-node-cpu_worker" in t["resources"])
     assert worker_type["resources"]["raykit-node-cpu_worker"] == 1
-    assert cost.AUTOPILOT_ENV not in cost.job_env(build("local"))  # off by default
+    assert contract.AUTOPILOT_ENV not in cost.job_env(build("local"))  # off by default
 
 
 @pytest.mark.parametrize("cluster", ["hetero", "k8s_hetero"])
 def test_aws_and_kuberay_mixes_carry_the_resource_the_autopilot_names(cluster):
     built = built_with(cluster, lambda v: v.setdefault("autopilot", {}).update(enabled=True))
-    settings = json.loads(cost.job_env(built)[cost.AUTOPILOT_ENV])
+    settings = json.loads(cost.job_env(built)[contract.AUTOPILOT_ENV])
     kind = "cpu_worker" if cluster == "hetero" else "cpu-worker"  # KubeRay's group names are DNS labels
     assert settings["node_type"] == kind and settings["node_bundle"] == {f"raykit-node-{kind}": 1}
     if cluster == "hetero":  # Ray's cluster config: the type's resources, its CPUs as before

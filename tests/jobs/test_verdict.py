@@ -9,6 +9,7 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "jobs"))  # as a job imports it
+from raykit import contract  # noqa: E402
 from raykit.diagnosis import diagnose  # noqa: E402
 from raykit.verdict import priced_verdict, verdict_text  # noqa: E402
 from scripts.build import build  # noqa: E402
@@ -59,10 +60,10 @@ def test_compute_and_pipeline_causes_and_a_run_without_prices():
 
 
 def test_the_kit_passes_each_types_bandwidth_beside_its_price():
-    passed = json.loads(cost.job_env(build("hetero"))[cost.NODE_PRICES_ENV])
+    passed = json.loads(cost.job_env(build("hetero"))[contract.NODE_PRICES_ENV])
     assert passed["network_gbps"]["cpu_worker"] == 5.0  # c5.4xlarge's baseline
     assert passed["network_gbps"]["head"] == 2.5        # g5.xlarge's
-    local = json.loads(cost.job_env(build("local"))[cost.NODE_PRICES_ENV])  # priced as hetero
+    local = json.loads(cost.job_env(build("local"))[contract.NODE_PRICES_ENV])  # priced as hetero
     assert local["network_gbps"]["cpu_worker"] == 5.0
 
 
@@ -70,7 +71,7 @@ def test_a_network_bound_run_is_diagnosed_as_such_and_asks_for_no_cpus(monkeypat
     """The diagnosis row and the verdict row say the same: no CPUs where the link is full."""
     from raykit import summary
 
-    monkeypatch.setenv(summary.NODE_PRICES_ENV, PRICES)
+    monkeypatch.setenv(contract.NODE_PRICES_ENV, PRICES)
     d = figures(wait_s=0.3, cpus=1)
     s = summary.with_verdict({"diagnosis": d, "images_per_s": 500.0, "node_types": NODES,
                               "train_nodes": {}, "trainer_node": "10.0.0.1",
