@@ -949,7 +949,27 @@ def test_make_render_writes_the_head_policy_beside_the_config(tmp_path):
     assert {"StringEquals": {"ec2:ResourceTag/ray-kit-cluster": "hetero"}} in \
         [s.get("Condition") for s in policy["Statement"]]
     assert run.stdout.split() == [str(tmp_path / "clusters" / "hetero.yaml"),
-                                  str(tmp_path / "clusters" / "hetero.head-policy.json")]
+                                  str(tmp_path / "clusters" / "hetero.head-policy.json"),
+                                  str(tmp_path / "clusters" / "hetero.user-policy.json")]
+    user = json.loads((tmp_path / "clusters" / "hetero.user-policy.json").read_text())
+    roles = next(s for s in user["Statement"] if s["Sid"] == "TheKitsOwnRoles")
+    assert roles["Resource"] == ["arn:aws:iam::*:role/raykit-*", "arn:aws:iam::*:instance-profile/raykit-*"]
+
+
+def test_the_user_policy_file_grants_what_docs_aws_md_lists_and_nothing_else():
+    """The user's rights were prose only (~45 actions in docs/aws.md): `make render` writes
+    them as a policy file, and the two say the same."""
+    import re
+
+    from conftest import REPO
+    from scripts.providers.aws.iam import user_policy
+
+    text = (REPO / "docs" / "aws.md").read_text()
+    section = text[text.index("**The user running the kit"):text.index("**Data on S3**")]
+    listed = set(re.findall(r"`([a-z0-9]+:[A-Za-z]+)`", section))
+    granted = {a for s in user_policy()["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str)
+                                                                 else s["Action"])}
+    assert listed == granted, (listed - granted, granted - listed)
 
 
 def test_the_head_policy_lets_spot_workers_create_ec2s_spot_role_only_when_there_are_any():

@@ -33,6 +33,7 @@ from scripts.providers.aws.iam import (
     ensure_head_role,
     ensure_role,
     head_policy,
+    user_policy,
     wait_until_usable,
     worker_policy,
 )
@@ -156,7 +157,8 @@ def usd(value: float | None, form: str = "~$%.2f/h") -> str:
 
 
 def companion_files(cluster: str, values: dict) -> dict[str, str]:
-    return {"head-policy.json": json.dumps(head_policy(values), indent=2) + "\n"}
+    return {"head-policy.json": json.dumps(head_policy(values), indent=2) + "\n",
+            "user-policy.json": json.dumps(user_policy(), indent=2) + "\n"}
 
 
 S3_URI = re.compile(r"s3://([^/\s]+)")

@@ -109,6 +109,42 @@ EC2_TRUST = {"Version": "2012-10-17", "Statement": [{
     "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
 
 
+# What the user running the kit needs beyond `ray up` and `ray down` (Ray's docs list
+# theirs): every call the kit itself makes with boto3, by what it is for. docs/aws.md says
+# the same in words; a test keeps the two equal.
+USER_ACTIONS = {
+    "the preflight (reads)": ["sts:GetCallerIdentity", "ssm:GetParameter", "servicequotas:GetServiceQuota",
+                              "kms:DescribeKey", "ec2:GetEbsDefaultKmsKeyId",
+                              "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeSubnets",
+                              "ec2:DescribeRouteTables", "ec2:DescribeKeyPairs", "ec2:DescribeImages",
+                              "ec2:DescribeInstances", "ec2:DescribeSecurityGroups",
+                              "ec2:DescribePlacementGroups"],
+    "make up": ["ec2:CreateSecurityGroup", "ec2:AuthorizeSecurityGroupIngress", "ec2:CreatePlacementGroup",
+                "ec2:CreateTags", "ec2:RunInstances"],
+    "the hung-head alarm": ["cloudwatch:PutMetricAlarm", "cloudwatch:TagResource", "cloudwatch:DescribeAlarms",
+                            "cloudwatch:DeleteAlarms", "ec2:DescribeInstanceStatus", "ec2:TerminateInstances",
+                            "iam:CreateServiceLinkedRole"],
+    "make down PURGE=1": ["ec2:DeleteSecurityGroup", "ec2:DeletePlacementGroup"],
+}
+ROLE_ACTIONS = ["iam:CreateRole", "iam:TagRole", "iam:PutRolePolicy", "iam:CreateInstanceProfile",
+                "iam:TagInstanceProfile", "iam:AddRoleToInstanceProfile", "iam:GetRole",
+                "iam:GetInstanceProfile", "iam:ListRoleTags", "iam:PassRole",
+                "iam:RemoveRoleFromInstanceProfile", "iam:DeleteInstanceProfile", "iam:ListRolePolicies",
+                "iam:DeleteRolePolicy", "iam:DeleteRole"]
+
+
+def user_policy() -> dict:
+    """The user's IAM policy for the kit's own calls (`make render` writes it beside the
+    config): the roles' rights only on the kit's `raykit-*` roles and profiles; add what
+    `ray up` and `ray down` need (Ray's docs)."""
+    statements = [{"Sid": "".join(w.capitalize() for w in why.replace("=1", "").split() if w.isalnum()),
+                   "Effect": "Allow", "Action": sorted(set(actions)), "Resource": "*"}
+                  for why, actions in USER_ACTIONS.items()]
+    statements.append({"Sid": "TheKitsOwnRoles", "Effect": "Allow", "Action": ROLE_ACTIONS,
+                       "Resource": ["arn:aws:iam::*:role/raykit-*", "arn:aws:iam::*:instance-profile/raykit-*"]})
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
 IAM_PROPAGATION_S = 15  # a new instance profile is usable by RunInstances only after a while
 USABLE_LIMIT_S = 120    # then EC2's dry runs are asked, every USABLE_POLL_S, up to this long
 USABLE_POLL_S = 3
