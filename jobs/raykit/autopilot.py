@@ -55,6 +55,7 @@ REQUEST_EXPIRES_S = 120            # re-sent every poll: a dead driver's request
 MAX_DOWN_BACKOFF = 8               # cooldowns before a node goes back, after flaps
 MIN_GAIN = 0.07                    # a node added must raise images/s by more than this (Cachew's 7%)
 MEMORY_WINDOWS = 4                 # a count's measured rate is trusted this many windows
+LOAD_CHANGE_SHARE = 0.1           # a wait share this much above a count's own: the load grew, not the nodes
 GIVE_BACK_DEADLINE_S = 300         # a node given back: its running work's time to finish
 
 
@@ -103,7 +104,8 @@ class State:
     # bought (Pecan's rule) and the cheapest count where the target is out of reach
     rates: dict[int, tuple[float, float, float]] = field(default_factory=dict)  # (images/s, share, at)
     from_count: int | None = None    # the count before the last rise, to compare against
-    hold: tuple[int, float] | None = None  # no rise above this count until then: one did not pay
+    hold: tuple[int, float, float] | None = None  # no rise above this count until then (one did
+                                                   # not pay), unless the wait grows past this share
     hold_s: float = 0.0              # how long the next such hold lasts (doubles on each)
 
 
@@ -186,23 +188,29 @@ def judged(settings: Settings, state: State, now: float, share: float, rate: flo
     """decide()'s judgement of a settled measure at `joined` nodes: (nodes, why)."""
     before, state.from_count = state.from_count, None  # a rise is judged once, on its first measure
     if before is not None and before in state.rates and joined > before:
-        old_rate = state.rates[before][0]
-        if rate < old_rate * (1 + MIN_GAIN) or \
+        old_rate, old_share, _ = state.rates[before]
+        if share > old_share + LOAD_CHANGE_SHARE:
+            # more nodes never make the trainers wait more: the load grew meanwhile (a
+            # heavier phase), and what the counts measured before says nothing now
+            state.rates = {joined: state.rates[joined]}
+        elif rate < old_rate * (1 + MIN_GAIN) or \
                 settings.usd_per_image(joined, rate) >= settings.usd_per_image(before, old_rate):
             state.hold_s = min(2 * state.hold_s, 8 * MEMORY_WINDOWS * settings.window_s) or \
                 MEMORY_WINDOWS * settings.window_s
-            state.hold = (before, now + state.hold_s)
+            state.hold = (before, now + state.hold_s, share + LOAD_CHANGE_SHARE)
             return before, (f"{joined} node(s) made {rate:.1f} images/s against {old_rate:.1f} with "
                             f"{before}: not worth their price; back to {before}, held {state.hold_s:.0f} s")
     if share > settings.target_wait_share:
-        if state.hold and now < state.hold[1] and joined >= state.hold[0]:
-            return joined, ""  # more nodes did not pay here: the cheaper count stays
+        if state.hold and now < state.hold[1] and share <= state.hold[2]:
+            # more nodes did not pay here: the cheaper count stays (the count asked, not the
+            # nodes up: one given back may still be leaving, and is not asked for again)
+            return state.asked, ""
         # while data-bound, images/s grows with the nodes: n / (1 - w) would feed the trainers
         up = max(state.asked + 1, math.ceil(max(joined, 1) / max(1 - share, 0.05)))
         fed = rate / max(1 - share, 0.05)  # what the trainers would take, never waiting
         predicted = min(fed, rate * up / max(joined, 1))
         if rate > 0 and settings.usd_per_image(up, predicted) >= settings.usd_per_image(joined, rate):
-            return joined, ""  # the time they would save is worth less than they cost
+            return state.asked, ""  # the time they would save is worth less than they cost
         return up, f"trainers wait {share:.0%} of each step (target {settings.target_wait_share:.0%})"
     if share < settings.slack_share and now - (state.changed_at or -math.inf) >= settings.cooldown_s * state.down_backoff:
         fewer = state.rates.get(joined - 1)

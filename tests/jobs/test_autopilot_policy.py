@@ -16,14 +16,17 @@ SETTINGS = Settings(target_wait_share=0.10, min_nodes=1, max_nodes=6, cooldown_s
 FED = 100.0  # images/s the trainers take when they never wait
 
 
-def replay(settings: Settings, trace, joins_after_s: float = 10.0, start: int = 1, never_join: int = 0):
+def replay(settings: Settings, trace, joins_after_s: float = 10.0, start: int = 1, never_join: int = 0,
+           leaves_after_s: float = 0.0):
     """Drive decide() over time: `trace(t)` gives the wait share at t; asked nodes join
-    joins_after_s after the ask (the last never_join of each ask never do). Returns
-    [(t, asked, joined)]."""
-    state, joined, pending, out = State(asked=start), start, [], []
+    joins_after_s after the ask (the last never_join of each ask never do), and nodes given
+    back leave leaves_after_s after (a drain). Returns [(t, asked, joined)]."""
+    state, joined, pending, leaving, out = State(asked=start), start, [], [], []
     for t in range(0, 600, 5):
         joined += sum(1 for due in pending if due <= t)
         pending = [due for due in pending if due > t]
+        joined -= sum(1 for due in leaving if due <= t)
+        leaving = [due for due in leaving if due > t]
         asked_before = state.asked
         share = trace(t, joined)
         measured = None if share is None else (share, FED * (1 - share))
@@ -31,8 +34,11 @@ def replay(settings: Settings, trace, joins_after_s: float = 10.0, start: int = 
         if asked > asked_before:
             new = asked - max(asked_before, joined + len(pending))
             pending += [t + joins_after_s] * max(0, new - never_join)
-        elif asked < joined:
-            joined = asked  # the autoscaler removes the idle nodes given back
+        elif asked < joined - len(leaving):
+            if leaves_after_s:
+                leaving += [t + leaves_after_s] * (joined - len(leaving) - asked)
+            else:
+                joined = asked  # the autoscaler removes the idle nodes given back
         out.append((t, asked, joined))
     return out, state
 
@@ -136,6 +142,27 @@ def test_a_load_that_rises_and_falls_is_followed_up_and_down():
     held = {t: asked for t, asked, _ in out}
     assert held[140] == 1 and held[340] == 2 and held[595] == 1, state.reasons
     assert max(held.values()) <= 3
+
+
+def test_a_rise_met_by_a_heavier_load_is_kept_and_a_node_leaving_is_not_asked_again():
+    """What bench-autopilot showed: a node added as a light phase turned heavy made fewer
+    images/s than one node had in the light phase, and was undone, again and again (16
+    changes, 88% wait); each undo's node, still draining, was asked for again at once.
+    More nodes never make the trainers wait more: a wait that grew is the load, and the
+    count before is no measure. Here the heavy phase gets the nodes and keeps them."""
+    settings = Settings(target_wait_share=0.10, min_nodes=1, max_nodes=3, cooldown_s=10, join_timeout_s=60)
+
+    def phases(t, joined):  # one node feeds 60% of the light load, 15% of the heavy one
+        per_node = 0.15 if 60 <= t < 400 else 0.6
+        return max(0.0, 1 - per_node * joined)
+
+    out, state = replay(settings, phases, leaves_after_s=30)
+    heavy = [asked for t, asked, _ in out if 200 <= t < 400]
+    assert heavy and min(heavy) == 3, state.reasons  # all of them, held through the phase
+    changes = [(t, a, b) for (_, a, _), (t, b, _) in zip(out, out[1:]) if a != b]
+    in_heavy = [(t, a, b) for t, a, b in changes if 60 <= t < 400]
+    assert in_heavy == [(60, 2, 3)], state.reasons  # up once it was heavy, never undone
+    assert out[-1][1] <= 2, state.reasons  # given back once the light phase came
 
 
 def test_the_measure_rests_on_the_steady_flow_since_the_change():
