@@ -136,8 +136,17 @@ def test_a_dashboard_that_accepts_and_never_answers_does_not_hang_the_watchdog(m
     monkeypatch.setattr(autostop, "API_TIMEOUT_S", 1.0)
     heartbeat = tmp_path / "beat"
     try:
-        threading.Thread(target=watch, args=(address, None, lambda: None), daemon=True,
-                         kwargs={"poll_s": 0.1, "heartbeat": str(heartbeat)}).start()
+        class Ended(Exception):
+            pass
+
+        def watching():
+            try:
+                watch(address, None, lambda: None, poll_s=0.1, heartbeat=str(heartbeat))
+            except Ended:
+                pass
+
+        watcher = threading.Thread(target=watching, daemon=True)
+        watcher.start()
         time.sleep(4)
         beats = heartbeat.stat().st_mtime
         time.sleep(2)
@@ -156,7 +165,13 @@ def test_a_dashboard_that_accepts_and_never_answers_does_not_hang_the_watchdog(m
         bare.join(timeout=3)
         assert bare.is_alive()  # what the watchdog used to do: blocked for good
     finally:
+        def ended(path):
+            raise Ended  # the watch's next round ends its thread
+
+        monkeypatch.setattr(autostop, "beat", ended)
+        watcher.join(timeout=10)  # else it would print into the tests after this one
         server.close()
+    assert not watcher.is_alive()
 
 
 def test_make_submit_records_the_jobs_limit_with_the_job(monkeypatch):

@@ -973,9 +973,9 @@ def test_every_command_refuses_the_values_file_validate_refuses_with_the_same_li
 def test_a_jobs_help_needs_no_cluster(capfd, job):
     """`make submit JOB=x ARGS=--help` said the cluster was not up: the job's flags are
     its main.py's to say, here, with nothing launched (no local cluster runs in this phase)."""
-    assert kit.main(["submit", "--cluster", "local", "--job", job, "--args=--help"]) == 0
+    code = kit.main(["submit", "--cluster", "local", "--job", job, "--args=--help"])
     out, err = capfd.readouterr()
-    assert out.startswith("usage: main.py") and "--steps" in out, out + err
+    assert code == 0 and "usage: main.py" in out and "--steps" in out, out + err
 
 
 def test_make_cost_of_a_mix_it_cannot_price_exits_non_zero(monkeypatch, capsys):
