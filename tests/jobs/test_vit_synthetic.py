@@ -295,7 +295,9 @@ def test_bench_data_prints_all_three_rates_both_ratios_and_the_bytes_before_and_
     (shares,) = re.findall(r"^the cores' time during \(b\): Ray workers ([\d.]+)%, driver "
                            r"([\d.]+)%, Ray daemons ([\d.]+)%, idle ([\d.]+)%$", run.stdout, re.M)
     shares = [float(share) for share in shares]
-    assert shares[0] > 0 and shares[1] > 0 and shares[2] > 0  # each group was seen working
+    # the workers and the driver were seen working; Ray's daemons may take under one clock
+    # tick (10 ms) of CPU in so short a run, so 0.0% is a measure, not a missing group
+    assert shares[0] > 0 and shares[1] > 0 and shares[2] >= 0 and sum(shares) >= 99
     assert 99 <= sum(shares) <= 101 or shares[3] == 0  # the four add up (idle is what is left)
     assert re.search(r"^b/a on the \d+% of the cores Ray's own processes leave = [\d.]+$",
                      run.stdout, re.M)
