@@ -14,7 +14,7 @@ from conftest import REPO, local_cluster_up, report
 from test_chaos import finish, kill, raylet_trees
 
 CLUSTER = "local_multi"
-STEPS, BATCH, EVERY = 16, 8, 4
+STEPS, BATCH, EVERY = 16, 16, 4
 
 
 @pytest.mark.slow
@@ -26,7 +26,10 @@ def test_two_train_nodes_train_one_model_and_survive_losing_one(tmp_path, capsys
         assert len(train_ips) == 2 and list(types_at_start.values()).count("cpu_worker") == 2
         proc = subprocess.Popen(
             ["make", "--no-print-directory", "submit", f"CLUSTER={CLUSTER}", "JOB=vit_synthetic",
-             f"ARGS=--steps {STEPS} --batch-size {BATCH} --image-size 32 --blur-count 1 "
+             # 64 px: steps of ~0.3 s, so the faults land where the log lines say they do
+             # (at 32 px a step took 0.05 s: the run was past step 14 before the line
+             # reached the test, and the first fault cost no restart)
+             f"ARGS=--steps {STEPS} --batch-size {BATCH} --image-size 64 --blur-count 1 "
              f"--log-every 2 --checkpoint-every {EVERY} --results {results}"],
             cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True)
