@@ -217,13 +217,16 @@ def keep_result(results_dir: Path, submission_id: str, job: str, args: list[str]
 def keep_ended(client, submission_id: str, text: str, results_dir: Path) -> None:
     """`make logs` of a job that has ended (a detached one, one whose terminal closed): its
     summary kept as `make submit` keeps it, where it printed one and none is kept yet."""
-    if (results_dir / f"{submission_id}.json").exists() or not client.get_job_info(submission_id).status.is_terminal():
+    if (results_dir / f"{submission_id}.json").exists():
+        return
+    info = client.get_job_info(submission_id)
+    if not info.status.is_terminal():
         return
     try:
         result = result_line(text)
     except KitError:
         return  # it printed no summary
-    words = shlex.split(client.get_job_info(submission_id).entrypoint or "")
+    words = shlex.split(info.entrypoint or "")
     args = words[words.index(ENTRYPOINT) + 1:] if ENTRYPOINT in words else []
     keep_result(results_dir, submission_id, submission_id.rsplit("-", 1)[0], args,
                 exit_code(client, submission_id), result)
