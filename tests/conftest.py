@@ -245,24 +245,30 @@ def standin_head(tmp_path):
     """A real Ray head on loopback standing in for a cloud's (EC2, a KubeRay pod): auth off,
     as the kit runs it on AWS, with the resources the head and a worker of `hetero` offer. Its
     processes carry a marker of their own, by which they are stopped afterwards."""
-    from scripts.core.ray_cli import free_port, ray_cli, ray_env
+    from scripts.core.ray_cli import free_ports, ray_cli, ray_env, taken_by_others
     from scripts.providers import local
 
-    dashboard = free_port()
     private = tempfile.mkdtemp(prefix="raykit-")
     marker = local.cluster_id("standin-head", tmp_path)
     env = ray_env(None, {local.MARKER: marker,
                          "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"})
-    subprocess.run([ray_cli(), "start", "--head", "--disable-usage-stats",
-                    "--node-ip-address=127.0.0.2", f"--port={free_port()}",
-                    "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
-                    f"--ray-client-server-port={free_port()}",
-                    f"--dashboard-agent-listen-port={free_port()}",
-                    f"--metrics-export-port={free_port()}", f"--runtime-env-agent-port={free_port()}",
-                    f"--temp-dir={private}/ray", "--num-cpus=3",
-                    "--labels=ray-subcluster=train,raykit-trainer-slots=1,raykit-preprocess=true",
-                    "--object-store-memory=500000000"],
-                   env=env, check=True, capture_output=True, timeout=120, start_new_session=True)
+    for _ in range(3):  # as the local provider does: a port another program took is retried
+        ports = free_ports(6)
+        gcs, dashboard, client, agent, metrics, runtime_env = ports
+        subprocess.run([ray_cli(), "start", "--head", "--disable-usage-stats",
+                        "--node-ip-address=127.0.0.2", f"--port={gcs}",
+                        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+                        f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
+                        f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
+                        f"--temp-dir={private}/ray", "--num-cpus=3",
+                        "--labels=ray-subcluster=train,raykit-trainer-slots=1,raykit-preprocess=true",
+                        "--object-store-memory=500000000"],
+                       env=env, check=True, capture_output=True, timeout=120, start_new_session=True)
+        if not taken_by_others(ports, local.cluster_processes("standin-head", build=tmp_path)):
+            break
+        local.stop_processes(local.cluster_processes("standin-head", build=tmp_path))
+    else:
+        pytest.fail("the stand-in head lost one of its ports to another program three times")
     try:
         yield dashboard
     finally:

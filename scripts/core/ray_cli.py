@@ -60,6 +60,23 @@ def free_ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in bound]
 
 
+def taken_by_others(ports: list[int], ours: list) -> list[int]:
+    """Those of `ports` that a process outside `ours` (psutil.Process objects) listens on.
+    A port free_ports() chose is free only until it returns: another program may bind it
+    before ours does, and `ray start` still succeeds with its dashboard elsewhere (it logs
+    "Failed to bind"), a tunnel's port would answer for another server. [] where this
+    system shows other processes' sockets to root only (macOS)."""
+    import psutil
+
+    pids = {p.pid for p in ours}
+    try:
+        sockets = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:
+        return []
+    return sorted({s.laddr.port for s in sockets if s.status == psutil.CONN_LISTEN
+                   and s.laddr.port in ports and s.pid not in pids})
+
+
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)

@@ -8,33 +8,63 @@ import subprocess
 import time
 from contextlib import contextmanager
 
+import psutil
+
 from scripts.core.errors import KitError, short
-from scripts.core.ray_cli import port_open
+from scripts.core.ray_cli import free_port, port_open, taken_by_others
 
 MAX_WAIT_S = 60
+PORT_TRIES = 3
 
 
 @contextmanager
-def forwarded(command: list[str], port: int, what: str, hint: str, env: dict | None = None):
-    """Run `command`, which forwards 127.0.0.1:`port`, in a session of its own; return
-    once the port answers; stop its whole process group after. `what` names it in errors,
-    `hint` says what to check when it exits."""
-    tunnel = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True)
+def forwarded(command_for, what: str, hint: str, env: dict | None = None):
+    """Run `command_for(port)`, which forwards 127.0.0.1:`port`, in a session of its own;
+    yield the port once the command listens on it; stop its whole process group after.
+    `what` names it in errors, `hint` says what to check when it exits. A port another
+    program took between choosing and binding (the command then fails, or is slower to
+    bind) is given up for a fresh one: the dashboard must never be another server's."""
+    for _ in range(PORT_TRIES):
+        port = free_port()
+        tunnel = subprocess.Popen(command_for(port), env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            ours = listening(tunnel, port, what, hint)
+        except BaseException:
+            stop_group(tunnel)
+            raise
+        if ours:
+            break
+        stop_group(tunnel)
+    else:
+        raise KitError(f"`{what}`: another program took each of {PORT_TRIES} free local ports "
+                       "before it could listen; try again")
     try:
-        deadline = time.monotonic() + MAX_WAIT_S
-        while not port_open(port):
-            if tunnel.poll() is not None:
-                last = (tunnel.stderr.read().strip().splitlines() or ["no output"])[-1]
-                raise KitError(f"`{what}` exited: {short(last, 200)}; {hint}")
-            if time.monotonic() > deadline:
-                raise KitError(f"`{what}` did not open the dashboard's port within {MAX_WAIT_S} s")
-            time.sleep(0.2)
-        yield
+        yield port
     finally:
         # `ray dashboard` runs ssh as its child: stop the whole process group, or the ssh
         # holding the forwarded port would outlive it.
         stop_group(tunnel)
+
+
+def listening(tunnel: subprocess.Popen, port: int, what: str, hint: str) -> bool:
+    """Wait until `port` answers: True when the tunnel (or its child: `ray dashboard`'s
+    ssh) listens there, False when another program does."""
+    deadline = time.monotonic() + MAX_WAIT_S
+    while not port_open(port):
+        if tunnel.poll() is not None:
+            last = (tunnel.stderr.read().strip().splitlines() or ["no output"])[-1]
+            if port_open(port):  # it could not bind: another program has the port
+                return False
+            raise KitError(f"`{what}` exited: {short(last, 200)}; {hint}")
+        if time.monotonic() > deadline:
+            raise KitError(f"`{what}` did not open the dashboard's port within {MAX_WAIT_S} s")
+        time.sleep(0.2)
+    try:
+        group = [psutil.Process(tunnel.pid), *psutil.Process(tunnel.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return False  # it exited while another program answered on its port
+    return not taken_by_others([port], group)
 
 
 def stop_group(proc: subprocess.Popen) -> None:

@@ -19,15 +19,13 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from conftest import CHECKIP_ADDRESS, REPO, make, publish_dlami
-from scripts.core.ray_cli import free_port
 
 
 @pytest.fixture
 def moto_server():
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)  # the OS's free port, race-free
     server.start()
-    yield f"http://127.0.0.1:{port}"
+    yield "http://127.0.0.1:{}".format(server.get_host_and_port()[1])
     server.stop()
 
 

@@ -146,13 +146,10 @@ def test_image_files_are_read_from_s3(tmp_path, image_dir):
     import boto3
     from moto.server import ThreadedMotoServer
 
-    from scripts.core.ray_cli import free_port
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)  # the OS's free port, race-free
     server.start()
     try:
-        endpoint = f"http://127.0.0.1:{port}"
+        endpoint = "http://127.0.0.1:{}".format(server.get_host_and_port()[1])
         s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         s3.create_bucket(Bucket="images")
         for path in sorted(image_dir.rglob("*.jpg"))[:24]:

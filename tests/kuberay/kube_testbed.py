@@ -174,12 +174,6 @@ def fetch_kubectl(work: Path) -> None:
 
 # --- a running testbed --------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def loadable_on_1_20(node):
     """A v1.7.0 CRD as Kubernetes 1.20 accepts it (the module's docstring says what goes)."""
     if isinstance(node, dict):
@@ -198,13 +192,26 @@ def loadable_on_1_20(node):
     return node
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: each socket stays bound until all are chosen (ports
+    taken one after another may repeat: the OS can hand a released port back)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 class Testbed:
     """etcd, kube-apiserver (RBAC, static tokens: an admin and USER) and the controller
     manager's garbage collector, in `folder`; stop() ends exactly the processes it started."""
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.port = free_port()
+        self.port, self.etcd_port, self.peer_port = free_ports(3)
         self.server = f"https://127.0.0.1:{self.port}"
         self.processes: list[subprocess.Popen] = []
         self.bin = CACHE / "bin"
@@ -222,7 +229,7 @@ class Testbed:
 
     def _start(self) -> None:
         f = self.folder
-        etcd_port, peer_port = free_port(), free_port()
+        etcd_port, peer_port = self.etcd_port, self.peer_port
         self.spawn("etcd", [ETCD, "--data-dir", str(f / "etcd"), "--listen-client-urls",
                             f"http://127.0.0.1:{etcd_port}", "--advertise-client-urls",
                             f"http://127.0.0.1:{etcd_port}", "--listen-peer-urls", f"http://127.0.0.1:{peer_port}"])

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -178,6 +179,49 @@ def test_run_tears_down_after_a_failing_job(tmp_path):
     assert not (tmp_path / "launched" / "local.json").exists()
     assert processes_of({"cluster": "local", "build_dir": str(tmp_path)}) == []
     remove_private_dir(run.stdout)
+
+
+# `make up` with its first choice of the dashboard's port taken by another program before
+# Ray binds it (a race the OS allows): `ray start` succeeds anyway, its dashboard elsewhere.
+UP_WITH_A_TAKEN_PORT = """
+import sys
+from scripts import kit
+from scripts.providers import local
+real, offered = local.free_ports, []
+def first_with_a_taken_dashboard_port(count):
+    ports = real(count)
+    if not offered:
+        ports[1] = int(sys.argv[1])
+    offered.append(ports)
+    return ports
+local.free_ports = first_with_a_taken_dashboard_port
+sys.exit(kit.main(["up"]))
+"""
+
+
+@pytest.mark.cluster
+def test_a_head_port_another_program_took_is_given_up_for_fresh_ones(tmp_path):
+    """The dashboard the kit records is its own cluster's, never the program's that took
+    the port: Ray only logs that it could not bind it."""
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path), KIT_CLUSTER="local")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        up = subprocess.run([sys.executable, "-c", UP_WITH_A_TAKEN_PORT, str(port)], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=300)
+        try:
+            assert up.returncode == 0, up.stdout + up.stderr
+            assert f"port {port} was taken by another program; starting the head again" in up.stdout
+            state = json.loads((tmp_path / "launched" / "local.json").read_text())
+            assert not state["dashboard_url"].endswith(f":{port}")
+            jobs = make("jobs", "CLUSTER=local", env=env)  # through the dashboard, with the token
+            assert jobs.returncode == 0, jobs.stdout + jobs.stderr
+        finally:
+            down = make("down", "CLUSTER=local", env=env, timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert processes_of({"cluster": "local", "build_dir": str(tmp_path)}) == []
+    remove_private_dir(up.stdout)
 
 
 @pytest.mark.cluster

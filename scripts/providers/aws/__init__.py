@@ -25,7 +25,7 @@ import yaml
 from scripts import catalog
 from scripts.core import state, tunnel
 from scripts.core.errors import CapacityRefused, KitError, short
-from scripts.core.ray_cli import free_port, ray_cli, ray_env
+from scripts.core.ray_cli import ray_cli, ray_env
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.providers.aws.alarm import HUNG_MINUTES, delete_head_alarm, set_head_alarm
 from scripts.providers.aws.iam import (
@@ -702,10 +702,11 @@ def forget_stale(cluster: str, record: dict) -> list[str]:
 def job_address(record: dict):
     """`ray dashboard` keeps an SSH port-forward to the head's dashboard open while we
     submit; the dashboard itself listens on the head's 127.0.0.1 only."""
-    port = free_port()
-    command = [ray_cli(), "dashboard", "--port", str(port), str(state.config_path(record["cluster"]))]
-    with tunnel.forwarded(command, port, "ray dashboard", "is the cluster up (`make status`) and "
-                          "your SSH key in place?", env=ray_env()):
+    def command(port: int) -> list[str]:
+        return [ray_cli(), "dashboard", "--port", str(port), str(state.config_path(record["cluster"]))]
+
+    with tunnel.forwarded(command, "ray dashboard", "is the cluster up (`make status`) and "
+                          "your SSH key in place?", env=ray_env()) as port:
         yield f"http://127.0.0.1:{port}", "python", None
 
 

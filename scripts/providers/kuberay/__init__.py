@@ -35,7 +35,6 @@ from jobs.raykit import placement
 from scripts import catalog
 from scripts.core import node_packages, roles, state, tunnel
 from scripts.core.errors import KitError, not_running, short
-from scripts.core.ray_cli import free_port
 from scripts.core.signals import signals_deferred
 from scripts.core.inputs import job_dir
 from scripts.core.submit import JOB_START_ENV, JobFiles, JobPackages
@@ -810,8 +809,10 @@ def job_address(record: dict):
     token from the operator's Secret."""
     require_running(record)
     token = auth_token(record)
-    port = free_port()
-    command = kubectl(record, "port-forward", f"service/{record['name']}-head-svc",
-                      f"{port}:{DASHBOARD_PORT}", "--address", "127.0.0.1")
-    with tunnel.forwarded(command, port, "kubectl port-forward", "`make status` shows whether the head is up"):
+
+    def command(port: int) -> list[str]:
+        return kubectl(record, "port-forward", f"service/{record['name']}-head-svc",
+                       f"{port}:{DASHBOARD_PORT}", "--address", "127.0.0.1")
+
+    with tunnel.forwarded(command, "kubectl port-forward", "`make status` shows whether the head is up") as port:
         yield f"http://127.0.0.1:{port}", "python", token

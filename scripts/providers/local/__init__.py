@@ -23,6 +23,7 @@ import hashlib
 import math
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from jobs.raykit import placement
 from scripts.core import ray_config, roles, state
 from scripts.core.errors import KitError, not_running
 from scripts.core.paths import BUILD, REPO
-from scripts.core.ray_cli import free_ports, ray_cli, ray_env, use_auth_in_this_process
+from scripts.core.ray_cli import free_ports, ray_cli, ray_env, taken_by_others, use_auth_in_this_process
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.node.autostop import duration
 from scripts.providers.local import cpu_quota, cpu_sets, gpus
@@ -65,6 +66,7 @@ PROVIDER_CLASS = "scripts.providers.local.loopback_node_provider.LoopbackNodePro
 HEAD_IP = "127.0.0.2"
 MARKER = "RAYKIT_CLUSTER_ID"
 JOIN_TIMEOUT_S = 180  # RAYKIT_JOIN_TIMEOUT_S overrides it (tests)
+PORT_TRIES = 3  # head starts, each on fresh ports, when another program took one first
 MIB = 1024 * 1024
 
 RECORD_SCHEMA = {
@@ -286,9 +288,26 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     leftovers = cluster_processes(cluster)
     if leftovers:  # a crashed earlier run of this very cluster: they carry our marker
         stop_processes(leftovers)
+    for _ in range(PORT_TRIES):
+        record = start_head(cluster, config_text, values)
+        if record:
+            break
+    else:
+        raise KitError(f"local cluster '{cluster}': another program took one of the head's ports "
+                       f"before Ray could bind it, {PORT_TRIES} times; try again")
+    print(f"dashboard {record['dashboard_url']} (token auth: `make` reads the token from "
+          f"{state.record_path(cluster)}), logs {record['temp_dir']}/session_latest/logs", flush=True)
+    return record
+
+
+def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
+    """Start the head on six free ports and wait for every min_workers node; the record,
+    or None (everything it started stopped) when another program took one of the ports
+    first. On any failure, Ctrl-C included, everything it started is stopped."""
     head = values["head"]
     head_gpus, worker_gpus = gpus.head_and_pool(values, gpus.machine_gpus())
-    gcs_port, dashboard_port, client_port, agent_port, metrics_port, runtime_env_port = free_ports(6)
+    ports = free_ports(6)
+    gcs_port, dashboard_port, client_port, agent_port, metrics_port, runtime_env_port = ports
     record = {
         "cluster": cluster,
         "provider": NAME,
@@ -340,6 +359,12 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
                                     timeout=120, start_new_session=True,  # the terminal's Ctrl-C is ours
                                     # Ray's head processes, and what they start, in its group
                                     preexec_fn=(lambda: cpu_quota.enter(head_group)) if head_group else None)
+        taken = taken_by_others(ports, cluster_processes(cluster))
+        if taken:  # Ray started anyway, its dashboard elsewhere: start again on other ports
+            print(f"  port {taken[0]} was taken by another program; starting the head again", flush=True)
+            down(cluster, record)
+            shutil.rmtree(Path(record["temp_dir"]).parent, ignore_errors=True)
+            return None
         if result.returncode != 0:
             tail = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["no output"]
             raise KitError(f"`ray start --head` failed for local cluster '{cluster}': {tail[0]} "
@@ -351,8 +376,6 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     except BaseException:
         down(cluster, record)
         raise
-    print(f"dashboard {record['dashboard_url']} (token auth: `make` reads the token from "
-          f"{state.record_path(cluster)}), logs {record['temp_dir']}/session_latest/logs", flush=True)
     return record
 
 
