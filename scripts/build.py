@@ -14,7 +14,7 @@ import markupsafe
 import yaml
 
 from scripts.core.errors import KitError
-from scripts.core.inputs import values_file
+from scripts.core.inputs import values_file, values_shown
 from scripts.core.paths import SCHEMAS, TEMPLATES
 from scripts.core.values import check_and_fill, joined, load_schema, parse_yaml
 from scripts.providers import Provider, provider
@@ -34,7 +34,7 @@ def build(cluster: str) -> Built:
 
 
 def build_text(cluster: str, data: bytes) -> Built:
-    where = f"cluster_templates/{cluster}.yaml"
+    where = values_shown(cluster)
     raw = parse_yaml(data, where)
     if not isinstance(raw, dict):
         raise KitError(f"{where}: expected a mapping of keys at the top")

@@ -133,6 +133,10 @@ VALUE_CASES = [
     ("ssh_cidr for a group the kit does not create", "hetero",
      lambda v: v["aws"].update(ssh_cidr="203.0.113.0/24", security_group_ids=["sg-01234567"]),
      "aws.ssh_cidr: applies to the group the kit creates"),
+    # no default region: a region the user never chose would bill where they do not look
+    ("no region", "hetero", lambda v: v["aws"].pop("region"),
+     "aws: 'region' is required; add it"),
+    ("no aws section", "single", lambda v: v.pop("aws"), "(top level): 'aws' is required; add it"),
     ("newline in region", "hetero",
      lambda v: set_path(v, "aws.region", "us-east-1\nfoo: bar"), "aws.region"),
     ("worker type name that adds a node type", "hetero",
@@ -453,6 +457,18 @@ def test_a_key_typed_wrong_is_said_once(monkeypatch, capsys):
     """Its did-you-mean, not also "'cpus' is required" for the key it was meant to be."""
     line = kit_error(monkeypatch, capsys, "local", b"cluster_name: a\nprovider: local\nhead: {cpsu: 1}\n")
     assert "did you mean 'cpus'?" in line and "is required" not in line
+
+
+def test_a_values_file_outside_the_checkout_is_named_where_it_is(capsys):
+    """A user's own mix in RAYKIT_VALUES_DIR: the error names that file, not one in
+    cluster_templates/ that does not exist."""
+    mine = USER_VALUES / "mine_outside.yaml"
+    mine.write_text("cluster_name: mine_outside\nprovider: local\nhead: {cpus: 0}\n")
+    try:
+        assert kit.main(["validate", "--cluster", "mine_outside"]) == 2
+    finally:
+        mine.unlink()
+    assert capsys.readouterr().err.startswith(f"error: {mine}: head.cpus: ")
 
 
 def test_every_problem_is_counted_in_one_line(monkeypatch, capsys):

@@ -111,7 +111,7 @@ def config_of(cluster, values):
 
 
 def test_defaults_come_from_the_schema():
-    minimal = {"cluster_name": "mini", "provider": "aws",
+    minimal = {"cluster_name": "mini", "provider": "aws", "aws": {"region": "us-east-1"},  # no default region
                "head": {"instance_type": "g5.xlarge", "disk": {"root_gb": 150}}}
     with pytest.raises(KitError, match="leave no node to preprocess at launch"):  # head.preprocess: false
         build_text("mini", yaml.safe_dump(minimal).encode())

@@ -8,8 +8,8 @@ import yaml
 from scripts.build import build_text
 from scripts.commands.checked import checked
 from scripts.core import state
-from scripts.core.errors import CapacityRefused, KitError
-from scripts.core.inputs import check_name, flag, values_file
+from scripts.core.errors import CapacityRefused, KitError, NoAccount
+from scripts.core.inputs import check_name, flag, values_file, values_shown
 from scripts.core.paths import BENCH, BUILD, LAUNCHED, RENDERED, RESULTS
 from scripts.core.values import parse_yaml
 from scripts.pricing.cost import hourly_cost
@@ -18,7 +18,7 @@ from scripts.providers import PROVIDERS, load_record
 
 def cmd_validate(a) -> int:
     built = checked(a.cluster)
-    print(f"cluster_templates/{a.cluster}.yaml: valid ({built.provider.NAME}; "
+    print(f"{values_shown(a.cluster)}: valid ({built.provider.NAME}; "
           "every check passed, nothing written or launched)")
     return 0
 
@@ -76,16 +76,29 @@ def prepared(built, avoid_zones: tuple = ()):
 def cmd_up(a) -> int:
     built = checked(a.cluster)
     if flag("DRY_RUN", a.dry_run):
-        return print_plan(prepared(built))
+        return dry_run(built)
     with state.lock(a.cluster):
         refuse_if_up(a.cluster)
         preflight_and_launch(built)
     return 0
 
 
-def print_plan(built) -> int:
+def dry_run(built) -> int:
+    """The plan after the account's preflight; without credentials, the plan from the
+    values file alone, marked as such (a first look needs no account)."""
+    try:
+        built = prepared(built)
+    except NoAccount as e:
+        print(f"dry run offline ({e}): the account is not checked (zone, subnet, AMI id, key "
+              "pair, quotas); `make preflight` checks them", flush=True)
+        return print_plan(built, offline=True)
+    return print_plan(built)
+
+
+def print_plan(built, offline: bool = False) -> int:
     cost = hourly_cost(built)
-    print(f"dry run: CLUSTER={built.cluster} would launch (nothing is launched):")
+    print(f"dry run{' offline' if offline else ''}: CLUSTER={built.cluster} would launch "
+          "(nothing is launched):")
     print("\n".join(built.provider.plan(built.values, built.config)))
     if cost:
         print(f"total ~${cost[0]:.2f}/h with min_workers, up to ~${cost[1]:.2f}/h at max_workers")

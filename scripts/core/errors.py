@@ -19,6 +19,11 @@ class CapacityRefused(KitError):
         self.zone = zone
 
 
+class NoAccount(KitError):
+    """The cloud cannot be asked: no credentials on this machine. `make up` stops at it; a
+    dry run goes on with what it can say offline, and says so."""
+
+
 def not_running(cluster: str) -> str:
     """The one line for a cluster whose record stands but whose processes are gone (killed,
     or dead under a command), instead of whatever Ray's client raised."""

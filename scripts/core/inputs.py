@@ -72,6 +72,15 @@ def values_file(cluster: str) -> Path:
     return path
 
 
+def values_shown(cluster: str) -> str:
+    """How an error names CLUSTER's values file: where it is (cluster_templates/ or the
+    user's RAYKIT_VALUES_DIR), as the user reads it."""
+    try:
+        return shown(values_file(cluster))
+    except KitError:  # a mix made in memory (make plan, a bench's variants)
+        return f"cluster_templates/{cluster}.yaml"
+
+
 def job_dir(job: str) -> Path:
     """<dir>/<job>/ holding main.py (jobs/, or RAYKIT_JOBS_DIR), or KitError; the directory
     is what gets uploaded."""

@@ -20,6 +20,7 @@ from scripts import catalog
 from scripts.build import Built, build
 from scripts.core import roles
 from scripts.core.errors import KitError
+from scripts.core.inputs import values_shown
 from scripts.core.values import joined
 from scripts.pricing.output import text_table
 from scripts.providers import aws, kuberay
@@ -85,7 +86,7 @@ def check_prices_as(built: Built) -> Built | None:
     values file that validates and has a worker type of each of this mix's names. Returns
     that AWS mix (None where there is none to check); raises KitError naming every problem
     (`make validate` and every pricing command check it)."""
-    name, where = built.values.get("prices_as"), f"cluster_templates/{built.cluster}.yaml"
+    name, where = built.values.get("prices_as"), values_shown(built.cluster)
     if built.provider.BILLS or not name:
         return None
     try:
@@ -94,7 +95,7 @@ def check_prices_as(built: Built) -> Built | None:
         raise KitError(f"{where}: prices_as: {name} does not validate: {e}; fix that file or "
                        "name another") from None
     if not theirs.provider.BILLS:
-        raise KitError(f"{where}: prices_as: cluster_templates/{name}.yaml is not an AWS values "
+        raise KitError(f"{where}: prices_as: {values_shown(name)} is not an AWS values "
                        "file; name one such as hetero")
     problems = [f"workers.{worker}: {name}.yaml has no worker type '{worker}' to price it as; "
                 f"name the local worker types as in {name}.yaml"
@@ -148,7 +149,7 @@ def cost_table(built: Built) -> list[str]:
         return [f"'{values['cluster_name']}' runs on this machine: no cloud cost "
                 "(set prices_as to price it like an AWS values file)"]
     return [f"'{values['cluster_name']}' runs on this machine; it stands for "
-            f"cluster_templates/{values['prices_as']}.yaml's node types with its own counts, "
+            f"{values_shown(values['prices_as'])}'s node types with its own counts, "
             "priced:"] + aws_cost_table(stand_in_values(values, aws_mix))
 
 
@@ -220,10 +221,10 @@ def priced(built: Built) -> tuple[str, float]:
     aws_mix = check_prices_as(built)
     if not built.provider.BILLS:
         if "prices_as" not in values:  # KubeRay: the node groups bill, at prices the kit cannot see
-            raise KitError(f"CLUSTERS: cluster_templates/{name}.yaml runs on Kubernetes node groups, "
+            raise KitError(f"CLUSTERS: {values_shown(name)} runs on Kubernetes node groups, "
                            "which the kit cannot price; bench the AWS mix of its shape (e.g. hetero)")
         if not values["prices_as"]:
-            raise KitError(f"CLUSTERS: cluster_templates/{name}.yaml sets no prices_as; set it "
+            raise KitError(f"CLUSTERS: {values_shown(name)} sets no prices_as; set it "
                            "to the AWS values file it stands for, e.g. prices_as: hetero")
         name = f"{name} as {values['prices_as']}"
         values = stand_in_values(values, aws_mix)
@@ -337,7 +338,7 @@ def autopilot_env(built: Built, priced: tuple[dict[str, float], str] | None) -> 
                                         for name, w in values["workers"].items() if name != kind)
     ceiling = pilot["max_usd_per_hour"]
     if ceiling is not None:
-        where = f"cluster_templates/{built.cluster}.yaml: autopilot.max_usd_per_hour"
+        where = f"{values_shown(built.cluster)}: autopilot.max_usd_per_hour"
         if node_usd is None:
             raise KitError(f"{where}: this mix has no prices to hold under a ceiling (a local mix needs "
                            "prices_as); set max_usd_per_hour: null")

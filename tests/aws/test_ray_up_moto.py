@@ -208,6 +208,28 @@ def test_up_without_credentials_is_one_line_and_launches_nothing(tmp_path):
     assert not (tmp_path / "build" / "launched" / "hetero.json").exists()
 
 
+def test_a_dry_run_without_credentials_says_what_it_can_offline(tmp_path):
+    """A first look needs no AWS account: the plan from the values file alone, marked
+    offline, with what it could not check; `make up` itself still stops at the line."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {"HOME": str(tmp_path), "RAYKIT_BUILD_DIR": str(tmp_path / "build"),
+            "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+            "AWS_EC2_METADATA_DISABLED": "true"}
+    run = make("up", "CLUSTER=hetero", "DRY_RUN=1", env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "dry run offline (no AWS credentials found; run `aws configure` (or set AWS_PROFILE), then "
+        "try again): the account is not checked (zone, subnet, AMI id, key pair, quotas); `make "
+        "preflight` checks them",
+        "dry run offline: CLUSTER=hetero would launch (nothing is launched):",
+        "AWS us-east-1, zone any (Ray picks), AMI resolve:ssm:/aws/service/deeplearning/ami/x86_64/"
+        "base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id",
+        "  ray.head.default: 1 x g5.xlarge, 150 GB gp3, rayproject/ray:2.60.0-py311-cpu, ~$1.02/h each",
+        "  cpu_worker: 2-4 x c5.4xlarge, 100 GB gp3, rayproject/ray:2.60.0-py311-cpu, ~$0.69/h each",
+        "total ~$2.40/h with min_workers, up to ~$3.79/h at max_workers"]
+    assert not (tmp_path / "build" / "launched" / "hetero.json").exists()
+
+
 def test_dry_run_says_what_would_launch_and_launches_nothing(moto_server, tmp_path):
     env = dict(os.environ, AWS_ENDPOINT_URL=moto_server, HOME=str(tmp_path),
                RAYKIT_BUILD_DIR=str(tmp_path / "build"))

@@ -202,8 +202,8 @@ sys.exit(kit.main(["up"]))
 @pytest.mark.cluster
 def test_a_head_port_another_program_took_is_given_up_for_fresh_ones(tmp_path):
     """The dashboard the kit records is its own cluster's, never the program's that took
-    the port: Ray only logs that it could not bind it."""
-    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path), KIT_CLUSTER="local")
+    the port: Ray only logs that it could not bind it. (local_single: a head alone)"""
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path), KIT_CLUSTER="local_single")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -213,14 +213,14 @@ def test_a_head_port_another_program_took_is_given_up_for_fresh_ones(tmp_path):
         try:
             assert up.returncode == 0, up.stdout + up.stderr
             assert f"port {port} was taken by another program; starting the head again" in up.stdout
-            state = json.loads((tmp_path / "launched" / "local.json").read_text())
+            state = json.loads((tmp_path / "launched" / "local_single.json").read_text())
             assert not state["dashboard_url"].endswith(f":{port}")
-            jobs = make("jobs", "CLUSTER=local", env=env)  # through the dashboard, with the token
+            jobs = make("jobs", "CLUSTER=local_single", env=env)  # through the dashboard, with the token
             assert jobs.returncode == 0, jobs.stdout + jobs.stderr
         finally:
-            down = make("down", "CLUSTER=local", env=env, timeout=120)
+            down = make("down", "CLUSTER=local_single", env=env, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
-    assert processes_of({"cluster": "local", "build_dir": str(tmp_path)}) == []
+    assert processes_of({"cluster": "local_single", "build_dir": str(tmp_path)}) == []
     remove_private_dir(up.stdout)
 
 

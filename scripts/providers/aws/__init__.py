@@ -24,7 +24,7 @@ import yaml
 
 from scripts import catalog
 from scripts.core import state, tunnel
-from scripts.core.errors import CapacityRefused, KitError, short
+from scripts.core.errors import CapacityRefused, KitError, NoAccount, short
 from scripts.core.ray_cli import ray_cli, ray_env
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.providers.aws.alarm import HUNG_MINUTES, delete_head_alarm, set_head_alarm
@@ -191,7 +191,7 @@ def require_credentials() -> None:
     except botocore.exceptions.BotoCoreError as e:
         raise KitError(f"AWS credentials: {short(str(e), 120)}; fix your AWS configuration") from None
     if found is None:
-        raise KitError(NO_CREDENTIALS)
+        raise NoAccount(NO_CREDENTIALS)
 
 
 def run_ray(args: list[str], keep_output: bool = False):

@@ -22,7 +22,7 @@ from pathlib import Path
 import botocore.exceptions
 
 from scripts import catalog
-from scripts.core.errors import KitError, short
+from scripts.core.errors import KitError, NoAccount, short
 from scripts.core.values import joined
 
 NO_CREDENTIALS = "no AWS credentials found; run `aws configure` (or set AWS_PROFILE), then try again"
@@ -269,7 +269,7 @@ def caller_account(sts) -> str:
     try:
         return sts.get_caller_identity()["Account"]
     except botocore.exceptions.NoCredentialsError:
-        raise KitError(NO_CREDENTIALS) from None
+        raise NoAccount(NO_CREDENTIALS) from None
     except botocore.exceptions.EndpointConnectionError as e:
         raise KitError(f"could not reach AWS ({short(str(e), 160)[1:-1]}); check your "
                        "network and AWS_ENDPOINT_URL") from None
