@@ -266,6 +266,8 @@ class Pilot(threading.Thread):
             DefaultAutoscalingCoordinator,
         )
         self.coordinator = DefaultAutoscalingCoordinator(REQUESTER)
+        self.last_joined = 0
+        self.budget_refreshes: list[float] = []  # run-relative times it had Ray Data's budget recomputed
 
     def steered_nodes(self) -> list[dict]:
         """The steered type's nodes up now, from Ray's node table (by their label)."""
@@ -302,6 +304,19 @@ class Pilot(threading.Thread):
             resources=[dict(self.bundle) for _ in range(nodes)], expire_after_s=REQUEST_EXPIRES_S,
             label_selectors=[{NODE_TYPE: self.node_type}] * nodes)
 
+    def refresh_budget(self, now: float) -> None:
+        """Have Ray Data's AutoscalingCoordinator recompute every reservation now: a node
+        that joined enters Ray Data's budget only at the coordinator's next tick, up to 20 s
+        later (its TICK_INTERVAL_S), and bills meanwhile: the bench saw the autopilot's
+        nodes join mid-run and work late. `recompute=True` is the actor's own on-demand
+        tick; fire and forget (Ray Data's executor reads the new reservation at its next poll)."""
+        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+            get_or_create_autoscaling_coordinator,
+        )
+
+        get_or_create_autoscaling_coordinator().get_reserved_resources.remote(REQUESTER, recompute=True)
+        self.budget_refreshes.append(round(now - self.started, 1))
+
     def tick(self) -> None:
         import ray
 
@@ -309,6 +324,9 @@ class Pilot(threading.Thread):
         steps, waiting = ray.get(self.log.window.remote(now - self.settings.window_s), timeout=30)
         share = wait_share([s[:3] for s in steps], now, self.settings.window_s, waiting)
         joined, before = self.joined(), self.state.asked
+        if joined > self.last_joined:
+            self.refresh_budget(now)
+        self.last_joined = joined
         if self.first_step_end is None and steps:
             self.first_step_end = min(s[0] for s in steps)  # the trainers' first step: the fill
         if joined == self.state.asked and self.settled_for != self.state.changed_at:
@@ -351,7 +369,7 @@ class Pilot(threading.Thread):
                 "min_nodes": self.settings.min_nodes, "max_nodes": self.settings.max_nodes,
                 "mean_wait_share": sum(shares) / len(shares) if shares else None,
                 "changes": self.state.reasons, "given_up": self.state.given_up, "drained": self.drained,
-                "timeline": self.timeline, "errors": self.errors[-5:]}
+                "budget_refreshes": self.budget_refreshes, "timeline": self.timeline, "errors": self.errors[-5:]}
 
 
 _last_report: dict | None = None

@@ -23,6 +23,12 @@ ray.init()
 settings, node_type, bundle = autopilot.settings_from_env()
 pilot = autopilot.Pilot(settings, node_type, bundle, step_log.start_step_log())
 seen = {"before": pilot.joined(), "bundle": bundle}
+# a requester as Ray Data's executor is one: the preprocess subcluster's leftover CPUs
+from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+    DefaultAutoscalingCoordinator, get_or_create_autoscaling_coordinator)
+from raykit import placement
+DefaultAutoscalingCoordinator("as-ray-data", subcluster_selector={placement.SUBCLUSTER: placement.PREPROCESS}).request_resources(
+    resources=[], expire_after_s=600, request_remaining=["CPU"])
 time.sleep(max(0.0, settings.cooldown_s - (time.time() - pilot.started)) + 0.5)  # its start-up cooldown
 
 def steps(step_s, wait_share):  # ten steps that end now: inside the window however slow this machine is
@@ -40,6 +46,12 @@ seen["after_up"] = pilot.joined()
 time.sleep(settings.cooldown_s + 0.5)
 pilot.log = step_log.start_step_log(name=None)  # a fresh log: the starving steps are out of the window
 pilot.tick()  # it sees the three up: its measures count from now (the count's steady flow)
+# ... and has Ray Data's coordinator recompute its reservations at once (not at its next
+# 20 s tick, which the joins above came well inside): the nodes that joined are in them
+time.sleep(1.0)  # that recompute is fire and forget
+reserved = ray.get(get_or_create_autoscaling_coordinator().get_reserved_resources.remote("as-ray-data"))
+seen["reserved_nodes"] = sum(1 for r in reserved.values() if r.get("CPU", 0) > 0)
+seen["refreshes"] = pilot.budget_refreshes
 time.sleep(0.1)
 steps(0.3, 0.0)  # fed, with slack, at three times the rate: the rise paid, and one node can go
 pilot.tick()
@@ -72,6 +84,7 @@ def test_the_autopilots_request_alone_scales_the_preprocess_type_up_then_asks_fo
     assert seen["bundle"] == {"raykit-node-cpu_worker": 1.0}
     assert seen["before"] == 1 and seen["asked_up"] == 3, seen  # min_workers 1; 1 / (1 - 0.9) > 3: max
     assert seen["after_up"] == 3, seen  # Ray's node table: the three the autopilot asked for
+    assert seen["reserved_nodes"] == 3 and len(seen["refreshes"]) == 2, seen  # at the first join, then the two
     assert seen["asked_down"] == 2 and "slack" in seen["reasons"][-1], seen
     assert len(seen["drained"]) == 1 and not seen["drained"][0].startswith("refused"), seen
     assert seen["after_down"] == 2, seen  # Ray's node table: the node given back is gone
