@@ -143,7 +143,7 @@ def remove_private_dir(text: str) -> None:
 
 def processes_of(state: dict) -> list:
     """The live processes of the local cluster that `state` (from local_cluster_up) names."""
-    from scripts.providers.local import cluster_processes
+    from scripts.providers.local.processes import cluster_processes
 
     return cluster_processes(state["cluster"], build=Path(state["build_dir"]))
 
@@ -245,14 +245,14 @@ def standin_head(tmp_path):
     """A real Ray head on loopback standing in for a cloud's (EC2, a KubeRay pod): auth off,
     as the kit runs it on AWS, with the resources the head and a worker of `hetero` offer. Its
     processes carry a marker of their own, by which they are stopped afterwards."""
-    from scripts.core.ray_cli import free_ports, ray_cli, ray_env, taken_by_others
-    from scripts.providers import local
+    from scripts.core.ray_cli import PORT_TRIES, free_ports, ray_cli, ray_env, taken_by_others
+    from scripts.providers.local import names, processes
 
     private = tempfile.mkdtemp(prefix="raykit-")
-    marker = local.cluster_id("standin-head", tmp_path)
-    env = ray_env(None, {local.MARKER: marker,
+    marker = names.cluster_id("standin-head", tmp_path)
+    env = ray_env(None, {names.MARKER: marker,
                          "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"})
-    for _ in range(3):  # as the local provider does: a port another program took is retried
+    for _ in range(PORT_TRIES):  # as the local provider does: a port another program took is retried
         ports = free_ports(6)
         gcs, dashboard, client, agent, metrics, runtime_env = ports
         subprocess.run([ray_cli(), "start", "--head", "--disable-usage-stats",
@@ -264,16 +264,16 @@ def standin_head(tmp_path):
                         "--labels=ray-subcluster=train,raykit-trainer-slots=1,raykit-preprocess=true",
                         "--object-store-memory=500000000"],
                        env=env, check=True, capture_output=True, timeout=120, start_new_session=True)
-        if not taken_by_others(ports, local.cluster_processes("standin-head", build=tmp_path)):
+        if not taken_by_others(ports, processes.cluster_processes("standin-head", build=tmp_path)):
             break
-        local.stop_processes(local.cluster_processes("standin-head", build=tmp_path))
+        processes.stop_processes(processes.cluster_processes("standin-head", build=tmp_path))
     else:
-        pytest.fail("the stand-in head lost one of its ports to another program three times")
+        pytest.fail("the stand-in head lost one of its ports to another program at each try")
     try:
         yield dashboard
     finally:
-        local.stop_processes(local.cluster_processes("standin-head", build=tmp_path))
-        assert local.cluster_processes("standin-head", build=tmp_path) == []
+        processes.stop_processes(processes.cluster_processes("standin-head", build=tmp_path))
+        assert processes.cluster_processes("standin-head", build=tmp_path) == []
         shutil.rmtree(private, ignore_errors=True)
 
 

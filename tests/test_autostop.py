@@ -25,7 +25,7 @@ from scripts.node.autostop import (
     watch,
 )
 from scripts.build import build, build_text
-from scripts.providers.local import cluster_processes
+from scripts.providers.local.processes import cluster_processes
 
 
 def test_a_running_or_pending_job_holds_the_cluster_up():
@@ -318,9 +318,9 @@ def test_the_aws_head_starts_the_watchdog_with_the_clusters_tag_and_region():
 
 def test_the_watchdog_terminates_by_the_tag_the_kit_puts_on_every_instance():
     from scripts.node import autostop
-    from scripts.providers import aws
+    from scripts.providers.aws import names
 
-    assert autostop.KIT_TAG == aws.KIT_TAG  # spelled twice: a node program imports no kit module
+    assert autostop.KIT_TAG == names.KIT_TAG  # spelled twice: a node program imports no kit module
 
 
 def test_every_aws_mix_autostops_by_default_and_local_ones_do_not():

@@ -20,6 +20,8 @@ from scripts.core.errors import KitError
 from scripts.pricing import bench_table as bench
 from scripts.pricing import cost
 from scripts.providers import local
+from scripts.providers.aws import prices as aws_prices
+from scripts.providers.local import names as local_names
 
 # The published TensorFlow row (p4d.24xlarge alone vs + 2 x c5.18xlarge), in FROM's shape.
 PUBLISHED = [{"name": "p4d.24xlarge", "usd_per_hour": 37.688, "mean_step_s": 0.192},
@@ -98,11 +100,11 @@ def test_a_local_mix_is_priced_as_the_aws_mix_it_stands_for_with_its_own_counts(
     assert name == "local_hetero as hetero"
     worker = aws["workers"]["cpu_worker"]
     one_core = dict(aws, workers={"cpu_worker": dict(worker, min_workers=1, share=1 / 16)})
-    assert usd == pytest.approx(cost.aws_hourly_cost(one_core)[0])
+    assert usd == pytest.approx(aws_prices.hourly_cost(one_core)[0])
     whole = dict(aws, workers={"cpu_worker": dict(worker, min_workers=1)})
-    assert cost.aws_hourly_cost(whole)[0] - usd == pytest.approx(
-        cost.worker_usd_per_hour(worker, "us-east-1") * 15 / 16)
-    assert cost.priced(build("local_single"))[1] == pytest.approx(cost.aws_hourly_cost(build("single").values)[0])
+    assert aws_prices.hourly_cost(whole)[0] - usd == pytest.approx(
+        aws_prices.worker_usd_per_hour(worker, "us-east-1") * 15 / 16)
+    assert cost.priced(build("local_single"))[1] == pytest.approx(aws_prices.hourly_cost(build("single").values)[0])
     unpriced = dict(load_example("local_single"), prices_as=None)
     with pytest.raises(KitError, match="sets no prices_as"):
         cost.priced(build_text("local_single", yaml.safe_dump(unpriced).encode()))
@@ -120,11 +122,11 @@ def test_the_planners_prediction_needs_dedicated_preprocessing_cpus():
 
 def marked(build_dir, clusters=("local_single", "local_hetero")):
     """Processes of any of the clusters started from build_dir (their marker says so)."""
-    markers = {local.cluster_id(name, build_dir) for name in clusters}
+    markers = {local_names.cluster_id(name, build_dir) for name in clusters}
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get(local.MARKER) in markers:
+            if proc.environ().get(local_names.MARKER) in markers:
                 found.append(proc)
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
             pass

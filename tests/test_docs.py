@@ -42,3 +42,13 @@ def test_the_readmes_mix_example_validates():
         values["workers"][name] |= worker
     built = build_text("mine", yaml.safe_dump(values).encode())
     assert built.values["workers"]["cpu_worker"]["instance_type"] == "c5.2xlarge"
+
+
+def test_the_developers_guide_names_every_module():
+    """docs/development.md's layout is where a newcomer looks a module up: each module of
+    scripts/ and jobs/raykit is named there (it fell ~10 behind the code once)."""
+    guide = (REPO / "docs" / "development.md").read_text()
+    modules = [p for folder in ("scripts", "jobs/raykit") for p in (REPO / folder).rglob("*.py")
+               if p.name != "__init__.py"]
+    unnamed = [str(p.relative_to(REPO)) for p in modules if not re.search(rf"\b{p.stem}\b", guide)]
+    assert modules and unnamed == []

@@ -5,7 +5,7 @@ level import is still an edge: hiding one there does not break a circle). The la
 lowest first; a module may import its own layer's modules (without a circle) and any
 lower layer's, never a higher one's:
 
-  core, node   errors, paths, inputs, values, state, ray_cli, submit; the node-side programs
+  core, node   errors, paths, inputs, values, state, ray_cli, submit, prices, tables; the node-side programs
   catalog      instance facts and prices
   providers    one package per provider; no provider imports another
   build        values file -> checked cluster config (drives the providers)
@@ -132,6 +132,24 @@ def test_no_provider_imports_another():
     assert crossing == []
 
 
+def test_no_module_above_the_providers_imports_a_provider_package():
+    """What differs between providers reaches the kit through the interface alone (the
+    registry, scripts/providers/__init__.py): pricing asks each mix's `node_prices`, it does
+    not read the AWS or KubeRay packages (it did, at 9 places, before the house's fifth pass)."""
+    reaching = [f"{a} -> {b}" for a, targets in import_graph().items() for b in targets
+                if layer_of(a) != "providers" and layer_of(b) == "providers" and provider_of(b)]
+    assert reaching == []
+
+
+def test_each_providers_face_stays_a_face():
+    """A provider's __init__.py holds its constants, record schema and the interface's
+    members, each imported from the module of its concern; a face grown past ~350 lines is
+    doing a concern's work (they were 750, 697 and 580 lines before the fifth pass)."""
+    sizes = {p.parent.name: len(p.read_text().splitlines())
+             for p in (SCRIPTS / "providers").glob("*/__init__.py")}
+    assert sizes and all(lines <= 350 for lines in sizes.values()), sizes
+
+
 def test_the_provider_rule_is_shown_catching_a_crossing():
     assert provider_of("scripts.providers.aws.iam") == "aws"
     assert provider_of("scripts.providers") is None
@@ -149,7 +167,7 @@ def test_node_programs_stand_alone(path):
 
 
 def test_no_code_outside_the_providers_branches_on_which_provider_it_is():
-    """What differs between providers is a member of their interface (BILLS,
+    """What differs between providers is a member of their interface (node_prices,
     STOPS_WITHOUT_RECORD, JOB_PACKAGES, ...): no `provider is local`, no `== "aws"` outside
     scripts/providers/."""
     names = {"aws", "local"}

@@ -11,7 +11,9 @@ import yaml
 from conftest import REPO, USER_VALUES, make
 from scripts import catalog
 from scripts.pricing import cost, planner
-from scripts.providers import kuberay
+from scripts.providers.aws import prices as aws_prices
+from scripts.providers.kuberay import prices as kuberay_prices
+from scripts.providers.kuberay import values as kuberay
 from scripts.pricing.formulas import cost_change, usd_per_100_steps, usd_per_million_images
 
 
@@ -56,7 +58,7 @@ def test_a_kuberay_mix_is_priced_by_the_nodes_its_pods_need():
     from scripts.build import build
 
     values = build("k8s_hetero").values
-    lines = cost.kuberay_cost_table(values)
+    lines = kuberay_prices.cost_table(values)
     assert lines[1].split() == ["node", "group", "instance", "pods", "nodes", "$/h", "each",
                                 "$/h", "at", "min", "$/h", "at", "max"]
     assert lines[3].split() == ["cpu-worker", "c5.4xlarge", "2-4", "2-4", "0.6800", "1.36", "2.72"]
@@ -66,13 +68,13 @@ def test_a_kuberay_mix_is_priced_by_the_nodes_its_pods_need():
     assert [g["nodes"] for g in kuberay.node_groups(halves)] == [(1, 1), (1, 2)]  # 2-4 pods, 2 a node
     unknown = copy.deepcopy(values)
     unknown["workers"]["cpu-worker"]["node_selector"] = {"eks.amazonaws.com/nodegroup": "cpu"}
-    lines = cost.kuberay_cost_table(unknown)
-    assert not any(line.startswith("total") for line in lines) and cost.kuberay_hourly_cost(unknown) is None
+    lines = kuberay_prices.cost_table(unknown)
+    assert not any(line.startswith("total") for line in lines) and kuberay_prices.hourly_cost(unknown) is None
     assert lines[-1].startswith("cpu-worker: its node selector names no instance type the catalog prices")
 
 
 def test_cost_table_adds_ebs_and_counts_min_and_max_workers(hetero_values):
-    lines = cost.aws_cost_table(hetero_values | {"aws": hetero_values["aws"] | {"region": "us-east-1"}})
+    lines = aws_prices.cost_table(hetero_values | {"aws": hetero_values["aws"] | {"region": "us-east-1"}})
     head = next(line.split() for line in lines if line.startswith("ray.head.default"))
     worker = next(line.split() for line in lines if line.startswith("cpu_worker"))
     # g5.xlarge $1.006 + 150 GB gp3 at $0.08/GB-month / 730 h
@@ -84,9 +86,9 @@ def test_cost_table_adds_ebs_and_counts_min_and_max_workers(hetero_values):
 def test_cost_notes_spot_workers_and_regions_without_prices(hetero_values):
     hetero_values["workers"]["cpu_worker"]["spot"] = True
     assert any(line.startswith("spot: cpu_worker is billed at the spot price")
-               for line in cost.aws_cost_table(hetero_values))
+               for line in aws_prices.cost_table(hetero_values))
     hetero_values["aws"]["region"] = "eu-west-1"
-    assert cost.aws_cost_table(hetero_values)[0].startswith("no list prices for eu-west-1")
+    assert aws_prices.cost_table(hetero_values)[0].startswith("no list prices for eu-west-1")
 
 
 def test_the_catalog_covers_the_families_with_a_price_in_each_listed_region():

@@ -12,6 +12,7 @@ from scripts.core import node_packages
 from scripts.core.errors import KitError
 from scripts.core.inputs import available_clusters
 from scripts.providers import PROVIDERS, Provider, aws, local
+from scripts.providers.local import names as local_names
 from scripts.core.values import load_schema, with_defaults
 
 VALUES_FILES = sorted(p.stem for p in (REPO / "cluster_templates").glob("*.yaml"))
@@ -92,11 +93,11 @@ def test_the_interface_check_sees_a_wrong_type_a_missing_member_and_a_changed_si
     broken = types.ModuleType("broken")
     vars(broken).update({k: v for k, v in vars(aws).items() if not k.startswith("_")})
     broken.JOB_PACKAGES = ("torch", "torchvision")
-    del broken.BILLS
+    del broken.STOPS_WITHOUT_RECORD
     broken.down = lambda cluster, record: ""
     assert interface_problems(broken) == [
         "JOB_PACKAGES = ('torch', 'torchvision') is not <enum 'JobPackages'>",
-        "BILLS is missing",
+        "STOPS_WITHOUT_RECORD is missing",
         "down(cluster, record) is not down(cluster, record, purge)"]
 
 
@@ -247,7 +248,7 @@ def test_local_nodes_are_placed_by_labels_not_custom_resources():
                               "raykit-trainer-slots": "1"}
     assert worker["labels"] == {"raykit-node-type": "cpu_worker", "ray-subcluster": "preprocess"}
     assert worker["resources"]["object_store_memory"] == 768 * 1024 * 1024
-    assert config["provider"]["module"] == local.PROVIDER_CLASS
+    assert config["provider"]["module"] == local_names.PROVIDER_CLASS
     # the single-node mix: a train node that preprocesses too, on one pinned core
     single = build("local_single").config["available_node_types"][local.HEAD_TYPE]["labels"]
     assert single == {"raykit-node-type": "head", "ray-subcluster": "train",

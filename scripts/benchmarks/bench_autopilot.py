@@ -41,7 +41,7 @@ from scripts.core.inputs import check_name, json_text, split_args
 from scripts.core.paths import BENCH
 from scripts.kit import raise_keyboard_interrupt
 from scripts.pricing.bench_table import new_run_dir
-from scripts.pricing.output import cell, text_table
+from scripts.core.tables import cell, text_table
 
 DEFAULT_ARGS = "--phases light:60,heavy:120,light:60 --blur-count 6 --image-size 96 --log-every 30"
 ROWS = ("fixed_min", "fixed_max", "raydata", "autopilot")

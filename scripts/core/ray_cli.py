@@ -49,6 +49,11 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+# Starts of a server (a head, a tunnel) on fresh ports, where another program took a port
+# the kit chose between choosing and binding it: free ports are free only when looked at.
+PORT_TRIES = 3
+
+
 def free_ports(count: int) -> list[int]:
     """`count` distinct free ports on 127.0.0.1. Every socket stays bound until all are
     chosen: ports taken one after another can repeat (the OS may hand a just-released port

@@ -11,10 +11,9 @@ from contextlib import contextmanager
 import psutil
 
 from scripts.core.errors import KitError, short
-from scripts.core.ray_cli import free_port, port_open, taken_by_others
+from scripts.core.ray_cli import PORT_TRIES, free_port, port_open, taken_by_others
 
 MAX_WAIT_S = 60
-PORT_TRIES = 3
 
 
 @contextmanager

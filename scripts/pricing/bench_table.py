@@ -39,7 +39,7 @@ from scripts.core.inputs import check_name, json_text, read_json
 from scripts.core.state import make_dir
 from scripts.pricing.formulas import cost_change, usd_per_100_steps, usd_per_million_images
 from scripts.core.charts import chart_file
-from scripts.pricing.output import cell, text_table
+from scripts.core.tables import cell, text_table
 from scripts.pricing.planner import predicted_images_per_s
 
 FIELDS = ["name", "usd_per_hour", "mean_step_s", "data_wait_share", "trainer_utilization",

@@ -1,15 +1,17 @@
 """What a cluster costs per hour: the one place that turns built values into dollars.
 
-An AWS values file is priced node by node from scripts/catalog.py (on-demand list price
-plus the node's EBS volumes). A KubeRay values file is priced by the nodes its pods need
-of the instance types its node selectors name (the node groups bill them, not the kit;
-their disks and the control plane are not counted). A local values file costs nothing to run; with `prices_as`
-it stands for an AWS values file with its own node counts (each local worker type priced
-as the AWS worker type of the same name), which is how `make cost` and `make bench` price
-a local mix. A local preprocess node is priced as its share of the type it stands for: a
-quarter-core node as a quarter of one of the type's vCPUs, not the whole instance (its
-train nodes and head stand for the GPU instance whole: a trainer slot is the GPU). `make up` and `make up DRY_RUN=1` announce hourly_cost; `make cost` prints
-cost_table; `make bench` prices each row with priced().
+Each provider prices what its mix bills (Provider.node_prices, from scripts/catalog.py): AWS
+node by node (on-demand list price plus the node's EBS volumes), KubeRay the nodes its
+pods need of the instance types their node selectors name (the node groups bill them, not
+the kit; their disks and the control plane are not counted). A local mix bills nothing;
+with `prices_as` it stands for an AWS values file with its own node counts (each local
+worker type priced as the AWS worker type of the same name), which is how `make cost` and
+`make bench` price a local mix. A local preprocess node is priced as its share of the type
+it stands for: a quarter-core node as a quarter of one of the type's vCPUs, not the whole
+instance (its train nodes and head stand for the GPU instance whole: a trainer slot is the
+GPU). `make up` and `make up DRY_RUN=1` announce hourly_cost; `make cost` prints
+cost_table; `make bench` prices each row with priced(); a job learns its nodes' prices
+from job_env.
 """
 
 import copy
@@ -21,80 +23,47 @@ from scripts.build import Built, build
 from scripts.core import roles
 from scripts.core.errors import KitError
 from scripts.core.inputs import values_shown
+from scripts.core.prices import Prices
 from scripts.core.values import joined
-from scripts.pricing.output import text_table
-from scripts.providers import aws, kuberay
-
-COST_TABLE_HEADER = ("node type", "instance", "count", "$/h each", "of it EBS", "$/h at min",
-                     "$/h at max")
-
-
-def worker_usd_per_hour(node: dict, region: str) -> float | None:
-    """One node's $/h: an AWS node's list price and EBS, times its `share` where a local
-    node stands for part of it (stand_in_values)."""
-    price = aws.node_usd_per_hour(node, region)
-    return None if price is None else price * node.get("share", 1.0)
-
-
-def aws_hourly_cost(values: dict) -> tuple[float, float] | None:
-    """$/h of AWS values with min_workers and with max_workers; None for a region without
-    prices."""
-    region = values["aws"]["region"]
-    head = aws.node_usd_per_hour(values["head"], region)
-    if head is None:
-        return None
-    low = high = head
-    for w in values["workers"].values():
-        low += w["min_workers"] * worker_usd_per_hour(w, region)
-        high += w["max_workers"] * worker_usd_per_hour(w, region)
-    return low, high
-
-
-# A Kubernetes values file names no region: its node groups are priced as in the first
-# priced region, and the table says so.
-KUBERNETES_PRICE_REGION = catalog.PRICED_REGIONS[0]
-
-
-def node_usd_per_hour(group: dict) -> float:
-    """A KubeRay group's node, at KUBERNETES_PRICE_REGION's list price."""
-    return catalog.INSTANCE_TYPES[group["instance_type"]].usd_per_hour[KUBERNETES_PRICE_REGION]
-
-
-def kuberay_hourly_cost(values: dict) -> tuple[float, float] | None:
-    """$/h of the nodes a KubeRay values file's pods need, at min and at max workers; None
-    where a group's selector names no instance type the catalog prices."""
-    groups = kuberay.node_groups(values)
-    if any(g["instance_type"] is None for g in groups):
-        return None
-    return (sum(node_usd_per_hour(g) * g["nodes"][0] for g in groups),
-            sum(node_usd_per_hour(g) * g["nodes"][1] for g in groups))
 
 
 def hourly_cost(built: Built) -> tuple[float, float] | None:
     """What running the cluster bills per hour, with min_workers and with max_workers:
-    (0, 0) for a local cluster (it runs on this machine), the node groups' nodes for a
-    KubeRay cluster, None for an unpriced region or instance type."""
-    if not built.provider.BILLS:
-        if "prices_as" in built.values:
-            return (0.0, 0.0)
-        return kuberay_hourly_cost(built.values)
-    return aws_hourly_cost(built.values)
+    (0, 0) for a mix that bills nothing (this machine's cores), None for an unpriced
+    region or instance type."""
+    prices = built.provider.node_prices(built.values)
+    return (0.0, 0.0) if prices is None else prices.hourly
+
+
+def mix_prices(built: Built) -> tuple[Prices | None, str]:
+    """The prices of what the mix bills, or of the AWS mix a local one stands for (its
+    prices_as, checked), and how they are named ('as hetero, ' for a stand-in); None where
+    the mix bills nothing and stands for nothing."""
+    prices = built.provider.node_prices(built.values)
+    if prices is not None:
+        return prices, ""
+    theirs = check_prices_as(built)
+    if theirs is None:
+        return None, ""
+    return (theirs.provider.node_prices(stand_in_values(built.values, theirs)),
+            f"as {built.values['prices_as']}, ")
 
 
 def check_prices_as(built: Built) -> Built | None:
-    """A mix that does not bill, priced through its `prices_as`: that file must be an AWS
+    """A mix that bills nothing, priced through its `prices_as`: that file must be an AWS
     values file that validates and has a worker type of each of this mix's names. Returns
     that AWS mix (None where there is none to check); raises KitError naming every problem
     (`make validate` and every pricing command check it)."""
     name, where = built.values.get("prices_as"), values_shown(built.cluster)
-    if built.provider.BILLS or not name:
+    if not name:
         return None
     try:
         theirs = build(name)
     except KitError as e:
         raise KitError(f"{where}: prices_as: {name} does not validate: {e}; fix that file or "
                        "name another") from None
-    if not theirs.provider.BILLS:
+    # a stand-in is priced node by node as the instance types it names (stand_in_values)
+    if theirs.provider.node_prices(theirs.values) is None or "instance_type" not in theirs.values["head"]:
         raise KitError(f"{where}: prices_as: {values_shown(name)} is not an AWS values "
                        "file; name one such as hetero")
     problems = [f"workers.{worker}: {name}.yaml has no worker type '{worker}' to price it as; "
@@ -137,107 +106,31 @@ def local_share(values: dict, node: dict, instance_type: str) -> float:
 
 
 def cost_table(built: Built) -> list[str]:
-    """`make cost`: an AWS mix's table; a local cluster costs nothing, or, with
+    """`make cost`: the mix's own table; a local cluster costs nothing, or, with
     `prices_as`, the table of the AWS mix it stands for."""
     values = built.values
-    aws_mix = check_prices_as(built)
-    if built.provider.BILLS:
-        return aws_cost_table(values)
-    if "prices_as" not in values:  # KubeRay: no prices_as (its group names are not AWS's)
-        return kuberay_cost_table(values)
-    if not values["prices_as"]:
+    prices, label = mix_prices(built)
+    if prices is None:
         return [f"'{values['cluster_name']}' runs on this machine: no cloud cost "
                 "(set prices_as to price it like an AWS values file)"]
+    if not label:
+        return prices.lines
     return [f"'{values['cluster_name']}' runs on this machine; it stands for "
             f"{values_shown(values['prices_as'])}'s node types with its own counts, "
-            "priced:"] + aws_cost_table(stand_in_values(values, aws_mix))
-
-
-def aws_cost_table(values: dict) -> list[str]:
-    """Per node type: instance, count at min..max, $/h each (EBS included, and shown), the
-    type's $/h at min and at max workers; the totals; a note per spot type."""
-    region = values["aws"]["region"]
-    if aws.node_usd_per_hour(values["head"], region) is None:
-        return [f"no list prices for {region} in scripts/catalog.py (it prices "
-                f"{', '.join(catalog.PRICED_REGIONS)}); add the region's prices there"]
-    rows = [COST_TABLE_HEADER]
-    spot, shares = [], []
-    for key, node in aws.nodes_of(values).items():
-        name = aws.HEAD_TYPE if key == "head" else key.split(".", 1)[1]
-        each = worker_usd_per_hour(node, region)
-        ebs = (aws.node_usd_per_hour(node, region)
-               - catalog.INSTANCE_TYPES[node["instance_type"]].usd_per_hour[region]) * node.get("share", 1.0)
-        least, most = (1, 1) if key == "head" else (node["min_workers"], node["max_workers"])
-        rows.append((name, node["instance_type"], str(least) if least == most else f"{least}-{most}",
-                     f"{each:.4f}", f"{ebs:.4f}", f"{least * each:.2f}", f"{most * each:.2f}"))
-        if key != "head" and node["spot"]:
-            spot.append(name)
-        if node.get("share", 1.0) < 1.0:
-            shares.append(f"{name}: a local node priced as {node['share']:.4g} of a {node['instance_type']} "
-                          f"({node['share'] * catalog.INSTANCE_TYPES[node['instance_type']].vcpus:g} of its "
-                          f"{catalog.INSTANCE_TYPES[node['instance_type']].vcpus} vCPUs: the cores it runs on)")
-    low, high = aws_hourly_cost(values)
-    rows.append(("total", "", "", "", "", f"{low:.2f}", f"{high:.2f}"))
-    lines = [f"'{values['cluster_name']}' on AWS {region}: on-demand list prices and EBS "
-             "(scripts/catalog.py, as of 2026-11; not in it: public IPv4, $0.005/h a node that has one)"]
-    lines += text_table(rows, left=(0, 1, 2))
-    lines += [f"spot: {name} is billed at the spot price (varies, often well below on-demand; "
-              "not in the catalog) and may be reclaimed: the figures above are its on-demand "
-              "ceiling" for name in spot]
-    return lines + shares
-
-
-def kuberay_cost_table(values: dict) -> list[str]:
-    """Per group: its instance type, pods and the nodes they need at min..max, $/h a node,
-    the group's $/h at min and at max; the totals, or what could not be priced."""
-    rows = [("node group", "instance", "pods", "nodes", "$/h each", "$/h at min", "$/h at max")]
-    unpriced = []
-    span = lambda pair: str(pair[0]) if pair[0] == pair[1] else f"{pair[0]}-{pair[1]}"  # noqa: E731
-    for g in kuberay.node_groups(values):
-        if g["instance_type"] is None:
-            unpriced.append(g["name"])
-            rows.append((g["name"], "?", span(g["pods"]), "?", "-", "-", "-"))
-            continue
-        each = node_usd_per_hour(g)
-        rows.append((g["name"], g["instance_type"], span(g["pods"]), span(g["nodes"]), f"{each:.4f}",
-                     f"{each * g['nodes'][0]:.2f}", f"{each * g['nodes'][1]:.2f}"))
-    lines = [f"'{values['cluster_name']}' on Kubernetes: the nodes its pods need, of the instance "
-             f"types their node selectors name, at {KUBERNETES_PRICE_REGION} on-demand list prices "
-             "(scripts/catalog.py, as of 2026-11); the node groups bill them, not the kit; node "
-             "disks and the control plane (EKS: $0.10/h) are not counted"]
-    cost = kuberay_hourly_cost(values)
-    if cost:
-        rows.append(("total", "", "", "", "", f"{cost[0]:.2f}", f"{cost[1]:.2f}"))
-    lines += text_table(rows, left=(0, 1))
-    lines += [f"{name}: its node selector names no instance type the catalog prices "
-              "(node.kubernetes.io/instance-type): not priced, so no total" for name in unpriced]
-    return lines
+            "priced:"] + prices.lines
 
 
 def priced(built: Built) -> tuple[str, float]:
-    """A bench row's name and $/h: an AWS mix at its own prices; a local one as the AWS
-    mix its `prices_as` names, with its own node counts (what it stands for)."""
-    values, name = built.values, built.cluster
-    aws_mix = check_prices_as(built)
-    if not built.provider.BILLS:
-        if "prices_as" not in values:  # KubeRay: the node groups bill, at prices the kit cannot see
-            raise KitError(f"CLUSTERS: {values_shown(name)} runs on Kubernetes node groups, "
-                           "which the kit cannot price; bench the AWS mix of its shape (e.g. hetero)")
-        if not values["prices_as"]:
-            raise KitError(f"CLUSTERS: {values_shown(name)} sets no prices_as; set it "
-                           "to the AWS values file it stands for, e.g. prices_as: hetero")
-        name = f"{name} as {values['prices_as']}"
-        values = stand_in_values(values, aws_mix)
-    cost = aws_hourly_cost(values)
-    if cost is None:
-        raise KitError(f"CLUSTERS: {built.cluster}: region {values['aws']['region']} has no "
-                       "prices in scripts/catalog.py; bench in a region it lists")
-    return name, cost[0]
-
-
-# The head's raykit-node-type label: AWS's is Ray's own head type name, the local and
-# KubeRay heads' is "head"
-HEAD_LABELS = ("head", aws.HEAD_TYPE)
+    """A bench row's name and $/h: a mix at its own prices; a local one as the AWS mix its
+    `prices_as` names, with its own node counts (what it stands for)."""
+    name = built.cluster
+    prices, label = mix_prices(built)
+    if prices is None:
+        raise KitError(f"CLUSTERS: {values_shown(name)} sets no prices_as; set it "
+                       "to the AWS values file it stands for, e.g. prices_as: hetero")
+    if prices.bench_refusal:
+        raise KitError(f"CLUSTERS: {values_shown(name)}: {prices.bench_refusal}")
+    return (f"{name} as {built.values['prices_as']}" if label else name), prices.hourly[0]
 
 
 # What a job learns from the kit: the names and shapes are jobs/raykit/contract.py's
@@ -267,20 +160,8 @@ def node_network_gbps(built: Built) -> dict[str, float]:
     """Each node type's baseline bandwidth, Gbit/s, by its raykit-node-type label, as
     priced (a local mix's as its prices_as; a KubeRay pod's as its node's); {} where the
     instance types are unknown."""
-    values = built.values
-    if not built.provider.BILLS and "prices_as" not in values:  # KubeRay
-        kinds = {name: kuberay.instance_type_of(node)
-                 for name, node in [("head", values["head"])] + list(values["workers"].items())}
-    else:
-        if not built.provider.BILLS:
-            aws_mix = check_prices_as(built)
-            if aws_mix is None:
-                return {}
-            values = stand_in_values(values, aws_mix)
-        kinds = {name: node["instance_type"] for name, node in values["workers"].items()}
-        kinds |= {head: values["head"]["instance_type"] for head in HEAD_LABELS}
-    found = {name: catalog.network_gbps(kind) for name, kind in kinds.items() if kind}
-    return {name: gbps for name, gbps in found.items() if gbps is not None}
+    prices, _ = mix_prices(built)
+    return prices.network_gbps if prices else {}
 
 
 def node_hour_prices(built: Built) -> tuple[dict[str, float], str] | None:
@@ -288,27 +169,10 @@ def node_hour_prices(built: Built) -> tuple[dict[str, float], str] | None:
     carry, and what they are priced as; None where the mix cannot be priced (a local mix
     without prices_as, an unpriced region or instance type). A KubeRay pod is its node's
     share (the node's price over the pods of its kind a node holds)."""
-    values, label = built.values, ""
-    if not built.provider.BILLS and "prices_as" not in values:  # KubeRay
-        prices = {}
-        for name, node in [("head", values["head"])] + list(values["workers"].items()):
-            kind = kuberay.instance_type_of(node)
-            if kind is None:
-                return None
-            spec = catalog.INSTANCE_TYPES[kind]
-            prices[name] = node_usd_per_hour({"instance_type": kind}) / kuberay.pods_per_node(node["pod"], spec)
-        return prices, f"pods as their node's share, {KUBERNETES_PRICE_REGION} list prices"
-    if not built.provider.BILLS:
-        aws_mix = check_prices_as(built)
-        if aws_mix is None:
-            return None
-        values, label = stand_in_values(values, aws_mix), f"as {built.values['prices_as']}, "
-    region = values["aws"]["region"]
-    prices = {name: worker_usd_per_hour(node, region) for name, node in values["workers"].items()}
-    prices |= {head: aws.node_usd_per_hour(values["head"], region) for head in HEAD_LABELS}
-    if None in prices.values():
+    prices, label = mix_prices(built)
+    if prices is None or prices.node_hour is None:
         return None
-    return prices, f"{label}on-demand list prices in {region}, EBS included"
+    return prices.node_hour, f"{label}{prices.basis}"
 
 
 # The job learns the autopilot's settings from its environment (jobs/raykit/autopilot.py

@@ -27,7 +27,7 @@ from scripts.core.inputs import json_text
 from scripts.core.paths import REPO
 from scripts.pricing.bench_table import new_run_dir
 from scripts.core.charts import chart_file
-from scripts.pricing.output import cell, text_table
+from scripts.core.tables import cell, text_table
 
 JOB_FLAGS = REPO / "jobs" / "adaptdl_mnist" / "flags.py"
 

@@ -43,7 +43,7 @@ from scripts import catalog
 from scripts.core.errors import KitError, short
 from scripts.core.inputs import read_json
 from scripts.pricing.formulas import usd_per_million_images
-from scripts.pricing.output import text_table
+from scripts.core.tables import text_table
 
 MAX_DATA_WAIT = 0.05
 # The coordinating head of a mix with several train nodes (multi_g5.yaml's): Ray's own

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from scripts.core import state
 from scripts.core.errors import KitError, short
+from scripts.core.prices import Prices
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.providers import aws, kuberay, local
 
@@ -27,9 +28,6 @@ class Provider(Protocol):
     DEFAULT_JOB_TIMEOUT_S: float | None
     JOB_PACKAGES: JobPackages  # how a job's requirements.txt is honoured on the nodes
     JOB_FILES: JobFiles  # how a job's folder reaches the nodes
-    # Running it bills (priced node by node from scripts/catalog.py); False: it runs on
-    # this machine, and `make cost`/`make bench` price it through its `prices_as`.
-    BILLS: bool
     # `down` finds the cluster's nodes without its record (so a corrupt or missing record
     # does not keep a crashed run's nodes alive); False: without a record it touches nothing.
     STOPS_WITHOUT_RECORD: bool
@@ -55,6 +53,12 @@ class Provider(Protocol):
         the values with what they decided pinned (e.g. the zone, never one of avoid_zones:
         those refused capacity), and lines saying what was found. Raise KitError naming
         every problem and its fix."""
+
+    def node_prices(self, values: dict) -> Prices | None:
+        """What the mix bills, from scripts/catalog.py's list prices: `make cost`'s table,
+        its $/h at min and at max workers, each node type's $/h (the run's bill), its
+        bandwidth. None where it bills nothing (this machine's cores): pricing then prices
+        it through its prices_as, as the AWS mix it stands for."""
 
     def plan(self, values: dict, config: dict) -> list[str]:
         """What `up` would launch, in lines a person reads (`make up DRY_RUN=1`)."""

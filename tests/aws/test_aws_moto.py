@@ -15,6 +15,8 @@ from ray.autoscaler.tags import TAG_RAY_NODE_KIND
 
 from conftest import load_example, publish_dlami
 from scripts.providers.aws import iam as aws_iam
+from scripts.providers.aws import launch as aws_launch
+from scripts.providers.aws import teardown as aws_teardown
 from scripts import catalog
 from scripts.build import build, build_text
 
@@ -49,7 +51,7 @@ def launch_every_node_type(cluster: str, config: dict | None = None):
 
     values = build(cluster).values
     if values["aws"]["iam_instance_profile"] == "auto":  # as `make up` does before `ray up`
-        aws.ensure_head_role(boto3.client("iam"), values, wait_s=0)
+        aws_iam.ensure_head_role(boto3.client("iam"), values, wait_s=0)
     # (`make up` makes the placement group of aws.placement_group: cluster here too; moto
     # has no placement groups and launches into a name as into none: Stubber tests it)
     config = bootstrap_aws(prepare_config(config or build(cluster).config))
@@ -130,7 +132,7 @@ RECORD = {"cluster": "hetero", "provider": "aws", "cluster_name": "hetero", "reg
 
 
 def test_joined_workers_counts_only_this_clusters_joined_workers():
-    from scripts.providers.aws import joined_workers
+    from scripts.providers.aws.launch import joined_workers
 
     with mock_aws():
         ec2 = boto3.client("ec2", region_name="us-east-1")
@@ -163,7 +165,7 @@ def test_wait_until_ready_times_out_naming_what_is_missing(monkeypatch):
     from scripts.core.errors import KitError
     from scripts.providers import aws
 
-    monkeypatch.setattr(aws, "launch_errors", lambda record: "Failed to launch 2 node(s) of type cpu_worker.")
+    monkeypatch.setattr(aws_launch, "launch_errors", lambda record: "Failed to launch 2 node(s) of type cpu_worker.")
     with pytest.raises(KitError) as error:
         aws.wait_until_ready(RECORD | {"ready_timeout_s": 0.05},
                              joined=lambda r, status="up-to-date": {"cpu_worker": 1} if status == "up-to-date" else {},
@@ -212,7 +214,7 @@ def test_a_worker_whose_setup_failed_is_named_at_the_time_out_with_its_type_and_
         .replace("{instance.cloud_instance_id}", "i-0abc123").replace("{e}", status_error),
         RAY_SETUP_COMMAND_FAILED[1:-1].format("pip install -q torch==2.14.1", 1, "No space left on device"),
     ])
-    monkeypatch.setattr(aws, "launch_errors", lambda record: aws.autoscaler_failures(
+    monkeypatch.setattr(aws_launch, "launch_errors", lambda record: aws_launch.autoscaler_failures(
         log, {"i-0abc123": "cpu_worker"}))
     counts = {"up-to-date": {}, "update-failed": {}}  # v2 terminated it: no tag left
     with pytest.raises(KitError) as error:
@@ -223,7 +225,7 @@ def test_a_worker_whose_setup_failed_is_named_at_the_time_out_with_its_type_and_
     assert ("cpu_worker (i-0abc123) failed its setup: Ray installation failed with unexpected "
             "status: update-failed") in text
     assert "Setup command `pip install -q torch==2.14.1` failed with exit code 1. stderr: No space" in text
-    assert aws.autoscaler_failures("nothing here\n") == "(no launch or setup failure in its log)"
+    assert aws_launch.autoscaler_failures("nothing here\n") == "(no launch or setup failure in its log)"
 
 
 @mock_aws
@@ -237,7 +239,7 @@ def test_instance_types_names_terminated_workers_too():
                                       {"Key": "ray-cluster-name", "Value": "hetero"},
                                       {"Key": "ray-user-node-type", "Value": "cpu_worker"}]}])["Instances"]
     ec2.terminate_instances(InstanceIds=[worker["InstanceId"]])
-    assert aws.instance_types(ec2, RECORD) == {worker["InstanceId"]: "cpu_worker"}
+    assert aws_launch.instance_types(ec2, RECORD) == {worker["InstanceId"]: "cpu_worker"}
 
 
 def test_given_subnet_and_security_group_are_used_and_no_group_is_created(home, hetero_values):
@@ -264,7 +266,7 @@ def test_given_subnet_and_security_group_are_used_and_no_group_is_created(home, 
 
 
 def test_down_reports_what_ray_left_behind_and_keeps_the_group_without_purge():
-    from scripts.providers.aws import left_behind
+    from scripts.providers.aws.teardown import left_behind
 
     with mock_aws():
         ec2 = boto3.client("ec2", region_name="us-east-1")
@@ -293,24 +295,24 @@ def test_purge_deletes_only_the_clusters_own_group_and_waits_out_a_lingering_int
         ours = ec2.create_security_group(GroupName="ray-hetero", Description="the kit's", TagSpecifications=[
             {"ResourceType": "security-group", "Tags": [{"Key": "ray-kit-cluster", "Value": "hetero"}]}])["GroupId"]
         record = RECORD | {"ray_key_pair": False}
-        assert aws.left_behind(ec2, record, purge=True) == ["nothing of security group ray-hetero (deleted)"]
+        assert aws_teardown.left_behind(ec2, record, purge=True) == ["nothing of security group ray-hetero (deleted)"]
         left = {g["GroupId"] for g in ec2.describe_security_groups()["SecurityGroups"]}
         assert theirs in left and ours not in left
 
-    monkeypatch.setattr(aws, "READY_POLL_S", 0.01)
+    monkeypatch.setattr(aws_teardown, "READY_POLL_S", 0.01)
     client = boto3.client("ec2", region_name="us-east-1")
     in_use = "resource sg-0123 has a dependent object"
     with Stubber(client) as stub:
         stub.add_client_error("delete_security_group", "DependencyViolation", in_use)
         stub.add_client_error("delete_security_group", "DependencyViolation", in_use)
         stub.add_response("delete_security_group", {}, {"GroupId": "sg-0123"})
-        aws.when_free(lambda: client.delete_security_group(GroupId="sg-0123"), "security group ray-hetero",
+        aws_teardown.when_free(lambda: client.delete_security_group(GroupId="sg-0123"), "security group ray-hetero",
                       limit_s=5, poll_s=0.01)
         stub.assert_no_pending_responses()
         stub.add_client_error("delete_security_group", "DependencyViolation", in_use)
         with pytest.raises(aws.KitError, match="security group ray-hetero is still in use after 0 s "
                                                r"\(DependencyViolation: resource sg-0123 has a dependent object\)"):
-            aws.when_free(lambda: client.delete_security_group(GroupId="sg-0123"), "security group ray-hetero",
+            aws_teardown.when_free(lambda: client.delete_security_group(GroupId="sg-0123"), "security group ray-hetero",
                           limit_s=0, poll_s=0.01)
 
 
@@ -544,7 +546,7 @@ def test_ssh_cidr_restricts_ssh_and_ray_adds_no_rule_of_its_own(home, hetero_val
         pinned, _ = aws.preflight(checked(hetero_values))
         assert pinned["aws"]["subnet_ids"]  # the group's VPC is the one Ray launches in
         ec2 = boto3.client("ec2", region_name="us-east-1")
-        group = aws.create_ssh_group(ec2, pinned)
+        group = aws_launch.create_ssh_group(ec2, pinned)
         _, provider, ec2, launched = launch_every_node_type(
             "hetero", build_text("hetero", yaml.safe_dump(pinned).encode()).config)
         for instance in launched.values():  # Ray found the kit's group by its name and used it
@@ -553,10 +555,10 @@ def test_ssh_cidr_restricts_ssh_and_ray_adds_no_rule_of_its_own(home, hetero_val
         ssh = [r for r in rules if r.get("FromPort") == 22]
         assert [[ip["CidrIp"] for ip in r["IpRanges"]] for r in ssh] == [["203.0.113.0/24"]]
         assert not any(ip["CidrIp"] == "0.0.0.0/0" for r in rules for ip in r.get("IpRanges", []))
-        assert aws.create_ssh_group(ec2, pinned) == group  # a second `make up` reuses it
+        assert aws_launch.create_ssh_group(ec2, pinned) == group  # a second `make up` reuses it
         pinned["aws"]["ssh_cidr"] = "198.51.100.0/24"
         with pytest.raises(KitError, match="exists with SSH open to 203.0.113.0/24, not 198.51.100.0/24"):
-            aws.create_ssh_group(ec2, pinned)
+            aws_launch.create_ssh_group(ec2, pinned)
         provider.terminate_nodes(list(provider.non_terminated_nodes({})))
 
 
@@ -572,7 +574,7 @@ def test_ssh_is_closed_by_default_to_all_but_the_address_make_up_runs_from(home,
         pinned, found = aws.preflight(checked(hetero_values))
         assert pinned["aws"]["ssh_cidr"] == f"{CHECKIP_ADDRESS}/32"
         assert f"SSH open to {CHECKIP_ADDRESS}/32 only" in found[0]
-        group = aws.create_ssh_group(boto3.client("ec2", region_name="us-east-1"), pinned)
+        group = aws_launch.create_ssh_group(boto3.client("ec2", region_name="us-east-1"), pinned)
         rules = boto3.client("ec2", region_name="us-east-1").describe_security_groups(
             GroupIds=[group])["SecurityGroups"][0]["IpPermissions"]
         assert [ip["CidrIp"] for r in rules for ip in r.get("IpRanges", [])] == [f"{CHECKIP_ADDRESS}/32"]
@@ -621,14 +623,14 @@ def test_the_head_gets_a_least_privilege_role_of_its_own_by_default(home):
         assert policy == aws.head_policy(values)
         assert {"Key": "ray-kit-cluster", "Value": "hetero"} in iam.list_role_tags(
             RoleName="raykit-hetero-head")["Tags"]
-        assert aws.ensure_head_role(iam, values, wait_s=0) == "raykit-hetero-head"  # reused
+        assert aws_iam.ensure_head_role(iam, values, wait_s=0) == "raykit-hetero-head"  # reused
         assert len(iam.list_instance_profiles()["InstanceProfiles"]) == 1
         provider.terminate_nodes(list(provider.non_terminated_nodes({})))
         assert aws_iam.delete_role(iam, "raykit-hetero-head")
         assert iam.list_roles()["Roles"] == [] and iam.list_instance_profiles()["InstanceProfiles"] == []
         iam.create_role(RoleName="raykit-hetero-head", AssumeRolePolicyDocument=json.dumps(aws_iam.EC2_TRUST))
         with pytest.raises(KitError, match="exists but is not cluster 'hetero''s"):
-            aws.ensure_head_role(iam, values, wait_s=0)
+            aws_iam.ensure_head_role(iam, values, wait_s=0)
 
 
 def test_a_customer_managed_default_ebs_key_gets_the_head_kms_rights_on_it(home, hetero_values):
@@ -788,22 +790,22 @@ def test_make_up_makes_the_placement_group_once_and_purge_deletes_it():
         stub.add_response("create_placement_group", {}, expected_params={
             "GroupName": name, "Strategy": "cluster",
             "TagSpecifications": [{"ResourceType": "placement-group", "Tags": [tag]}]})
-        assert aws.ensure_placement_group(ec2, values) == name
+        assert aws_launch.ensure_placement_group(ec2, values) == name
         stub.add_response("describe_placement_groups", {"PlacementGroups": [
             {"GroupName": name, "Strategy": "cluster", "State": "available", "Tags": [tag]}]})
-        assert aws.ensure_placement_group(ec2, values) == name  # reused: no create
+        assert aws_launch.ensure_placement_group(ec2, values) == name  # reused: no create
         stub.add_response("describe_placement_groups", {"PlacementGroups": [
             {"GroupName": name, "Strategy": "spread", "State": "available", "Tags": []}]})
         with pytest.raises(KitError, match=f"a placement group {name} exists and is not this cluster's"):
-            aws.ensure_placement_group(ec2, values)
+            aws_launch.ensure_placement_group(ec2, values)
 
         record = {"cluster_name": "multi-p4d", "security_group": None, "ray_key_pair": False,
                   "ray_role": False, "placement_group": name}
-        assert aws.left_behind(ec2, record, purge=False) == [
+        assert aws_teardown.left_behind(ec2, record, purge=False) == [
             f"placement group {name} (free, `make down PURGE=1` deletes it)"]
         stub.add_response("describe_instances", {"Reservations": []})  # none shutting down
         stub.add_response("delete_placement_group", {}, expected_params={"GroupName": name})
-        assert aws.left_behind(ec2, record, purge=True) == [f"nothing of placement group {name} (deleted)"]
+        assert aws_teardown.left_behind(ec2, record, purge=True) == [f"nothing of placement group {name} (deleted)"]
         stub.assert_no_pending_responses()
 
 
@@ -822,11 +824,11 @@ def test_purge_after_an_up_that_failed_before_the_placement_group_was_made():
         stub.add_response("describe_instances", {"Reservations": []})
         stub.add_client_error("delete_placement_group", "InvalidPlacementGroup.Unknown",
                               expected_params={"GroupName": name})
-        assert aws.left_behind(ec2, record, purge=True) == [f"nothing of placement group {name} (deleted)"]
+        assert aws_teardown.left_behind(ec2, record, purge=True) == [f"nothing of placement group {name} (deleted)"]
         stub.add_response("describe_instances", {"Reservations": []})
         stub.add_client_error("delete_placement_group", "UnauthorizedOperation")
         with pytest.raises(Exception, match="UnauthorizedOperation"):  # any other refusal is said
-            aws.left_behind(ec2, record, purge=True)
+            aws_teardown.left_behind(ec2, record, purge=True)
 
 
 @contextmanager
@@ -1011,7 +1013,7 @@ def launches(tmp_path, monkeypatch):
     from scripts.providers import aws
 
     monkeypatch.setattr(state, "LAUNCHED", tmp_path / "launched")
-    monkeypatch.setattr(aws, "wait_until_ready", lambda record: None)
+    monkeypatch.setattr(aws_launch, "wait_until_ready", lambda record: None)
     tried, full = [], set()
 
     def ray_up(args, keep_output=False):
@@ -1019,7 +1021,7 @@ def launches(tmp_path, monkeypatch):
         tried.append(zone)
         return (1, capacity_error_text(zone)) if zone in full else (0, "cluster up\n")
 
-    monkeypatch.setattr(aws, "run_ray", ray_up)
+    monkeypatch.setattr(aws_launch, "run_ray", ray_up)
     return tried, full
 
 
@@ -1112,12 +1114,12 @@ def test_down_terminates_a_node_someone_stopped(monkeypatch, capsys):
 
     def ray_down(args, keep_output=False):
         assert args[0] == "down"
-        running = aws.cluster_instances(ec2, record, ["pending", "running"])
+        running = aws_teardown.cluster_instances(ec2, record, ["pending", "running"])
         ec2.terminate_instances(InstanceIds=running)
         return 0
 
-    monkeypatch.setattr(aws, "run_ray", ray_down)
-    monkeypatch.setattr(aws, "require_credentials", lambda: None)
+    monkeypatch.setattr(aws_teardown, "run_ray", ray_down)
+    monkeypatch.setattr(aws_teardown, "require_credentials", lambda: None)
     record = {"cluster": "stop_test", "provider": "aws", "cluster_name": "stop-test", "region": "us-east-1",
               "min_workers": {}, "ready_timeout_s": 600, "security_group": None, "ray_key_pair": False,
               "ray_role": False}
@@ -1128,7 +1130,7 @@ def test_down_terminates_a_node_someone_stopped(monkeypatch, capsys):
         state.forget("stop_test")
     assert said.startswith("AWS cluster 'stop_test': every instance terminated")
     assert f"terminated 1 stopped instance(s) `ray down` leaves: {ids[0]}" in capsys.readouterr().out
-    assert aws.cluster_instances(ec2, record, ["pending", "running", "stopping", "stopped"]) == []
+    assert aws_teardown.cluster_instances(ec2, record, ["pending", "running", "stopping", "stopped"]) == []
 
 
 def test_workers_read_the_data_buckets_with_credentials_of_their_own_and_nothing_else(home, hetero_values):
@@ -1161,7 +1163,7 @@ def test_workers_read_the_data_buckets_with_credentials_of_their_own_and_nothing
             s3.create_bucket(Bucket=bucket)
             s3.put_object(Bucket=bucket, Key="0/a.jpg", Body=b"jpeg")
         iam = boto3.client("iam", region_name="us-east-1")
-        aws.ensure_role(iam, values, "raykit-hetero-worker", aws.worker_policy(values), "data", wait_s=0)
+        aws_iam.ensure_role(iam, values, "raykit-hetero-worker", aws_iam.worker_policy(values), "data", wait_s=0)
         role = iam.get_role(RoleName="raykit-hetero-worker")["Role"]["Arn"]
         creds = boto3.client("sts", region_name="us-east-1").assume_role(
             RoleArn=role, RoleSessionName="worker-node")["Credentials"]

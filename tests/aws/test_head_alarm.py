@@ -11,6 +11,7 @@ from ray.autoscaler.tags import TAG_RAY_NODE_KIND
 
 from conftest import publish_dlami
 from scripts.providers import aws
+from scripts.providers.aws import launch as aws_launch
 from scripts.providers.aws.alarm import delete_head_alarm, set_head_alarm
 
 RECORD = {"cluster_name": "hetero", "region": "us-east-1"}
@@ -35,12 +36,12 @@ def test_make_up_sets_the_alarm_on_its_head_and_a_second_up_moves_it(capsys):
     ec2, cloudwatch = boto3.client("ec2", region_name="us-east-1"), boto3.client("cloudwatch", region_name="us-east-1")
     launch_head(ec2, "another")  # another cluster's head is never watched for this one
     first = launch_head(ec2)
-    aws.watch_for_a_hung_head(RECORD)
+    aws_launch.watch_for_a_hung_head(RECORD)
     assert alarm_on(cloudwatch) == [first]
     assert "hung-head alarm: CloudWatch terminates the head after 15 min" in capsys.readouterr().out
     ec2.terminate_instances(InstanceIds=[first])
     second = launch_head(ec2)
-    aws.watch_for_a_hung_head(RECORD)
+    aws_launch.watch_for_a_hung_head(RECORD)
     assert alarm_on(cloudwatch) == [second]
     (alarm,) = cloudwatch.describe_alarms(AlarmNames=[NAME])["MetricAlarms"]
     assert alarm["TreatMissingData"] == "notBreaching" and alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
@@ -60,7 +61,7 @@ def test_a_refused_alarm_is_one_warning_and_the_cluster_runs_on(monkeypatch, cap
     real_client = boto3.client
     monkeypatch.setattr(boto3, "client", lambda service, **kw: cloudwatch if service == "cloudwatch"
                         else real_client(service, **kw))
-    aws.watch_for_a_hung_head(RECORD)
+    aws_launch.watch_for_a_hung_head(RECORD)
     out = capsys.readouterr().out
     assert out.startswith("warning: no hung-head alarm (AccessDenied: User: arn:aws:iam::") and out.count("\n") == 1
     assert "docs/aws.md lists the rights it needs" in out

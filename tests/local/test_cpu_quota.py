@@ -117,7 +117,7 @@ def test_quota_nodes_run_in_their_groups_and_down_leaves_no_group_even_after_a_c
 
     import yaml
     from conftest import USER_VALUES, kept_summary, load_example, local_cluster_up, processes_of, make
-    from scripts.providers.local import cluster_id
+    from scripts.providers.local.names import cluster_id
 
     values = load_example("local_autopilot") | {"cluster_name": "quota_nodes"}
     values["autopilot"]["enabled"] = False

@@ -186,15 +186,15 @@ def test_run_tears_down_after_a_failing_job(tmp_path):
 UP_WITH_A_TAKEN_PORT = """
 import sys
 from scripts import kit
-from scripts.providers import local
-real, offered = local.free_ports, []
+from scripts.providers.local import launch
+real, offered = launch.free_ports, []
 def first_with_a_taken_dashboard_port(count):
     ports = real(count)
     if not offered:
         ports[1] = int(sys.argv[1])
     offered.append(ports)
     return ports
-local.free_ports = first_with_a_taken_dashboard_port
+launch.free_ports = first_with_a_taken_dashboard_port
 sys.exit(kit.main(["up"]))
 """
 

@@ -2,6 +2,7 @@
 type, the tags (Ray's and the kit's own), the security group, the placement group and the
 IAM roles."""
 
+NAME = "aws"  # the provider's, as values files write it
 HEAD_TYPE = "ray.head.default"
 # Tags Ray's autoscaler puts on every instance it launches (ray.autoscaler.tags); a worker
 # is tagged up-to-date once it has joined the cluster.

@@ -63,7 +63,7 @@ def files(job: str) -> dict[str, tuple[str, bytes]]:
 
 
 # `ray job submit` and a log to follow: small, so that it fits beside the head (the head's
-# fit rule counts it: kuberay.HEAD_NEIGHBOURS)
+# fit rule counts it: values.HEAD_NEIGHBOURS)
 SUBMITTER_RESOURCES = {"requests": {"cpu": "200m", "memory": "512Mi", "ephemeral-storage": "1Gi"},
                        "limits": {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "2Gi"}}
 

@@ -7,7 +7,7 @@ Through the cgroup CPU controller, whichever the machine has: v1 (`cpu.cfs_quota
 cluster gets a group of its own named after its marker (`raykit-<marker>`), each node a
 group inside it; a process started in a group, and all it starts, stays there. `down`
 removes them all, a crashed run's too (the marker is derived from the checkout and the
-cluster's name, local/__init__.py). Where the machine will not let the kit write cgroups
+cluster's name, local/names.py). Where the machine will not let the kit write cgroups
 (no controller, not root, a read-only mount) the cluster runs as before, without quotas,
 and `up` says so in one line.
 """

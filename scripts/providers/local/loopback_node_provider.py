@@ -68,7 +68,7 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
 
     def _free_cores(self, count: int) -> list[int] | None:
         """`count` worker cores no live node holds; None when nodes are not pinned. The
-        values check (local/__init__.py) keeps max_workers within the cores, so they are there."""
+        values check (local/values.py) keeps max_workers within the cores, so they are there."""
         if not self._worker_cores or not count:
             return None
         held = {core for node in self._nodes.values() for core in node.get("cores", ())}

@@ -1,4 +1,4 @@
-"""How the pricing commands show what they computed in the terminal: aligned text
+"""How the kit shows what it computed in the terminal (costs, benches, plans): aligned text
 tables, so that every table lines up the same way (their PNGs: scripts/core/charts.py)."""
 
 

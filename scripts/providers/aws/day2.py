@@ -1,0 +1,67 @@
+"""Day 2 on AWS: whether the recorded cluster still runs, `ray status`/`dashboard`/`attach`/
+`monitor` through its config, and the dashboard tunnel jobs are submitted through."""
+
+import subprocess
+from contextlib import contextmanager
+
+from scripts.core import state, tunnel
+from scripts.core.ray_cli import ray_cli, ray_env
+from scripts.providers.aws.cli import run_ray
+from scripts.providers.aws.names import NAME
+from scripts.providers.aws.teardown import cluster_instances
+
+
+def same_cluster(values: dict, record: dict) -> bool:
+    """One cluster_name is one cluster to AWS in every region: its tag, its security
+    group's name and its IAM roles (global) are named after it."""
+    return record["provider"] == NAME and values["cluster_name"] == record["cluster_name"]
+
+
+def status(record: dict) -> int:
+    return run_ray(["exec", str(state.config_path(record["cluster"])), "ray status"])
+
+
+def dashboard(record: dict) -> int:
+    with job_address(record) as (address, _, _):
+        return tunnel.hold_open(record["cluster"], address, "an SSH tunnel to the head")
+
+
+def attach(record: dict) -> int:
+    # in this terminal's session: the remote shell needs it
+    return subprocess.call([ray_cli(), "attach", str(state.config_path(record["cluster"]))],
+                           env=ray_env())
+
+
+def monitor(record: dict, follow: bool) -> int:
+    config = str(state.config_path(record["cluster"]))
+    if follow:
+        return run_ray(["monitor", config])
+    return run_ray(["exec", config, "tail -n 100 /tmp/ray/session_latest/logs/monitor.log"])
+
+
+def is_running(record: dict) -> bool:
+    """Whether any instance of the recorded cluster may still bill: its tag on an instance
+    in any state but terminated. A record whose cluster autostopped, or whose launch failed
+    before an instance started, is stale. Where the account cannot be asked (credentials,
+    network), the record stands: never assume billing has stopped."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        ec2 = boto3.client("ec2", region_name=record["region"])
+        return bool(cluster_instances(ec2, record, ["pending", "running", "stopping", "stopped",
+                                                    "shutting-down"]))
+    except (BotoCoreError, ClientError):
+        return True
+
+
+@contextmanager
+def job_address(record: dict):
+    """`ray dashboard` keeps an SSH port-forward to the head's dashboard open while we
+    submit; the dashboard itself listens on the head's 127.0.0.1 only."""
+    def command(port: int) -> list[str]:
+        return [ray_cli(), "dashboard", "--port", str(port), str(state.config_path(record["cluster"]))]
+
+    with tunnel.forwarded(command, "ray dashboard", "is the cluster up (`make status`) and "
+                          "your SSH key in place?", env=ray_env()) as port:
+        yield f"http://127.0.0.1:{port}", "python", None

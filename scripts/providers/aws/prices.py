@@ -1,0 +1,103 @@
+"""What an AWS mix bills, node by node: each instance's on-demand list price plus its EBS
+volumes' (scripts/catalog.py), times its `share` where a local node stands for part of one
+(scripts/pricing/cost.py's stand_in_values, for a local mix's prices_as)."""
+
+from scripts import catalog
+from scripts.core.prices import Prices
+from scripts.core.tables import text_table
+from scripts.providers.aws.names import HEAD_TYPE
+from scripts.providers.aws.values import nodes_of
+
+COST_TABLE_HEADER = ("node type", "instance", "count", "$/h each", "of it EBS", "$/h at min",
+                     "$/h at max")
+# The head's raykit-node-type label: Ray's own head type name on AWS, "head" on the local
+# cluster that stands for an AWS mix: a summary's nodes carry one or the other
+HEAD_LABELS = ("head", HEAD_TYPE)
+
+
+def node_usd_per_hour(node: dict, region: str) -> float | None:
+    """The instance's on-demand price plus its EBS volumes' (billed per GB-month); None
+    where scripts/catalog.py lists no price for the region."""
+    disk = node["disk"]
+    return catalog.node_usd_per_hour(node["instance_type"], region, disk["volume_type"],
+                                     disk["root_gb"] + disk["data_gb"])
+
+
+def worker_usd_per_hour(node: dict, region: str) -> float | None:
+    """One node's $/h, times its `share` where a local node stands for part of it."""
+    price = node_usd_per_hour(node, region)
+    return None if price is None else price * node.get("share", 1.0)
+
+
+def hourly_cost(values: dict) -> tuple[float, float] | None:
+    """$/h with min_workers and with max_workers; None for a region without prices."""
+    region = values["aws"]["region"]
+    head = node_usd_per_hour(values["head"], region)
+    if head is None:
+        return None
+    low = high = head
+    for w in values["workers"].values():
+        low += w["min_workers"] * worker_usd_per_hour(w, region)
+        high += w["max_workers"] * worker_usd_per_hour(w, region)
+    return low, high
+
+
+def cost_table(values: dict) -> list[str]:
+    """Per node type: instance, count at min..max, $/h each (EBS included, and shown), the
+    type's $/h at min and at max workers; the totals; a note per spot type and per share."""
+    region = values["aws"]["region"]
+    if node_usd_per_hour(values["head"], region) is None:
+        return [f"no list prices for {region} in scripts/catalog.py (it prices "
+                f"{', '.join(catalog.PRICED_REGIONS)}); add the region's prices there"]
+    rows = [COST_TABLE_HEADER]
+    spot, shares = [], []
+    for key, node in nodes_of(values).items():
+        name = HEAD_TYPE if key == "head" else key.split(".", 1)[1]
+        each = worker_usd_per_hour(node, region)
+        ebs = (node_usd_per_hour(node, region)
+               - catalog.INSTANCE_TYPES[node["instance_type"]].usd_per_hour[region]) * node.get("share", 1.0)
+        least, most = (1, 1) if key == "head" else (node["min_workers"], node["max_workers"])
+        rows.append((name, node["instance_type"], str(least) if least == most else f"{least}-{most}",
+                     f"{each:.4f}", f"{ebs:.4f}", f"{least * each:.2f}", f"{most * each:.2f}"))
+        if key != "head" and node["spot"]:
+            spot.append(name)
+        if node.get("share", 1.0) < 1.0:
+            vcpus = catalog.INSTANCE_TYPES[node["instance_type"]].vcpus
+            shares.append(f"{name}: a local node priced as {node['share']:.4g} of a {node['instance_type']} "
+                          f"({node['share'] * vcpus:g} of its {vcpus} vCPUs: the cores it runs on)")
+    low, high = hourly_cost(values)
+    rows.append(("total", "", "", "", "", f"{low:.2f}", f"{high:.2f}"))
+    lines = [f"'{values['cluster_name']}' on AWS {region}: on-demand list prices and EBS "
+             "(scripts/catalog.py, as of 2026-11; not in it: public IPv4, $0.005/h a node that has one)"]
+    lines += text_table(rows, left=(0, 1, 2))
+    lines += [f"spot: {name} is billed at the spot price (varies, often well below on-demand; "
+              "not in the catalog) and may be reclaimed: the figures above are its on-demand "
+              "ceiling" for name in spot]
+    return lines + shares
+
+
+def node_hour_prices(values: dict) -> dict[str, float] | None:
+    """$/h of one node of each type by its raykit-node-type label; None for a region
+    without prices."""
+    region = values["aws"]["region"]
+    prices = {name: worker_usd_per_hour(node, region) for name, node in values["workers"].items()}
+    prices |= {head: node_usd_per_hour(values["head"], region) for head in HEAD_LABELS}
+    return None if None in prices.values() else prices
+
+
+def network_gbps(values: dict) -> dict[str, float]:
+    """Each node type's baseline bandwidth by its label, where the catalog knows it."""
+    kinds = {name: node["instance_type"] for name, node in values["workers"].items()}
+    kinds |= {head: values["head"]["instance_type"] for head in HEAD_LABELS}
+    found = {name: catalog.network_gbps(kind) for name, kind in kinds.items()}
+    return {name: gbps for name, gbps in found.items() if gbps is not None}
+
+
+def node_prices(values: dict) -> Prices:
+    region = values["aws"]["region"]
+    hourly = hourly_cost(values)
+    return Prices(lines=cost_table(values), hourly=hourly, node_hour=node_hour_prices(values),
+                  basis=f"on-demand list prices in {region}, EBS included",
+                  network_gbps=network_gbps(values),
+                  bench_refusal="" if hourly else (f"region {region} has no prices in scripts/catalog.py; "
+                                                   "bench in a region it lists"))

@@ -1,0 +1,213 @@
+"""`make up` locally: the head (on fresh ports where another program took one), its
+autostop watchdog, and the wait until every min_workers node has joined."""
+
+import math
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scripts.core import state
+from scripts.core.errors import KitError
+from scripts.core.paths import REPO
+from scripts.core.ray_cli import (
+    PORT_TRIES,
+    free_ports,
+    ray_cli,
+    ray_env,
+    taken_by_others,
+    use_auth_in_this_process,
+)
+from scripts.node.autostop import duration
+from scripts.providers.local import cpu_quota, cpu_sets, gpus
+from scripts.providers.local.names import HEAD_IP, MARKER, MIB, NAME, cluster_id
+from scripts.providers.local.processes import cluster_processes, stop_processes
+from scripts.providers.local.render import head_labels
+from scripts.providers.local.teardown import down
+from scripts.providers.local.values import core_sets
+
+
+JOIN_TIMEOUT_S = 180  # RAYKIT_JOIN_TIMEOUT_S overrides it (tests)
+
+
+def up(cluster: str, config_text: str, values: dict) -> dict:
+    """Start the head, save the record, wait for every min_workers node. On any failure,
+    Ctrl-C included, everything this started is stopped before the error goes on."""
+    leftovers = cluster_processes(cluster)
+    if leftovers:  # a crashed earlier run of this very cluster: they carry our marker
+        stop_processes(leftovers)
+    for _ in range(PORT_TRIES):
+        record = start_head(cluster, config_text, values)
+        if record:
+            break
+    else:
+        raise KitError(f"local cluster '{cluster}': another program took one of the head's ports "
+                       f"before Ray could bind it, {PORT_TRIES} times; try again")
+    print(f"dashboard {record['dashboard_url']} (token auth: `make` reads the token from "
+          f"{state.record_path(cluster)}), logs {record['temp_dir']}/session_latest/logs", flush=True)
+    return record
+
+
+def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
+    """Start the head on six free ports and wait for every min_workers node; the record,
+    or None (everything it started stopped) when another program took one of the ports
+    first. On any failure, Ctrl-C included, everything it started is stopped."""
+    head = values["head"]
+    head_gpus, worker_gpus = gpus.head_and_pool(values, gpus.machine_gpus())
+    ports = free_ports(6)
+    gcs_port, dashboard_port, client_port, agent_port, metrics_port, runtime_env_port = ports
+    record = {
+        "cluster": cluster,
+        "provider": NAME,
+        "gcs_address": f"{HEAD_IP}:{gcs_port}",
+        "dashboard_url": f"http://127.0.0.1:{dashboard_port}",
+        # Ray opens its temp dir to everyone (mode 0777); inside a private (0700),
+        # unpredictable parent, nobody else can reach it.
+        "temp_dir": tempfile.mkdtemp(prefix="raykit-", dir="/tmp") + "/ray",
+        "auth_token": secrets.token_hex(32),
+        "expected_nodes": 1 + sum(w["min_workers"] for w in values["workers"].values()),
+        "up_at": time.time(),
+        "autostop_minutes": autostop_minutes(values),
+    }
+    command = [
+        ray_cli(), "start", "--head", "--disable-usage-stats",
+        f"--node-ip-address={HEAD_IP}", f"--port={gcs_port}",
+        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
+        f"--ray-client-server-port={client_port}",
+        f"--dashboard-agent-listen-port={agent_port}",
+        f"--metrics-export-port={metrics_port}",
+        f"--runtime-env-agent-port={runtime_env_port}",
+        f"--temp-dir={record['temp_dir']}",
+        f"--autoscaling-config={state.config_path(cluster)}",
+        f"--num-cpus={head['cpus']}", f"--num-gpus={len(head_gpus)}",
+        # ray start takes labels as key=value,...: the values are the kit's own names
+        # and counts (placement.py), never a values file's free text
+        "--labels=" + ",".join(f"{k}={v}" for k, v in head_labels(values).items()),
+        f"--object-store-memory={head['object_store_mb'] * MIB}",
+        f"--memory={head['memory_mb'] * MIB}",
+    ]
+    env = ray_env(record["auth_token"], {
+        MARKER: cluster_id(cluster),
+        "RAY_FAKE_CLUSTER": "1",
+        "RAYKIT_GCS_ADDRESS": record["gcs_address"],
+        "RAYKIT_TEMP_DIR": record["temp_dir"],
+        "AUTOSCALER_UPDATE_INTERVAL_S": "1",  # launch the workers within seconds
+    })
+    head_cores, worker_cores = core_sets(values)
+    env[cpu_sets.WORKER_CORES_ENV] = cpu_sets.to_text(worker_cores)
+    env[gpus.WORKER_GPUS_ENV] = gpus.to_text(worker_gpus)
+    env[gpus.VISIBLE] = gpus.to_text(head_gpus)  # its own, or none: no CUDA context elsewhere
+    group = quota_group(cluster, values)
+    env[cpu_quota.GROUP_ENV] = str(group or "")
+    state.save(cluster, record, config_text)
+    try:
+        head_group = group and head["cpu_quota"] and cpu_quota.node_group(group, "head", head["cpu_quota"])
+        with cpu_sets.pinned_to(head_cores):
+            result = subprocess.run(command, env=env, capture_output=True, text=True,
+                                    timeout=120, start_new_session=True,  # the terminal's Ctrl-C is ours
+                                    # Ray's head processes, and what they start, in its group
+                                    preexec_fn=(lambda: cpu_quota.enter(head_group)) if head_group else None)
+        taken = taken_by_others(ports, cluster_processes(cluster))
+        if taken:  # Ray started anyway, its dashboard elsewhere: start again on other ports
+            print(f"  port {taken[0]} was taken by another program; starting the head again", flush=True)
+            down(cluster, record)
+            shutil.rmtree(Path(record["temp_dir"]).parent, ignore_errors=True)
+            return None
+        if result.returncode != 0:
+            tail = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["no output"]
+            raise KitError(f"`ray start --head` failed for local cluster '{cluster}': {tail[0]} "
+                           f"(logs: {record['temp_dir']}/session_latest/logs)")
+        wait_until_ready(record)
+        if values["autostop_minutes"]:
+            with cpu_sets.pinned_to(head_cores):
+                start_autostop(record, env)
+    except BaseException:
+        down(cluster, record)
+        raise
+    return record
+
+
+def quota_group(cluster: str, values: dict):
+    """The cluster's cgroup where a node type has a cpu_quota; None (said in one line)
+    where the machine refuses it: the nodes then run without quotas."""
+    if not any(n["cpu_quota"] for n in [values["head"], *values["workers"].values()]):
+        return None
+    group, why = cpu_quota.make_cluster_group(cluster_id(cluster))
+    if group is None:
+        print(f"cpu_quota: {why}; the nodes run without quotas, sharing this machine's cores", flush=True)
+    return group
+
+
+def autostop_minutes(values: dict) -> float:
+    """The values file's autostop_minutes; where it is on, RAYKIT_AUTOSTOP_S (tests) sets the
+    limit in seconds instead, so a test of the clock need not wait whole minutes."""
+    seconds = os.environ.get("RAYKIT_AUTOSTOP_S")
+    if not values["autostop_minutes"] or not seconds:
+        return values["autostop_minutes"]
+    try:
+        limit_s = float(seconds)
+    except ValueError:
+        limit_s = math.nan
+    if not 1 <= limit_s <= 10080 * 60:  # nan fails it too
+        raise KitError(f"RAYKIT_AUTOSTOP_S={seconds[:40]!r} is not a number of seconds from 1 "
+                       "to 604800; unset it to use autostop_minutes")
+    return limit_s / 60
+
+
+def start_autostop(record: dict, env: dict) -> None:
+    """The watchdog (autostop.py) beside the head: it carries the cluster's marker,
+    so `down` stops it with the rest; its log sits beside Ray's."""
+    log = Path(record["temp_dir"]).parent / "autostop.log"
+    with open(log, "w") as out:
+        subprocess.Popen([sys.executable, "-m", "scripts.providers.local.autostop",
+                          "--cluster", record["cluster"],
+                          "--address", record["dashboard_url"],
+                          "--minutes", str(record["autostop_minutes"])],
+                         env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    print(f"autostop: the cluster stops after {duration(record['autostop_minutes'])} with no job "
+          f"(log {log})", flush=True)
+
+
+def alive_nodes(record: dict) -> int:
+    from ray.util.state import list_nodes
+
+    use_auth_in_this_process(record["auth_token"])
+    return len(list_nodes(address=record["dashboard_url"], filters=[("state", "=", "ALIVE")],
+                          raise_on_missing_output=False, _explain=False))
+
+
+def join_timeout_s() -> float:
+    text = os.environ.get("RAYKIT_JOIN_TIMEOUT_S", "")
+    try:
+        seconds = float(text) if text else JOIN_TIMEOUT_S
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 24 * 3600:
+        raise KitError(f"RAYKIT_JOIN_TIMEOUT_S={text!r} is not a number of seconds up to a day")
+    return seconds
+
+
+def wait_until_ready(record: dict) -> None:
+    limit_s = join_timeout_s()
+    start = time.monotonic()
+    want, seen = record["expected_nodes"], -1
+    while True:
+        try:
+            count = alive_nodes(record)
+        except Exception:  # the dashboard is still starting
+            count = 0
+        elapsed = time.monotonic() - start
+        if count != seen:
+            print(f"  {count}/{want} nodes joined after {elapsed:.0f} s", flush=True)
+            seen = count
+        if count >= want:
+            return
+        if elapsed > limit_s:
+            raise KitError(f"only {count} of {want} nodes joined within {limit_s:.0f} s; "
+                           f"see the autoscaler log {record['temp_dir']}/session_latest/logs/monitor.log")
+        time.sleep(1)
