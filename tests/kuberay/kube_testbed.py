@@ -206,8 +206,9 @@ def free_ports(count: int) -> list[int]:
 
 
 class Testbed:
-    """etcd, kube-apiserver (RBAC, static tokens: an admin and USER) and the controller
-    manager's garbage collector, in `folder`; stop() ends exactly the processes it started."""
+    """etcd, kube-apiserver (RBAC, static tokens: an admin and USER, its default admission
+    plugins, an audit log of pod-log reads) and the controller manager's garbage collector
+    and ServiceAccount controllers, in `folder`; stop() ends exactly the processes it started."""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -216,6 +217,7 @@ class Testbed:
         self.processes: list[subprocess.Popen] = []
         self.bin = CACHE / "bin"
         self.kubeconfig = folder / "kubeconfig"  # contexts admin and user; current: user
+        self.audit_log = folder / "audit.log"  # one JSON line per pod-log read (audit-policy.yaml)
         self.tls = ssl.create_default_context()
         self.tls.check_hostname, self.tls.verify_mode = False, ssl.CERT_NONE  # its own self-signed cert, on loopback
 
@@ -237,6 +239,10 @@ class Testbed:
         subprocess.run(["openssl", "rsa", "-in", str(f / "sa.key"), "-pubout", "-out", str(f / "sa.pub")],
                        check=True, capture_output=True)
         (f / "tokens.csv").write_text(f"{ADMIN_TOKEN},admin,1,system:masters\n{USER_TOKEN},{USER},2,\n")
+        (f / "audit-policy.yaml").write_text(json.dumps({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Metadata", "resources": [{"group": "", "resources": ["pods/log"]}]},
+                      {"level": "None"}]}))
         self.spawn("kube-apiserver", [
             str(self.bin / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
@@ -244,13 +250,17 @@ class Testbed:
             "--authorization-mode=RBAC", "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-account-key-file={f / 'sa.pub'}", f"--service-account-signing-key-file={f / 'sa.key'}",
             "--service-cluster-ip-range=10.0.0.0/24",
-            # no controller creates the namespace's `default` ServiceAccount, and no pod runs
-            "--disable-admission-plugins=ServiceAccount"])
+            # what a test reads back of the calls kubectl made for the kit: its pod-log reads
+            f"--audit-policy-file={f / 'audit-policy.yaml'}", f"--audit-log-path={self.audit_log}"])
         self.wait_ready()
         self.write_kubeconfig()
+        # the garbage collector, and what ServiceAccount admission (on, as in every real
+        # cluster) needs: each namespace's `default` account and each account's token
         self.spawn("kube-controller-manager", [
             str(self.bin / "kube-controller-manager"), f"--kubeconfig={self.folder / 'admin.kubeconfig'}",
-            "--controllers=garbagecollector", "--leader-elect=false", "--port=0", "--secure-port=0"])
+            "--controllers=garbagecollector,serviceaccount,serviceaccount-token",
+            f"--service-account-private-key-file={f / 'sa.key'}",
+            "--leader-elect=false", "--port=0", "--secure-port=0"])
         for crd in sorted(CRD_DIR.glob("ray.io_*.yaml")):
             self.api("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
                      loadable_on_1_20(yaml.load(crd.read_text(), Loader=yaml.CSafeLoader)))
@@ -310,6 +320,29 @@ class Testbed:
         except urllib.error.HTTPError as e:
             raise RuntimeError(f"{e.code} {e.read().decode()[:500]}") from None
         return json.loads(text) if text.startswith("{") else {"text": text}
+
+    def log_reads(self) -> list[dict]:
+        """The pod-log reads the API server answered so far: its audit events (user, pod,
+        response code), oldest first."""
+        if not self.audit_log.exists():
+            return []
+        events = [json.loads(line) for line in self.audit_log.read_text().splitlines() if line.strip()]
+        return [e for e in events if e.get("stage") == "ResponseComplete"]  # a stream's start is logged too
+
+    def wait_for_account(self, namespace: str, name: str = "default", timeout_s: float = 60) -> None:
+        """Until the controllers made the ServiceAccount and its token: ServiceAccount
+        admission refuses a pod of an account without one ("retry after the token is
+        automatically created")."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if self.api("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}").get("secrets"):
+                    return
+            except RuntimeError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no token for ServiceAccount {namespace}/{name} within {timeout_s} s")
+            time.sleep(0.2)
 
     def stop(self) -> None:
         for process in reversed(self.processes):

@@ -5,12 +5,16 @@ show shows here: a call the Role does not grant is Forbidden, a finalizer turns 
 delete --wait` into a list and a watch, owner references delete what the kit never names,
 an annotation over 256 KiB is refused, a field the CRD does not know is pruned in silence.
 
-What this cannot check: the operator's reconcile (a thread below plays it through the
-admin identity: it creates the pods, marks them Ready through the status subresource,
-moves a RayJob along and holds its finalizer), anything a kubelet serves (logs, exec,
-port-forward: the calls are authorized, then fail for want of a node), and v1.7.0's CEL
-rules (stripped to load on 1.20; crd.py's offline check covers them)."""
+A thread below plays the operator through the admin identity: it makes the pods from the
+rendered templates (so the API server admits the kit's real pod specs, ServiceAccount
+admission on), marks them Ready through the status subresource, moves a RayJob along with
+its submitter Job and that Job's pod (never scheduled), and holds the RayJob's finalizer.
+What this cannot check: the operator's own reconcile, anything a kubelet serves (exec,
+port-forward, the log of a pod on a node: the calls are authorized, then fail for want of
+a node; a pod not on a node answers its log with 204 No Content, as on a real cluster),
+and v1.7.0's CEL rules (stripped to load on 1.20; crd.py's offline check covers them)."""
 
+import copy
 import json
 import os
 import subprocess
@@ -48,6 +52,7 @@ def testbed(tmp_path_factory):
     values = build(CLUSTER).values
     bed.api("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                            "metadata": {"name": NAMESPACE}})
+    bed.wait_for_account(NAMESPACE)  # the workers' and the submitter's pods run as `default`
     # what the namespace's admin applies once (`make render`'s kubectl-role.yaml)
     for document in yaml.safe_load_all(kuberay.companion_files(CLUSTER, values)["kubectl-role.yaml"]):
         plural = {"Role": "roles", "RoleBinding": "rolebindings"}[document["kind"]]
@@ -92,18 +97,34 @@ def ours(testbed, kind_path: str) -> list[str]:
     return [o["metadata"]["name"] for o in items(testbed, f"{kind_path}")]
 
 
+# How long the played operator keeps a RayJob Running (ticks of 0.2 s): long enough for
+# the kit to ask for the submitter's log several times
+RUNNING_TICKS = 15
+# KubeRay v1.7.0 common/pod.go BuildAutoscalerContainer: the head's autoscaler sidecar
+AUTOSCALER_RESOURCES = {"cpu": "500m", "memory": "512Mi"}
+
+
 class PlayedOperator(threading.Thread):
-    """What KubeRay's operator does that the kit's commands wait on, done through the admin
-    identity: each RayCluster gets its head and min-replica pods (owned by it, so the
-    garbage collector deletes them with it), Ready through the status subresource, its head
-    Service and its token Secret; each RayJob gets the finalizer, a RayCluster of its own
-    (owned by it), then Running, then Complete with its cluster deleted; a RayJob being
-    deleted loses its finalizer."""
+    """What KubeRay's operator (v1.7.0) does that the kit's commands wait on, done through
+    the admin identity, each object made where it is missing (a refusal is tried again at
+    the next tick, as the operator retries):
+    - a RayCluster: its head and min-replica pods, built from the rendered templates as
+      the operator builds them (the head with its autoscaler sidecar, running as the
+      account the operator makes, named after the cluster), so the API server admits the
+      kit's real pod specs (ServiceAccount admission on); owned by the RayCluster, so the
+      garbage collector deletes them with it; Ready through the status subresource; its
+      head Service and its token Secret;
+    - a RayJob: the finalizer, a RayCluster of its own; then Running with the submitter, a
+      batch Job built from submitterPodTemplate (rayjob_controller.go createNewK8sJob)
+      and, as no Job controller runs here, its pod, never scheduled: its log is a pod's not
+      yet on a node (204 No Content, nothing printed, kubectl exits 0); after RUNNING_TICKS,
+      Complete, its cluster deleted; a RayJob being deleted loses its finalizer."""
 
     def __init__(self, testbed):
         super().__init__(daemon=True)
         self.bed, self.stopped = testbed, threading.Event()
         self.ticks: dict[str, int] = {}
+        self.running_since: dict[str, int] = {}
 
     def run(self):
         while not self.stopped.wait(0.2):
@@ -111,42 +132,54 @@ class PlayedOperator(threading.Thread):
                 self.reconcile_clusters()
                 self.reconcile_jobs()
             except RuntimeError:
-                pass  # an object went under it (a 404, a 409): look again next tick
+                pass  # refused (a 404, a 409, an account without its token yet): look again next tick
+
+    def ensure(self, path: str, body: dict) -> None:
+        """Create the object unless it exists (409 AlreadyExists)."""
+        try:
+            self.bed.api("POST", path, body)
+        except RuntimeError as e:
+            if not str(e).startswith("409"):
+                raise
 
     def reconcile_clusters(self):
         api, ns = self.bed.api, f"/api/v1/namespaces/{NAMESPACE}"
-        pods = {p["metadata"]["name"] for p in items(self.bed, f"{ns}/pods")}
+        pods = {p["metadata"]["name"]: p for p in items(self.bed, f"{ns}/pods")}
         for cluster in items(self.bed, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters"):
             meta, spec = cluster["metadata"], cluster["spec"]
-            if meta.get("deletionTimestamp") or f"{meta['name']}-head" in pods:
+            if meta.get("deletionTimestamp"):
                 continue
             owner = [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": meta["name"],
                       "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]
+            autoscaled = bool(spec.get("enableInTreeAutoscaling"))
+            if autoscaled and not spec["headGroupSpec"]["template"]["spec"].get("serviceAccountName"):
+                self.ensure(f"{ns}/serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount",
+                                                      "metadata": {"name": meta["name"], "ownerReferences": owner}})
             groups = [("head", "headgroup", 1, spec["headGroupSpec"])] + [
                 ("worker", g["groupName"], g.get("minReplicas", 0), g) for g in spec.get("workerGroupSpecs", [])]
             for node_type, group, count, group_spec in groups:
                 for i in range(count):
                     name = f"{meta['name']}-head" if node_type == "head" else f"{meta['name']}-{group}-{i}"
-                    containers = [{"name": c["name"], "image": c["image"]}
-                                  for c in group_spec["template"]["spec"]["containers"]]
-                    if node_type == "head" and spec.get("enableInTreeAutoscaling"):  # its sidecar
-                        containers.append({"name": "autoscaler", "image": containers[0]["image"]})
-                    api("POST", f"{ns}/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
-                        "name": name, "ownerReferences": owner, "labels": {
-                            "ray.io/cluster": meta["name"], "ray.io/node-type": node_type, "ray.io/group": group}},
-                        "spec": {"containers": containers,
-                                 "automountServiceAccountToken": False}})
-                    api("PATCH", f"{ns}/pods/{name}/status", {"status": {
-                        "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}, MERGE)
-            api("POST", f"{ns}/services", {"apiVersion": "v1", "kind": "Service", "metadata": {
+                    if name not in pods:
+                        template = group_spec["template"]
+                        pod_spec = copy.deepcopy(template["spec"])
+                        if node_type == "head" and autoscaled:
+                            pod_spec["containers"].append({
+                                "name": "autoscaler", "image": pod_spec["containers"][0]["image"],
+                                "resources": {"requests": AUTOSCALER_RESOURCES, "limits": AUTOSCALER_RESOURCES}})
+                            pod_spec.setdefault("serviceAccountName", meta["name"])
+                        labels = (template.get("metadata") or {}).get("labels", {}) | {
+                            "ray.io/cluster": meta["name"], "ray.io/node-type": node_type, "ray.io/group": group}
+                        api("POST", f"{ns}/pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                            "name": name, "ownerReferences": owner, "labels": labels}, "spec": pod_spec})
+                    if not ready(pods.get(name, {})):
+                        api("PATCH", f"{ns}/pods/{name}/status", {"status": {
+                            "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}, MERGE)
+            self.ensure(f"{ns}/services", {"apiVersion": "v1", "kind": "Service", "metadata": {
                 "name": f"{meta['name']}-head-svc", "ownerReferences": owner},
                 "spec": {"ports": [{"port": 8265}], "selector": {"ray.io/cluster": meta["name"]}}})
-            api("POST", f"{ns}/secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {
+            self.ensure(f"{ns}/secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {
                 "name": meta["name"], "ownerReferences": owner}, "stringData": {"auth_token": "t0ken"}})
-            if spec.get("enableInTreeAutoscaling") and not spec["headGroupSpec"]["template"]["spec"].get(
-                    "serviceAccountName"):  # the autoscaler's account, the head pod's
-                api("POST", f"{ns}/serviceaccounts", {"apiVersion": "v1", "kind": "ServiceAccount",
-                                                      "metadata": {"name": meta["name"], "ownerReferences": owner}})
 
     def reconcile_jobs(self):
         api, jobs = self.bed.api, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs"
@@ -158,23 +191,63 @@ class PlayedOperator(threading.Thread):
             if FINALIZER not in meta.get("finalizers", []):
                 api("PATCH", f"{jobs}/{name}", {"metadata": {"finalizers": [FINALIZER]}}, MERGE)
                 continue
-            tick = self.ticks[meta["uid"]] = self.ticks.get(meta["uid"], 0) + 1
-            cluster = f"{name}-{meta['uid'][:5]}"
-            if tick == 1:
-                api("POST", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters", {
+            uid, state = meta["uid"], (job.get("status") or {}).get("jobDeploymentStatus")
+            tick = self.ticks[uid] = self.ticks.get(uid, 0) + 1
+            cluster = f"{name}-{uid[:5]}"
+            if not state:
+                self.ensure(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters", {
                     "apiVersion": "ray.io/v1", "kind": "RayCluster", "spec": job["spec"]["rayClusterSpec"],
                     "metadata": {"name": cluster, "ownerReferences": [{
-                        "apiVersion": "ray.io/v1", "kind": "RayJob", "name": name, "uid": meta["uid"],
+                        "apiVersion": "ray.io/v1", "kind": "RayJob", "name": name, "uid": uid,
                         "controller": True, "blockOwnerDeletion": True}]}})
                 status = {"jobDeploymentStatus": "Initializing", "rayClusterName": cluster}
-            elif tick == 3:
+            elif state == "Initializing" and tick >= 3:
+                self.start_submitter(job, cluster)
+                self.running_since[uid] = tick
                 status = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "jobId": name}
-            elif tick == 6:
-                api("DELETE", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters/{cluster}")
+            elif state == "Running" and tick >= self.running_since.get(uid, 0) + RUNNING_TICKS:
+                try:
+                    api("DELETE", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters/{cluster}")
+                except RuntimeError as e:
+                    if not str(e).startswith("404"):
+                        raise
                 status = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
             else:
                 continue
             api("PATCH", f"{jobs}/{name}/status", {"status": status}, MERGE)
+
+    def start_submitter(self, job: dict, cluster: str) -> None:
+        """The submitter Job of a RayJob in K8sJobMode, as the operator makes it (named
+        after the RayJob, owned by it, backoffLimit 2, the template with the submit
+        command), and the pod a Job controller would make of it."""
+        meta, ns = job["metadata"], f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"
+        template = copy.deepcopy(job["spec"].get("submitterPodTemplate") or {
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "ray-job-submitter",
+                                                               "image": "rayproject/ray:2.60.0"}]}})
+        template["spec"]["containers"][0]["command"] = ["/bin/sh", "-c", (
+            f"ray job submit --address http://{cluster}-head-svc:8265 --submission-id {meta['name']} "
+            f"-- {job['spec']['entrypoint']}")]
+        made_by = {"ray.io/originated-from-cr-name": meta["name"], "ray.io/originated-from-crd": "RayJob",
+                   "app.kubernetes.io/created-by": "kuberay-operator"}
+        template.setdefault("metadata", {})["labels"] = template["metadata"].get("labels", {}) | made_by
+        self.ensure(ns, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+            "name": meta["name"], "labels": made_by, "ownerReferences": [{
+                "apiVersion": "ray.io/v1", "kind": "RayJob", "name": meta["name"], "uid": meta["uid"],
+                "controller": True, "blockOwnerDeletion": True}]},
+            "spec": {"backoffLimit": 2, "template": template}})
+        submitter = self.bed.api("GET", f"{ns}/{meta['name']}")  # with the selector labels the API server added
+        self.ensure(f"/api/v1/namespaces/{NAMESPACE}/pods", {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{meta['name']}-submitter", "labels": submitter["spec"]["template"]["metadata"]["labels"],
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+                                              "uid": submitter["metadata"]["uid"], "controller": True,
+                                              "blockOwnerDeletion": True}]},
+            "spec": submitter["spec"]["template"]["spec"]})
+
+
+def ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions", []))
 
 
 def leaves(node, path=()):
@@ -228,7 +301,12 @@ def test_up_status_monitor_and_down_as_a_user_with_only_the_rendered_role(testbe
     ns = f"/api/v1/namespaces/{NAMESPACE}"
     assert ours(testbed, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters") == []
     assert ours(testbed, f"{ns}/pods") == []
-    wait_until(lambda: ours(testbed, f"{ns}/services") == [] and ours(testbed, f"{ns}/secrets") == [])
+    # (the `default` account's token stays: the namespace's own; the cluster's account and
+    # its token go with the RayCluster)
+    wait_until(lambda: ours(testbed, f"{ns}/services") == [] and [
+        s["metadata"]["name"] for s in items(testbed, f"{ns}/secrets")
+        if s["metadata"].get("annotations", {}).get("kubernetes.io/service-account.name") != "default"] == []
+        and ours(testbed, f"{ns}/serviceaccounts") == ["default"])
 
 
 def wait_until(condition, timeout_s: float = 60):
@@ -248,9 +326,15 @@ def test_run_deletes_its_finalized_rayjob_with_the_roles_rights(testbed, kit):
     assert "RayJob k8s-hetero: Complete, job SUCCEEDED" in run.stdout
     assert "Forbidden" not in run.stdout + run.stderr
     assert f"RayJob {NAME} deleted; none of its cluster {NAME}-" in run.stdout
+    # Issue 45's problem 1: the submitter's pod is not on a node, so its log is 204 No
+    # Content, kubectl prints nothing and exits 0. The kit asked again while the job ran
+    # (it once took that for the whole log, and never asked again).
+    reads = [e for e in testbed.log_reads() if e["objectRef"].get("name") == f"{NAME}-submitter"]
+    assert len(reads) >= 2, reads
+    assert {(e["user"]["username"], e["responseStatus"]["code"]) for e in reads} == {(kube_testbed.USER, 204)}
     ns = f"/api/v1/namespaces/{NAMESPACE}"
     assert ours(testbed, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs") == []
-    assert ours(testbed, f"{ns}/pods") == []
+    wait_until(lambda: ours(testbed, f"{ns}/pods") == [])  # the submitter's: its Job's, the RayJob's
     assert ours(testbed, f"{ns}/configmaps") == []  # owned by the RayJob, and deleted by the kit
 
     # the same deletion the way kubectl does it by default: the Role's user cannot wait
