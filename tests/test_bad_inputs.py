@@ -471,6 +471,15 @@ def test_a_values_file_outside_the_checkout_is_named_where_it_is(capsys):
     assert capsys.readouterr().err.startswith(f"error: {mine}: head.cpus: ")
 
 
+def test_a_missing_values_file_names_every_folder_it_was_looked_for_in(capsys):
+    """A CLUSTER found nowhere: the line names cluster_templates/ and RAYKIT_VALUES_DIR (it
+    named cluster_templates/ alone, where a user of their own folder had not looked)."""
+    assert kit.main(["validate", "--cluster", "nowhere_mix"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: CLUSTER=nowhere_mix: no values file nowhere_mix.yaml in "
+                           f"{USER_VALUES}/ or cluster_templates/; choose one of: ")
+
+
 def test_every_problem_is_counted_in_one_line(monkeypatch, capsys):
     def two_problems(v):
         rename(v, "head.instance_type", "instnce_type")

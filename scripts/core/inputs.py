@@ -67,7 +67,8 @@ def values_file(cluster: str) -> Path:
     check_name("CLUSTER", cluster)
     path = found_once("CLUSTER", cluster, [d / f"{cluster}.yaml" for d in VALUES_DIRS])
     if path is None or not path.is_file() or path.parent.resolve() not in path.resolve().parents:
-        raise KitError(f"CLUSTER={cluster}: no values file cluster_templates/{cluster}.yaml; "
+        where = " or ".join(f"{shown(d)}/" for d in VALUES_DIRS)  # RAYKIT_VALUES_DIR's too
+        raise KitError(f"CLUSTER={cluster}: no values file {cluster}.yaml in {where}; "
                        f"choose one of: {choices('CLUSTER')}")
     return path
 
