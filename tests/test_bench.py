@@ -22,6 +22,7 @@ from scripts.pricing import cost
 from scripts.providers import local
 from scripts.providers.aws import prices as aws_prices
 from scripts.providers.local import names as local_names
+from scripts.job_env import job_env
 
 # The published TensorFlow row (p4d.24xlarge alone vs + 2 x c5.18xlarge), in FROM's shape.
 PUBLISHED = [{"name": "p4d.24xlarge", "usd_per_hour": 37.688, "mean_step_s": 0.192},
@@ -294,9 +295,7 @@ def test_bench_autopilots_rows_change_only_the_bounds_and_the_switch():
 
 
 def cost_env_has_autopilot(built) -> bool:
-    from scripts.pricing import cost
-
-    return contract.AUTOPILOT_ENV in cost.job_env(built)
+    return contract.AUTOPILOT_ENV in job_env(built)
 
 
 def test_bench_autopilot_refuses_a_mix_it_cannot_steer_before_anything_starts(capsys):

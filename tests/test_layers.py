@@ -10,6 +10,7 @@ lower layer's, never a higher one's:
   providers    one package per provider; no provider imports another
   build        values file -> checked cluster config (drives the providers)
   pricing      cost, planner, bench table
+  job_env      what a job learns from the kit (its prices, the autopilot, the stall limit)
   commands     the CLI's command groups
   kit, benchmarks
 """
@@ -22,7 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "scripts"
 LAYERS = {"core": 0, "node": 0, "catalog": 1, "providers": 2, "build": 3, "pricing": 4,
-          "commands": 5, "kit": 6, "benchmarks": 6}
+          "job_env": 5, "commands": 5, "kit": 6, "benchmarks": 6}
 
 
 def module_name(path: Path) -> str:

@@ -8,7 +8,8 @@ roles) and the job's environment (an autopilot's $/h ceiling against its mix's p
 the stall limit). They come last because they need a built file."""
 
 from scripts.build import Built, build
-from scripts.pricing.cost import check_prices_as, job_env
+from scripts.job_env import job_env
+from scripts.pricing.cost import check_prices_as
 
 
 def checked(cluster: str) -> Built:

@@ -24,7 +24,7 @@ from scripts.core.paths import JOB_LIBRARY, RESULTS
 from scripts.core.ray_cli import use_auth_in_this_process
 from scripts.core.signals import signals_deferred
 from scripts.core.submit import JobPackages
-from scripts.pricing import cost
+from scripts.job_env import job_env
 from scripts.providers import PROVIDERS, load_record
 
 
@@ -82,7 +82,7 @@ def prices_for(record: dict) -> dict[str, str]:
         built = build(record["cluster"])
     except KitError:
         return {}
-    return cost.job_env(built)
+    return job_env(built)
 
 
 @contextmanager
@@ -190,7 +190,7 @@ def run_once(built, job: str, args: list[str], timeout: float | None,
     """Up, submit, down: the job's exit code and summary. Down runs whatever happens; a
     cluster this run did not start is refused, never torn down. Where the platform runs
     the job and deletes its cluster itself (a RayJob), the provider does it all."""
-    env_vars = cost.job_env(built)  # of the values this run launches, not of the file on disk
+    env_vars = job_env(built)  # of the values this run launches, not of the file on disk
     ran = built.provider.run_job(built, job, args, timeout, verbose, env_vars)
     if ran is not None:
         return ran

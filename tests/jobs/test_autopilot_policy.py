@@ -229,6 +229,7 @@ from raykit.autopilot import settings_from_env  # noqa: E402
 from raykit.summary import autopilot_text  # noqa: E402
 from scripts.build import build, build_text  # noqa: E402
 from scripts.core.errors import KitError  # noqa: E402
+from scripts.job_env import job_env  # noqa: E402
 from scripts.pricing import cost  # noqa: E402
 
 
@@ -239,7 +240,7 @@ def built_with(cluster: str, change):
 
 
 def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_datas_own_off():
-    env = cost.job_env(build("local_autopilot"))
+    env = job_env(build("local_autopilot"))
     settings = json.loads(env[contract.AUTOPILOT_ENV])
     assert settings | {"node_usd_per_hour": None, "base_usd_per_hour": None} == {
         "node_type": "cpu_worker", "node_bundle": {"raykit-node-cpu_worker": 1}, "min_nodes": 1, "max_nodes": 3,
@@ -259,13 +260,13 @@ def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_data
     worker_type = next(t for t in build("local_autopilot").config["available_node_types"].values()
                        if "raykit-node-cpu_worker" in t["resources"])
     assert worker_type["resources"]["raykit-node-cpu_worker"] == 1
-    assert contract.AUTOPILOT_ENV not in cost.job_env(build("local"))  # off by default
+    assert contract.AUTOPILOT_ENV not in job_env(build("local"))  # off by default
 
 
 @pytest.mark.parametrize("cluster", ["hetero", "k8s_hetero"])
 def test_aws_and_kuberay_mixes_carry_the_resource_the_autopilot_names(cluster):
     built = built_with(cluster, lambda v: v.setdefault("autopilot", {}).update(enabled=True))
-    settings = json.loads(cost.job_env(built)[contract.AUTOPILOT_ENV])
+    settings = json.loads(job_env(built)[contract.AUTOPILOT_ENV])
     kind = "cpu_worker" if cluster == "hetero" else "cpu-worker"  # KubeRay's group names are DNS labels
     assert settings["node_type"] == kind and settings["node_bundle"] == {f"raykit-node-{kind}": 1}
     if cluster == "hetero":  # Ray's cluster config: the type's resources, its CPUs as before
@@ -290,11 +291,11 @@ def test_bad_autopilot_values_are_refused_before_anything_runs(change, message):
 def test_a_ceiling_below_the_mix_at_min_workers_or_without_prices_is_refused():
     low = built_with("local_autopilot", lambda v: v["autopilot"].update(max_usd_per_hour=0.5))
     with pytest.raises(KitError, match=r"below what the mix costs at min_workers \(\$1\.03/h\)"):
-        cost.job_env(low)
+        job_env(low)
     unpriced = built_with("local_autopilot", lambda v: (v["autopilot"].update(max_usd_per_hour=5),
                                                         v.update(prices_as=None)))
     with pytest.raises(KitError, match="no prices to hold under a ceiling"):
-        cost.job_env(unpriced)
+        job_env(unpriced)
 
 
 @pytest.mark.parametrize("text", ["{", "[]", '{"target_wait_share": 2}', json.dumps(

@@ -12,6 +12,7 @@ import pytest
 from conftest import REPO
 from scripts.build import build
 from scripts.pricing import cost
+from scripts.job_env import job_env
 
 sys.path.insert(0, str(REPO / "jobs"))  # as a job imports it: `raykit`, shipped with every job
 from raykit import contract  # noqa: E402
@@ -60,4 +61,4 @@ def test_the_kit_passes_each_mix_its_prices():
     assert local == aws | {"cpu_worker": pytest.approx(aws["cpu_worker"] / 16)}
     pods, basis = cost.node_hour_prices(build("k8s_hetero"))
     assert pods == {"head": 1.006, "cpu-worker": 0.68}  # one pod per node: the node's price
-    assert json.loads(cost.job_env(build("hetero"))[contract.NODE_PRICES_ENV])["usd_per_hour"] == aws
+    assert json.loads(job_env(build("hetero"))[contract.NODE_PRICES_ENV])["usd_per_hour"] == aws

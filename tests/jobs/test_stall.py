@@ -19,7 +19,7 @@ from raykit import stall  # noqa: E402
 from raykit.steps import StepLog  # noqa: E402
 from scripts.build import build, build_text  # noqa: E402
 from scripts.core.errors import KitError  # noqa: E402
-from scripts.pricing import cost  # noqa: E402
+from scripts.job_env import job_env  # noqa: E402
 
 
 def test_a_loop_with_no_step_for_the_limit_is_stalled_and_nothing_else_is():
@@ -105,11 +105,11 @@ def test_a_limit_that_is_not_the_kits_stops_the_job_with_one_line(text):
 
 
 def test_the_kit_passes_the_values_files_stall_minutes_in_seconds():
-    assert cost.job_env(build("local"))[stall.STALL_ENV] == "1800"  # the example's 30 minutes
+    assert job_env(build("local"))[stall.STALL_ENV] == "1800"  # the example's 30 minutes
     values = load_example("local") | {"stall_minutes": 0.1}
-    assert cost.job_env(build_text("local", yaml.safe_dump(values).encode()))[stall.STALL_ENV] == "6"
+    assert job_env(build_text("local", yaml.safe_dump(values).encode()))[stall.STALL_ENV] == "6"
     off = load_example("local") | {"stall_minutes": 0}
-    assert stall.STALL_ENV not in cost.job_env(build_text("local", yaml.safe_dump(off).encode()))
+    assert stall.STALL_ENV not in job_env(build_text("local", yaml.safe_dump(off).encode()))
 
 
 @pytest.mark.parametrize("cluster", ["local", "hetero", "k8s_hetero"])

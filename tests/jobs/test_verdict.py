@@ -13,7 +13,7 @@ from raykit import contract  # noqa: E402
 from raykit.diagnosis import diagnose  # noqa: E402
 from raykit.verdict import priced_verdict, verdict_text  # noqa: E402
 from scripts.build import build  # noqa: E402
-from scripts.pricing import cost  # noqa: E402
+from scripts.job_env import job_env  # noqa: E402
 
 PRICES = json.dumps({"usd_per_hour": {"head": 1.0, "cpu_worker": 0.5}, "basis": "test",
                      "network_gbps": {"head": 2.5, "cpu_worker": 5.0}})
@@ -60,10 +60,10 @@ def test_compute_and_pipeline_causes_and_a_run_without_prices():
 
 
 def test_the_kit_passes_each_types_bandwidth_beside_its_price():
-    passed = json.loads(cost.job_env(build("hetero"))[contract.NODE_PRICES_ENV])
+    passed = json.loads(job_env(build("hetero"))[contract.NODE_PRICES_ENV])
     assert passed["network_gbps"]["cpu_worker"] == 5.0  # c5.4xlarge's baseline
     assert passed["network_gbps"]["head"] == 2.5        # g5.xlarge's
-    local = json.loads(cost.job_env(build("local"))[contract.NODE_PRICES_ENV])  # priced as hetero
+    local = json.loads(job_env(build("local"))[contract.NODE_PRICES_ENV])  # priced as hetero
     assert local["network_gbps"]["cpu_worker"] == 5.0
 
 
