@@ -12,7 +12,7 @@ from scripts.build import Built
 from scripts.core import roles
 from scripts.core.errors import KitError
 from scripts.core.inputs import values_shown
-from scripts.pricing.cost import node_hour_prices, node_network_gbps
+from scripts.pricing.cost import mix_prices, node_hour_prices, node_network_gbps
 
 
 def job_env(built: Built) -> dict[str, str]:
@@ -20,9 +20,10 @@ def job_env(built: Built) -> dict[str, str]:
     summary bills the run with them) and the autopilot's settings, the prices read from
     the catalog once for both; and the stall limit (jobs/raykit/stall.py), since a stalled
     job bills too."""
-    priced = node_hour_prices(built)
+    mix = mix_prices(built)  # once: a local mix's prices_as is built for it
+    priced = node_hour_prices(built, mix)
     stall_s = built.values["stall_minutes"] * 60
-    return (price_env(priced, node_network_gbps(built)) | autopilot_env(built, priced)
+    return (price_env(priced, node_network_gbps(built, mix)) | autopilot_env(built, priced)
             | ({contract.STALL_ENV: f"{stall_s:g}"} if stall_s else {}))
 
 

@@ -9,11 +9,9 @@ the stall limit). They come last because they need a built file."""
 
 from scripts.build import Built, build
 from scripts.job_env import job_env
-from scripts.pricing.cost import check_prices_as
 
 
 def checked(cluster: str) -> Built:
     built = build(cluster)
-    check_prices_as(built)
-    job_env(built)
+    job_env(built)  # its prices check the prices_as file (pricing/cost.py's check_prices_as)
     return built

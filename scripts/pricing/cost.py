@@ -130,20 +130,21 @@ def priced(built: Built) -> tuple[str, float]:
     return (f"{name} as {built.values['prices_as']}" if label else name), prices.hourly[0]
 
 
-def node_network_gbps(built: Built) -> dict[str, float]:
+def node_network_gbps(built: Built, mix: tuple[Prices | None, str] | None = None) -> dict[str, float]:
     """Each node type's baseline bandwidth, Gbit/s, by its raykit-node-type label, as
     priced (a local mix's as its prices_as; a KubeRay pod's as its node's); {} where the
-    instance types are unknown."""
-    prices, _ = mix_prices(built)
+    instance types are unknown. `mix`: mix_prices(built), where the caller has it."""
+    prices, _ = mix or mix_prices(built)
     return prices.network_gbps if prices else {}
 
 
-def node_hour_prices(built: Built) -> tuple[dict[str, float], str] | None:
+def node_hour_prices(built: Built, mix: tuple[Prices | None, str] | None = None
+                     ) -> tuple[dict[str, float], str] | None:
     """$ per hour of one node of each type, keyed by the raykit-node-type label its nodes
     carry, and what they are priced as; None where the mix cannot be priced (a local mix
     without prices_as, an unpriced region or instance type). A KubeRay pod is its node's
-    share (the node's price over the pods of its kind a node holds)."""
-    prices, label = mix_prices(built)
+    share (the node's price over the pods of its kind a node holds). `mix`: as above."""
+    prices, label = mix or mix_prices(built)
     if prices is None or prices.node_hour is None:
         return None
     return prices.node_hour, f"{label}{prices.basis}"
