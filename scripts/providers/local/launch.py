@@ -96,6 +96,12 @@ def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
         "RAYKIT_GCS_ADDRESS": record["gcs_address"],
         "RAYKIT_TEMP_DIR": record["temp_dir"],
         "AUTOSCALER_UPDATE_INTERVAL_S": "1",  # launch the workers within seconds
+        # Ray Train's PreemptionWatcher restarts training early when a node holding a
+        # training worker is drained for preemption; here none ever is (the kit's spot watch
+        # and the autopilot drain preprocess nodes), and the watcher, a 0-CPU actor Ray
+        # places off a busy head, took seconds of a quarter-core preprocess node's start
+        # (its warming came 5-8 s after the other node's). Its processes inherit this.
+        "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
     })
     head_cores, worker_cores = core_sets(values)
     env[cpu_sets.WORKER_CORES_ENV] = cpu_sets.to_text(worker_cores)
