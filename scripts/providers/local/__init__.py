@@ -35,7 +35,6 @@ from scripts.providers.local.day2 import (  # noqa: F401
     is_running,
     job_address,
     monitor,
-    require_running,
     same_cluster,
     status,
 )
