@@ -5,7 +5,8 @@ here, `from raykit import profile`, for jobs written before the split):
                 trainer's data wait and step), report, GpuUtilization
   cluster.py    the cluster's shape and placement: cluster_shape, check_shape,
                 configure_data, train_logging
-  summary.py    the summary and its diagnosis: summarize, emit, print_summary
+  summary.py    the summary and its diagnosis: summarize, emit (ray_state.py: lost_nodes,
+                preempted_nodes, retried_tasks; report.py: print_summary)
 
 jobs/template/main.py shows the few lines a job needs.
 """
@@ -21,13 +22,6 @@ from raykit.measure import (  # noqa: F401
     measured,
     report,
 )
-from raykit.summary import (  # noqa: F401
-    cpu_use_by_node_type,
-    emit,
-    lost_nodes,
-    preempted_nodes,
-    print_summary,
-    retried_tasks,
-    summarize,
-    warnings_of,
-)
+from raykit.ray_state import lost_nodes, preempted_nodes, retried_tasks  # noqa: F401
+from raykit.report import print_summary  # noqa: F401
+from raykit.summary import cpu_use_by_node_type, emit, summarize, warnings_of  # noqa: F401

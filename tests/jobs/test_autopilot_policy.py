@@ -226,7 +226,7 @@ import yaml  # noqa: E402
 from conftest import load_example  # noqa: E402
 from raykit import contract  # noqa: E402
 from raykit.autopilot import settings_from_env  # noqa: E402
-from raykit.summary import autopilot_text  # noqa: E402
+from raykit.report import autopilot_text  # noqa: E402
 from scripts.build import build, build_text  # noqa: E402
 from scripts.core.errors import KitError  # noqa: E402
 from scripts.job_env import job_env  # noqa: E402

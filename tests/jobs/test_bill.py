@@ -16,7 +16,8 @@ from scripts.job_env import job_env
 
 sys.path.insert(0, str(REPO / "jobs"))  # as a job imports it: `raykit`, shipped with every job
 from raykit import contract  # noqa: E402
-from raykit.summary import bill, bill_text, node_seconds  # noqa: E402
+from raykit.billing import bill, node_seconds  # noqa: E402
+from raykit.report import bill_text  # noqa: E402
 
 
 def node(labels, start, end=None):
