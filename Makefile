@@ -206,7 +206,7 @@ bench-wait: $(STAMP) ## the trainer's data wait with light preprocessing on CLUS
 	@$(PY) -m scripts.benchmarks.bench_wait
 
 bench-autopilot: $(STAMP) ## the autopilot vs fixed_min, fixed_max and Ray Data's autoscaler on CLUSTER (default local_autopilot)
-	@KIT_CLUSTER_ORIGIN=$(origin CLUSTER) $(PY) -m scripts.benchmarks.bench_autopilot
+	@KIT_CLUSTER_ORIGIN="$(origin CLUSTER)" $(PY) -m scripts.benchmarks.bench_autopilot
 
 clean: $(STAMP) ## remove build/, keeping records of clusters that may be running, job summaries and benches
 	@$(KIT) clean

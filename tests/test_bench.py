@@ -313,6 +313,16 @@ def test_bench_autopilot_refuses_a_mix_it_cannot_steer_before_anything_starts(ca
                           "min_workers < max_workers") and len(err.splitlines()) == 1
 
 
+def test_make_bench_autopilot_takes_cluster_from_the_command_line():
+    """Through make, as a user types it: CLUSTER given on the command line reaches the bench
+    (make's origin of it, "command line", is two words: unquoted, the shell ran `line`)."""
+    run = make("bench-autopilot", "CLUSTER=local", timeout=120)
+    assert run.returncode == 2, run.stdout + run.stderr
+    errors = [line for line in run.stderr.splitlines() if not line.startswith("make")]
+    assert errors == [line for line in errors if line.startswith("error: CLUSTER=local: bench-autopilot needs")]
+    assert len(errors) == 1, run.stderr
+
+
 def test_bench_autopilots_table_prices_a_million_images_and_each_phases_wait():
     from scripts.benchmarks import bench_autopilot
 
