@@ -49,7 +49,7 @@ import time
 import traceback
 
 from scripts.commands import container_image, day2, images, jobs, lifecycle, priceperf
-from scripts.core.errors import KitError, network_error
+from scripts.core.errors import KitError, command_exit, network_error
 from scripts.core.paths import LOGS
 from scripts.core.state import make_dir
 
@@ -125,18 +125,16 @@ def internal_error(exc: BaseException) -> str:
         return f"the traceback above ({LOGS} could not be written: {e})"
 
 
+def dispatch(argv) -> int:
+    a = parse(argv)
+    return COMMANDS[a.command](a)
+
+
 def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # `kill` ends like Ctrl-C
     signal.signal(signal.SIGHUP, raise_keyboard_interrupt)   # so does closing the terminal
     try:
-        a = parse(argv)
-        return COMMANDS[a.command](a)
-    except KitError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        return command_exit(lambda: dispatch(argv))
     except BrokenPipeError:  # the reader left (`make plan | head`): nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

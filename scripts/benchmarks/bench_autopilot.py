@@ -36,7 +36,7 @@ from scripts.build import build_text
 from scripts.commands.checked import checked
 from scripts.commands.jobs import run_once
 from scripts.core import charts, roles
-from scripts.core.errors import KitError
+from scripts.core.errors import KitError, command_exit
 from scripts.core.inputs import check_name, json_text, split_args
 from scripts.core.paths import BENCH
 from scripts.kit import raise_keyboard_interrupt
@@ -107,34 +107,31 @@ def main(argv=None) -> int:
     p.add_argument("--cluster", default=(given and os.environ.get("KIT_CLUSTER")) or "local_autopilot")
     p.add_argument("--args", default=os.environ.get("KIT_ARGS") or DEFAULT_ARGS, help="the job's flags")
     a = p.parse_args(argv)
-    try:
-        cluster = check_name("CLUSTER", a.cluster)
-        base = checked(cluster)
-        kinds = roles.preprocess_types(base.values)
-        if len(kinds) != 1 or base.values["workers"][kinds[0]]["min_workers"] >= \
-                base.values["workers"][kinds[0]]["max_workers"]:
-            raise KitError(f"CLUSTER={cluster}: bench-autopilot needs one preprocess worker type with "
-                           "min_workers < max_workers (local_autopilot.yaml is one)")
-        (kind,) = kinds
-        # every variant built (and so checked) before the first cluster starts
-        runs = {row: build_text(cluster, yaml.safe_dump(variant(base.values, row)).encode()) for row in ROWS}
-        rows, reports = [], {}
-        for i, (row, built) in enumerate(runs.items(), 1):
-            w = built.values["workers"][kind]
-            bounds = f"{w['min_workers']}" if w["min_workers"] == w["max_workers"] else \
-                f"{w['min_workers']}-{w['max_workers']}"
-            print(f"\n== bench-autopilot {i}/{len(runs)}: {row} ({kind} {bounds})", flush=True)
-            code, summary = run_once(built, "vit_synthetic", split_args(a.args), None)
-            if code != 0 or summary is None:
-                raise KitError(f"bench-autopilot: the {row} run failed (exit {code}); its log is above")
-            rows.append(measured(row, summary, kind, bounds))
-            reports[row] = summary.get("autopilot")
-    except KitError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return command_exit(lambda: run(a))
+
+
+def run(a) -> int:
+    cluster = check_name("CLUSTER", a.cluster)
+    base = checked(cluster)
+    kinds = roles.preprocess_types(base.values)
+    if len(kinds) != 1 or base.values["workers"][kinds[0]]["min_workers"] >= \
+            base.values["workers"][kinds[0]]["max_workers"]:
+        raise KitError(f"CLUSTER={cluster}: bench-autopilot needs one preprocess worker type with "
+                       "min_workers < max_workers (local_autopilot.yaml is one)")
+    (kind,) = kinds
+    # every variant built (and so checked) before the first cluster starts
+    runs = {row: build_text(cluster, yaml.safe_dump(variant(base.values, row)).encode()) for row in ROWS}
+    rows, reports = [], {}
+    for i, (row, built) in enumerate(runs.items(), 1):
+        w = built.values["workers"][kind]
+        bounds = f"{w['min_workers']}" if w["min_workers"] == w["max_workers"] else \
+            f"{w['min_workers']}-{w['max_workers']}"
+        print(f"\n== bench-autopilot {i}/{len(runs)}: {row} ({kind} {bounds})", flush=True)
+        code, summary = run_once(built, "vit_synthetic", split_args(a.args), None)
+        if code != 0 or summary is None:
+            raise KitError(f"bench-autopilot: the {row} run failed (exit {code}); its log is above")
+        rows.append(measured(row, summary, kind, bounds))
+        reports[row] = summary.get("autopilot")
     out = new_run_dir(BENCH, "-autopilot")
     (out / "rows.json").write_text(json_text({"cluster": cluster, "args": a.args, "rows": rows,
                                               "autopilot": reports.get("autopilot")}) + "\n")

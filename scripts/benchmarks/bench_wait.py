@@ -16,7 +16,7 @@ import sys
 
 from scripts.commands.checked import checked
 from scripts.commands.jobs import running_or_started, submit_to
-from scripts.core.errors import KitError
+from scripts.core.errors import KitError, command_exit
 from scripts.core.inputs import check_name, split_args
 from scripts.kit import raise_keyboard_interrupt
 
@@ -31,24 +31,21 @@ def main(argv=None) -> int:
     p.add_argument("--cluster", default=os.environ.get("KIT_CLUSTER") or "local")
     p.add_argument("--steps", type=int, default=80, help="training steps per case")
     args = p.parse_args(argv)
+    return command_exit(lambda: run(args))  # bad input or a failed run: as the kit's commands exit
+
+
+def run(args) -> int:
     summaries = {}
-    try:
-        built = checked(check_name("CLUSTER", args.cluster))
-        with running_or_started(built) as record:  # the running cluster, or one of its own
-            for name, case_args in CASES.items():
-                job_args = f"{case_args} --steps {args.steps}"
-                print(f"\n== {name}: make submit JOB=vit_synthetic ARGS=\"{job_args}\"", flush=True)
-                code, summary = submit_to(record, "vit_synthetic", split_args(job_args), None)
-                if code != 0 or summary is None:
-                    raise KitError(f"bench-wait: the {name} run failed (exit {code}); its log "
-                                   "is above")
-                summaries[name] = summary
-    except KitError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2  # bad input or a failed run, as the kit's own commands exit
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    built = checked(check_name("CLUSTER", args.cluster))
+    with running_or_started(built) as record:  # the running cluster, or one of its own
+        for name, case_args in CASES.items():
+            job_args = f"{case_args} --steps {args.steps}"
+            print(f"\n== {name}: make submit JOB=vit_synthetic ARGS=\"{job_args}\"", flush=True)
+            code, summary = submit_to(record, "vit_synthetic", split_args(job_args), None)
+            if code != 0 or summary is None:
+                raise KitError(f"bench-wait: the {name} run failed (exit {code}); its log "
+                               "is above")
+            summaries[name] = summary
     print(f"\ntrainer's data wait with one blur on '{args.cluster}' "
           f"(targets: < {TARGET_WAIT_FRACTION:.0%} of each step, longest < {TARGET_MAX_WAIT_S:g} s)")
     for name, s in summaries.items():

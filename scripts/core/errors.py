@@ -1,5 +1,7 @@
 """The one exception the kit raises for a user's mistake, and how its message is kept short."""
 
+import sys
+
 
 class KitError(Exception):
     """A user-facing error: the CLI prints `error: <message>` on one line and exits 2,
@@ -22,6 +24,20 @@ class CapacityRefused(KitError):
 class NoAccount(KitError):
     """The cloud cannot be asked: no credentials on this machine. `make up` stops at it; a
     dry run goes on with what it can say offline, and says so."""
+
+
+def command_exit(body) -> int:
+    """Run a command's body and return its exit code, as every entry point of the kit ends
+    (`make` targets, benchmarks): the body's own; 2 after one `error:` line for a KitError
+    (bad input, a failed run); 130 after Ctrl-C (or a `kill` the caller made one)."""
+    try:
+        return body()
+    except KitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def not_running(cluster: str) -> str:
