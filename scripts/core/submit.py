@@ -321,3 +321,15 @@ def result_line(output: str) -> dict:
         return json.loads(lines[-1][len(RESULT_PREFIX):])
     except ValueError:
         raise KitError("the job's RESULT line is not JSON") from None
+
+
+# A provider whose platform has no job that deletes its own cluster (EC2, this machine)
+# answers the interface's run_job and run_plan with these: `make run` is then the kit's
+# up, submit and down (down guaranteed), and its dry run is `up`'s.
+def no_platform_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool,
+                    env_vars: dict[str, str]) -> None:
+    return None
+
+
+def no_platform_plan(built, job: str, args: list[str], timeout_s: float | None) -> None:
+    return None

@@ -20,11 +20,13 @@ import copy
 import json
 import re
 
-from scripts import catalog
 from scripts.core.errors import KitError
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.providers.aws.iam import head_policy, user_policy
-# the interface's members, each from the module of its concern
+# the interface's members, each from the module of its concern (`make run` is the kit's up,
+# submit and down here: EC2 has no job that ends its own instances)
+from scripts.core.submit import no_platform_job as run_job  # noqa: F401
+from scripts.core.submit import no_platform_plan as run_plan  # noqa: F401
 from scripts.providers.aws.day2 import (  # noqa: F401
     attach,
     dashboard,
@@ -143,18 +145,8 @@ def job_problems(record: dict, job: str, args: list[str]) -> list[str]:
             for bucket in named if bucket not in readable]
 
 
-def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> None:
-    """`make run` is up, submit and down here: its dry run is `up`'s."""
-    return None
-
-
 def images_to_bake(values: dict) -> dict[str, str]:
     raise KitError("`make image` builds the images a KubeRay values file names (images.job_packages: "
                    "baked, see k8s_hetero.yaml); AWS nodes install the jobs' packages at setup (node_packages.install_commands)")
 
 
-def run_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool,
-            env_vars: dict[str, str]) -> None:
-    """None: EC2 has no job that ends its own instances; `make run` is the kit's up, submit
-    and down (down guaranteed)."""
-    return None

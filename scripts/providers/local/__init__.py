@@ -28,7 +28,10 @@ Its concerns, a module each in this package:
 
 from scripts.core.errors import KitError
 from scripts.core.submit import JobFiles, JobPackages
-# the interface's members, each from the module of its concern
+# the interface's members, each from the module of its concern (`make run` is the kit's up,
+# submit and down here: no platform job)
+from scripts.core.submit import no_platform_job as run_job  # noqa: F401
+from scripts.core.submit import no_platform_plan as run_plan  # noqa: F401
 from scripts.providers.local.day2 import (  # noqa: F401
     attach,
     dashboard,
@@ -96,18 +99,8 @@ def job_problems(record: dict, job: str, args: list[str]) -> list[str]:
     return []
 
 
-def run_plan(built, job: str, args: list[str], timeout_s: float | None) -> None:
-    """`make run` is up, submit and down here: its dry run is `up`'s."""
-    return None
-
-
 def images_to_bake(values: dict) -> dict[str, str]:
     raise KitError("`make image` builds the images a KubeRay values file names (images.job_packages: "
                    "baked, see k8s_hetero.yaml); the local cluster runs .venv, which has the jobs' packages")
 
 
-def run_job(built, job: str, args: list[str], timeout_s: float | None, verbose: bool,
-            env_vars: dict[str, str]) -> None:
-    """None: this machine has no job manager of its own; `make run` is the kit's up, submit
-    and down (down guaranteed)."""
-    return None
