@@ -125,14 +125,12 @@ plan: $(STAMP) ## cheapest mix feeding the GPUs, from PROFILE=<job summary> or A
 bench: $(STAMP) ## ViT job on each of CLUSTERS: $/100 steps table + JSON/CSV/PNG; JOB=adaptdl_mnist: AdaptDL vs fixed Ray Train
 	@$(KIT) bench
 
-# The tests that run a local Ray cluster run one at a time (test-cluster): a local cluster's
-# nodes are pinned to this machine's cores, and what they time (a fault's cost, an idle
-# limit, a node's start) assumes no other test takes CPU from them. Yet they leave the two
-# cores ~45% idle (a node starting, an autoscaler's poll, a job's sleep), so beside them, at
-# the lowest CPU priority there is (tests/idle_priority.py: Linux's SCHED_IDLE, which runs
-# only on a core nothing else wants), run the tests that need none (on two processes,
-# pytest-xdist) and adaptdl's shipped tests of the modules the kit's fixes patch. At the
-# end, each phase's time and the 15 slowest tests (tests/timing.py).
+# The tests that need no local cluster run on two processes (pytest-xdist), side by side
+# with adaptdl's shipped tests of the modules the kit's fixes patch: together they keep both
+# cores busy, where each alone waits (on moto, on Ray's start-up) or runs one thread. Then
+# the local-cluster tests, one at a time: a local cluster's nodes are pinned to this
+# machine's cores, and what they time (a fault's cost, an idle limit) assumes nothing
+# beside them. At the end, each phase's time and the 15 slowest tests (tests/timing.py).
 # The real-API-server tests (tests/kuberay/test_real_apiserver.py) need kube-apiserver
 # built once into ~/.cache/raykit (kube-testbed: ~7 minutes the first time, as root for
 # apt-get); where this machine cannot build it, make test says so in one line and skips
@@ -141,20 +139,12 @@ REPORTS := build/test-reports
 test: $(STAMP) ## run every test (the local Ray cluster, AWS through moto, KubeRay against a real API server); prints the slowest
 	@$(PY) -m tests.kuberay.kube_testbed ensure
 	@rm -rf $(REPORTS) && mkdir -p $(REPORTS) && date +%s > $(REPORTS)/start
-	@echo "== test-cluster, and beside it at idle CPU priority test-offline and test-adaptdl (each one's output when it ends)"
+	@echo "== test-offline and test-adaptdl side by side (each one's output when it ends), then test-cluster"
 	@export RAYKIT_TEST_REPORTS=$(REPORTS); \
-	  $(MAKE) --no-print-directory -j2 --output-sync=target test-phase/cluster test-phase/offline; \
-	  status=$$?; $(PY) -m tests.timing $(REPORTS); exit $$status
-
-# make test's two phases, run side by side; each stamps its end for tests/timing.py
-test-phase/cluster: $(STAMP)
-	@$(MAKE) --no-print-directory test-cluster; status=$$?; date +%s > $(REPORTS)/cluster-end; exit $$status
-# (MAKEFLAGS= : its own six jobs, not a share of the two above, where make warns; the
-# command line's variables passed on by hand)
-test-phase/offline: $(STAMP)
-	@MAKEFLAGS= $(PY) -m tests.idle_priority $(MAKE) --no-print-directory -j6 --output-sync=target \
-	  test-offline $(addprefix adaptdl-suite/,$(ADAPTDL_SUITES)) $(MAKEOVERRIDES); \
-	  status=$$?; date +%s > $(REPORTS)/offline-end; exit $$status
+	  $(MAKE) --no-print-directory -j6 --output-sync=target test-offline $(addprefix adaptdl-suite/,$(ADAPTDL_SUITES)); \
+	  status=$$?; date +%s > $(REPORTS)/offline-end; \
+	  if [ $$status = 0 ]; then $(MAKE) --no-print-directory test-cluster; status=$$?; date +%s > $(REPORTS)/cluster-end; fi; \
+	  $(PY) -m tests.timing $(REPORTS); exit $$status
 
 # RAYKIT_TEST_REPORTS (set by `make test`): where each pytest run writes its JUnit report
 JUNIT = $${RAYKIT_TEST_REPORTS:+--junitxml=$$RAYKIT_TEST_REPORTS/$(1).xml}

@@ -4,16 +4,14 @@ the JUnit reports its pytest runs wrote and the times the Makefile stamped.
     python -m tests.timing build/test-reports
 
 The reports folder holds `*.xml` (pytest --junitxml: each test's duration) and the stamps
-`start`, `offline-end`, `cluster-end` (epoch seconds, one per line, as `date +%s` writes):
-both phases start together, the offline one at idle CPU priority beside the cluster one.
+`start`, `offline-end`, `cluster-end` (epoch seconds, one per line, as `date +%s` writes).
 """
 
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-SLOWEST = 15  # of the cluster phase
-OFFLINE_SLOWEST = 5
+SLOWEST = 15
 
 
 def stamp(folder: Path, name: str) -> float | None:
@@ -23,10 +21,10 @@ def stamp(folder: Path, name: str) -> float | None:
         return None
 
 
-def tests(folder: Path, reports: str = "*.xml") -> list[tuple[float, str]]:
-    """(seconds, test id) of every test case in the folder's reports matching `reports`."""
+def tests(folder: Path) -> list[tuple[float, str]]:
+    """(seconds, test id) of every test case in the folder's reports."""
     found = []
-    for report in sorted(folder.glob(reports)):
+    for report in sorted(folder.glob("*.xml")):
         try:
             root = ET.parse(report).getroot()
         except ET.ParseError:  # a phase killed while writing: its cases are lost, not the rest
@@ -47,26 +45,17 @@ def minutes(seconds: float) -> str:
 def lines(folder: Path) -> list[str]:
     start, offline, cluster = (stamp(folder, n) for n in ("start", "offline-end", "cluster-end"))
     out = []
-    if start and cluster:
-        out.append(f"cluster phase (local Ray clusters, one test at a time): {minutes(cluster - start)}")
     if start and offline:
-        out.append(f"offline phase (the offline tests and adaptdl's suites, beside it at idle "
-                   f"priority): {minutes(offline - start)}")
-    ends = [end for end in (offline, cluster) if end]
-    if start and ends:
-        out.append(f"make test's tests in all: {minutes(max(ends) - start)} (the one-time "
+        out.append(f"offline phase (offline tests and adaptdl's suites side by side): {minutes(offline - start)}")
+    if offline and cluster:
+        out.append(f"cluster phase (local Ray clusters, one test at a time): {minutes(cluster - offline)}")
+    if start and (cluster or offline):
+        out.append(f"make test's tests in all: {minutes((cluster or offline) - start)} (the one-time "
                    "kube-testbed build and .venv's install not counted)")
-    # the cluster phase's tests make up make test's time; the offline phase's, at idle
-    # priority, count the seconds they waited for a core the cluster tests held
-    ranked = sorted(tests(folder, "cluster.xml"), reverse=True)[:SLOWEST]
+    ranked = sorted(tests(folder), reverse=True)[:SLOWEST]
     if ranked:
-        out.append(f"the cluster phase's {len(ranked)} slowest tests:")
+        out.append(f"the {len(ranked)} slowest tests:")
         out += [f"  {seconds:7.1f} s  {name}" for seconds, name in ranked]
-    behind = sorted(case for report in folder.glob("*.xml") if report.name != "cluster.xml"
-                    for case in tests(folder, report.name))[::-1][:OFFLINE_SLOWEST]
-    if behind:
-        out.append(f"the offline phase's {len(behind)} slowest (at idle priority: waits for a core included):")
-        out += [f"  {seconds:7.1f} s  {name}" for seconds, name in behind]
     return out
 
 
