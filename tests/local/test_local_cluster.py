@@ -190,8 +190,8 @@ from scripts.providers.local import launch
 real, offered = launch.free_ports, []
 def first_with_a_taken_dashboard_port(count):
     ports = real(count)
-    if not offered:
-        ports[1] = int(sys.argv[1])
+    if not offered:  # the port at index argv[2] (gcs, dashboard, client, agent, metrics, runtime_env)
+        ports[int(sys.argv[2])] = int(sys.argv[1])
     offered.append(ports)
     return ports
 launch.free_ports = first_with_a_taken_dashboard_port
@@ -208,7 +208,7 @@ def test_a_head_port_another_program_took_is_given_up_for_fresh_ones(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        up = subprocess.run([sys.executable, "-c", UP_WITH_A_TAKEN_PORT, str(port)], cwd=REPO,
+        up = subprocess.run([sys.executable, "-c", UP_WITH_A_TAKEN_PORT, str(port), "1"], cwd=REPO,
                             env=env, capture_output=True, text=True, timeout=300)
         try:
             assert up.returncode == 0, up.stdout + up.stderr
@@ -217,6 +217,28 @@ def test_a_head_port_another_program_took_is_given_up_for_fresh_ones(tmp_path):
             assert not state["dashboard_url"].endswith(f":{port}")
             jobs = make("jobs", "CLUSTER=local_single", env=env)  # through the dashboard, with the token
             assert jobs.returncode == 0, jobs.stdout + jobs.stderr
+        finally:
+            down = make("down", "CLUSTER=local_single", env=env, timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert processes_of({"cluster": "local_single", "build_dir": str(tmp_path)}) == []
+    remove_private_dir(up.stdout)
+
+
+@pytest.mark.cluster
+def test_a_port_held_without_listening_fails_ray_start_and_is_given_up_for_fresh_ones(tmp_path):
+    """A port bound by another program but not listening (a connection's ephemeral port):
+    the dashboard agent cannot bind its metrics port, dies, and the raylet with it, and
+    `ray start` fails (a fresh clone's make test met this once); the kit starts the head
+    again on other ports."""
+    env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path), KIT_CLUSTER="local_single")
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        port = held.getsockname()[1]
+        up = subprocess.run([sys.executable, "-c", UP_WITH_A_TAKEN_PORT, str(port), "4"], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=300)
+        try:
+            assert up.returncode == 0, up.stdout + up.stderr
+            assert "a port was taken by another program as Ray started; starting the head again" in up.stdout
         finally:
             down = make("down", "CLUSTER=local_single", env=env, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr

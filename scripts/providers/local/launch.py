@@ -123,6 +123,14 @@ def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
             down(cluster, record)
             shutil.rmtree(Path(record["temp_dir"]).parent, ignore_errors=True)
             return None
+        if result.returncode != 0 and port_clash_logged(record["temp_dir"]):
+            # another program bound one of the ports between free_ports() and Ray's bind, and
+            # let it go since (a connection's ephemeral port): an agent died of it, and the
+            # raylet with it (seen once in a fresh clone's make test). Other ports, then.
+            print("  a port was taken by another program as Ray started; starting the head again", flush=True)
+            down(cluster, record)
+            shutil.rmtree(Path(record["temp_dir"]).parent, ignore_errors=True)
+            return None
         if result.returncode != 0:
             tail = (result.stdout + result.stderr).strip().splitlines()[-1:] or ["no output"]
             raise KitError(f"`ray start --head` failed for local cluster '{cluster}': {tail[0]} "
@@ -217,3 +225,16 @@ def wait_until_ready(record: dict) -> None:
             raise KitError(f"only {count} of {want} nodes joined within {limit_s:.0f} s; "
                            f"see the autoscaler log {record['temp_dir']}/session_latest/logs/monitor.log")
         time.sleep(1)
+
+
+def port_clash_logged(temp_dir: str) -> bool:
+    """Whether a head process that failed to start logged a port another program held
+    ("Address already in use": the dashboard agent's metrics port, a component's gRPC port)."""
+    logs = Path(temp_dir) / "session_latest" / "logs"
+    for log in sorted(logs.glob("*.log")) + sorted(logs.glob("*.err")) + sorted(logs.glob("*.out")):
+        try:
+            if "Address already in use" in log.read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
