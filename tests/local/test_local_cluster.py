@@ -188,13 +188,13 @@ import sys
 from scripts import kit
 from scripts.providers.local import launch
 real, offered = launch.free_ports, []
-def first_with_a_taken_dashboard_port(count):
+def first_with_a_taken_port(count):
     ports = real(count)
     if not offered:  # the port at index argv[2] (gcs, dashboard, client, agent, metrics, runtime_env)
         ports[int(sys.argv[2])] = int(sys.argv[1])
     offered.append(ports)
     return ports
-launch.free_ports = first_with_a_taken_dashboard_port
+launch.free_ports = first_with_a_taken_port
 sys.exit(kit.main(["up"]))
 """
 

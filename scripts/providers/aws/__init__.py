@@ -148,5 +148,3 @@ def job_problems(record: dict, job: str, args: list[str]) -> list[str]:
 def images_to_bake(values: dict) -> dict[str, str]:
     raise KitError("`make image` builds the images a KubeRay values file names (images.job_packages: "
                    "baked, see k8s_hetero.yaml); AWS nodes install the jobs' packages at setup (node_packages.install_commands)")
-
-

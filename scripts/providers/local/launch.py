@@ -117,17 +117,16 @@ def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
                                     timeout=120, start_new_session=True,  # the terminal's Ctrl-C is ours
                                     # Ray's head processes, and what they start, in its group
                                     preexec_fn=(lambda: cpu_quota.enter(head_group)) if head_group else None)
+        # A port another program took between free_ports() and Ray's bind: one it listens
+        # on (Ray started anyway, its dashboard elsewhere), or one it holds without listening
+        # (a connection's ephemeral port: an agent died of it, and the raylet with it, seen
+        # once in a fresh clone's make test). Either way, start again on other ports.
         taken = taken_by_others(ports, cluster_processes(cluster))
-        if taken:  # Ray started anyway, its dashboard elsewhere: start again on other ports
-            print(f"  port {taken[0]} was taken by another program; starting the head again", flush=True)
-            down(cluster, record)
-            shutil.rmtree(Path(record["temp_dir"]).parent, ignore_errors=True)
-            return None
-        if result.returncode != 0 and port_clash_logged(record["temp_dir"]):
-            # another program bound one of the ports between free_ports() and Ray's bind, and
-            # let it go since (a connection's ephemeral port): an agent died of it, and the
-            # raylet with it (seen once in a fresh clone's make test). Other ports, then.
-            print("  a port was taken by another program as Ray started; starting the head again", flush=True)
+        clash = (f"port {taken[0]} was taken by another program" if taken else
+                 "a port was taken by another program as Ray started"
+                 if result.returncode != 0 and port_clash_logged(record["temp_dir"]) else "")
+        if clash:
+            print(f"  {clash}; starting the head again", flush=True)
             down(cluster, record)
             shutil.rmtree(Path(record["temp_dir"]).parent, ignore_errors=True)
             return None
