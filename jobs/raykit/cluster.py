@@ -109,8 +109,23 @@ def warm_up(shape: dict, modules: list[str]):
                         DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE)
     per_node = {node["id"]: int(node["preprocess_cpus"]) for node in shape["nodes"].values()
                 if node["preprocess_cpus"] >= 1}
+    start_autoscaling_coordinator()
     start = ray.remote(num_cpus=0, max_retries=0, runtime_env={"env_vars": env_vars})(_start_warm)
     return start.remote(modules, per_node)
+
+
+def start_autoscaling_coordinator() -> None:
+    """Start Ray's AutoscalingCoordinator (a detached actor, one per cluster) now. Ray Train's
+    controller creates it at its own start and waits up to 5 s for its first answer; the
+    actor's process start and imports are 2 s of that wait on 2 cores, and on a GPU machine
+    the 5 s ran out ("Failed to send resource request", then 5 s lost). Started here, at the
+    job's start, it is ready when the controller asks. The same call as Train's, so either
+    finds the other's (get_if_exists); fire and forget."""
+    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+        get_or_create_autoscaling_coordinator,
+    )
+
+    get_or_create_autoscaling_coordinator()
 
 
 def _warm(names: list[str]) -> None:

@@ -161,8 +161,11 @@ def test_job_trains_on_head_and_preprocesses_on_workers(shared_local_cluster, tm
     assert not run_["steady"] and run_["steps_needed"] >= 1 + 2 * 10 and summary["ramp_s"] is None
     assert run_["wait_p50_s"] <= run_["wait_p95_s"] <= summary["max_data_wait_s"]
     assert f"run at least {run_['steps_needed']} steps (--steps)" in run.stdout.replace("\n" + " " * 17, " ")
-    # Ray Data's first tasks ran in the processes the job warmed while Train started
-    assert warmed_and_used(record, summary_id(run.stdout))
+    # Ray Data's first tasks ran in the processes the job warmed while Train started, and
+    # Ray's AutoscalingCoordinator was up before Train's controller asked it
+    tasks = job_tasks(record, summary_id(run.stdout))
+    assert warmed_and_used(tasks)
+    assert coordinator_ready_before_train_asked(record, tasks)
     assert 0 < summary["mean_data_wait_s"] <= summary["mean_step_s"]
     assert summary["images_per_s"] == pytest.approx(8 / summary["mean_step_s"])
     assert 0 <= summary["data_wait_fraction"] < 1
@@ -208,17 +211,41 @@ def summary_id(output: str) -> str:
     return found
 
 
-def warmed_and_used(record: dict, submission_id: str) -> bool:
-    """Every preprocessing task of the job ran in a worker process a warm-up task
-    (raykit.cluster.warm_up) started, by Ray's task table."""
+def job_tasks(record: dict, submission_id: str) -> list:
+    """The job's tasks and actor creations in Ray's task table, with their events."""
     from ray.util.state import list_jobs, list_tasks
 
     from scripts.core.ray_cli import use_auth_in_this_process
 
     use_auth_in_this_process(record["auth_token"])
     (job,) = [j for j in list_jobs(address=record["dashboard_url"]) if j.submission_id == submission_id]
-    tasks = list_tasks(address=record["dashboard_url"], filters=[("job_id", "=", job.job_id)],
-                       detail=True, limit=10_000, raise_on_missing_output=False)
+    return list_tasks(address=record["dashboard_url"], filters=[("job_id", "=", job.job_id)],
+                      detail=True, limit=10_000, raise_on_missing_output=False)
+
+
+def coordinator_ready_before_train_asked(record: dict, tasks: list) -> bool:
+    """Where this job created Ray's AutoscalingCoordinator (a detached actor: on the shared
+    cluster only the first job does), it was up before Ray Train's controller sent its first
+    resource request (raykit.cluster.start_autoscaling_coordinator); Train's own creation
+    of it left the request waiting on the actor's start, 5 s at most, then given up."""
+    from ray.util.state import list_actors
+
+    def at(task, state):
+        return min(e["created_ms"] for e in task.events if e["state"] == state)
+
+    (actor,) = list_actors(address=record["dashboard_url"],
+                           filters=[("class_name", "=", "_AutoscalingCoordinatorActor")])
+    asks = [t for t in tasks if t.name.endswith("_AutoscalingCoordinatorActor.request_resources")]
+    assert asks, "Ray Train's controller sent no resource request"
+    if actor.job_id != tasks[0].job_id:
+        return True  # an earlier job on this cluster started it
+    (init,) = [t for t in tasks if t.name.endswith("_AutoscalingCoordinatorActor.__init__")]
+    return at(init, "FINISHED") <= min(at(t, "PENDING_ARGS_AVAIL") for t in asks)
+
+
+def warmed_and_used(tasks: list) -> bool:
+    """Every preprocessing task of the job ran in a worker process a warm-up task
+    (raykit.cluster.warm_up) started, by Ray's task table."""
     warmed = {t.worker_pid for t in tasks if t.name == "_warm"}
     used = {t.worker_pid for t in tasks if "MapBatches" in t.name}
     assert warmed and used, (warmed, used)
