@@ -189,8 +189,8 @@ adaptdl-suite/%: $(STAMP)
 	  -o asyncio_default_fixture_loop_scope=function --timeout 900 $(call JUNIT,adaptdl-$*) \
 	  $(if $(filter adaptdl,$*),$(ADAPTDL_SPLIT_OFF)) --pyargs $(subst +, ,$*)
 
-bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataLoader (ratios)
-	$(PY) -m scripts.benchmarks.bench_data
+bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataLoader (ratios); ARGS=--help: rounds, waves
+	@$(PY) -m scripts.benchmarks.bench_data
 
 bench-wait: $(STAMP) ## the trainer's data wait with light preprocessing on CLUSTER (< 5%, no stalls)
 	@$(PY) -m scripts.benchmarks.bench_wait

@@ -37,6 +37,9 @@ sys.path[:0] = [str(JOB_DIR), str(JOB_DIR.parent)]  # the job's pipeline, and ra
 from pipeline import BATCHES_PER_TASK, Preprocess, build_dataset, make_images  # noqa: E402
 from raykit.feed import Feed  # noqa: E402
 
+from scripts.core.errors import KitError  # noqa: E402
+from scripts.core.inputs import split_args  # noqa: E402
+
 ARGS = None  # the parsed flags, in each process of the limit's pool
 STAGE = None  # the job's preprocessing stage, built once per process of the pool
 
@@ -204,7 +207,7 @@ ENGINES = {"a": Limit, "b": RayData, "c": Loader,
            "d": lambda args, cores: RayData(args, cores, ship="float32")}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--waves", type=int, default=8,
                    help="waves of tasks on every core per round (the round's images: waves x "
@@ -217,7 +220,8 @@ def main() -> int:
     p.add_argument("--blur-kernel", type=int, default=11)
     p.add_argument("--batches-per-task", type=int, default=BATCHES_PER_TASK,
                    help=f"batches each Ray Data task makes (the job's default: {BATCHES_PER_TASK})")
-    args = p.parse_args()
+    # `make bench-data ARGS="--rounds 5"`: ARGS as a shell splits it (KIT_ARGS, from make)
+    args = p.parse_args(split_args(os.environ.get("KIT_ARGS", "")) if argv is None else argv)
     cores = os.cpu_count()
     args.images = args.images or args.waves * cores * args.batch_size * args.batches_per_task
     if args.images % args.batch_size or args.images < args.batch_size or args.rounds < 1 \
@@ -279,4 +283,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main(None if len(sys.argv) == 1 else sys.argv[1:]))
+    except KitError as e:  # ARGS that do not split
+        sys.exit(f"error: {e}")

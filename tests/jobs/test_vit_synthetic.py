@@ -297,6 +297,15 @@ def test_side_of_a_rounded_figure():
     assert side_of(0.050, 0.05, 0.0005) is None and side_of(1.000, 1.0, 0.0005) is None
 
 
+def test_make_bench_data_takes_its_flags_from_args():
+    """`make bench-data ARGS=...` reaches the bench's flags (it once ran its defaults, ~10
+    minutes at 16 cores, whatever ARGS said); a bad value is refused before anything runs."""
+    run = make("bench-data", "ARGS=--rounds 0", timeout=120)
+    assert run.returncode == 2 and "error: --images must be" in run.stderr and "--rounds" in run.stderr, run.stderr
+    run = make("bench-data", "ARGS=--help", timeout=120)
+    assert run.returncode == 0 and "--waves WAVES" in run.stdout
+
+
 def test_bench_data_prints_all_three_rates_both_ratios_and_the_bytes_before_and_after():
     run = subprocess.run([sys.executable, "-m", "scripts.benchmarks.bench_data", "--images", "32",
                           "--rounds", "2", "--image-size", "32", "--blur-count", "1",
