@@ -252,23 +252,34 @@ def standin_head(tmp_path):
     marker = names.cluster_id("standin-head", tmp_path)
     env = ray_env(None, {names.MARKER: marker,
                          "PATH": f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}"})
-    for _ in range(PORT_TRIES):  # as the local provider does: a port another program took is retried
-        ports = free_ports(6)
-        gcs, dashboard, client, agent, metrics, runtime_env = ports
-        subprocess.run([ray_cli(), "start", "--head", "--disable-usage-stats",
-                        "--node-ip-address=127.0.0.2", f"--port={gcs}",
-                        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
-                        f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
-                        f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
-                        f"--temp-dir={private}/ray", "--num-cpus=3",
-                        "--labels=ray-subcluster=train,raykit-trainer-slots=1,raykit-preprocess=true",
-                        "--object-store-memory=500000000"],
-                       env=env, check=True, capture_output=True, timeout=120, start_new_session=True)
-        if not taken_by_others(ports, processes.cluster_processes("standin-head", build=tmp_path)):
-            break
+    started = None
+    try:
+        # As the local provider does: a start that failed, or a port another program took,
+        # is retried on fresh ports; what a failed start left running is stopped first.
+        for _ in range(PORT_TRIES):
+            ports = free_ports(6)
+            gcs, dashboard, client, agent, metrics, runtime_env = ports
+            started = subprocess.run(
+                [ray_cli(), "start", "--head", "--disable-usage-stats",
+                 "--node-ip-address=127.0.0.2", f"--port={gcs}",
+                 "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+                 f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
+                 f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
+                 f"--temp-dir={private}/ray", "--num-cpus=3",
+                 "--labels=ray-subcluster=train,raykit-trainer-slots=1,raykit-preprocess=true",
+                 "--object-store-memory=500000000"],
+                env=env, capture_output=True, text=True, timeout=120, start_new_session=True)
+            mine = processes.cluster_processes("standin-head", build=tmp_path)
+            if started.returncode == 0 and not taken_by_others(ports, mine):
+                break
+            processes.stop_processes(mine)
+        else:
+            pytest.fail("the stand-in head did not start on any of its port tries: "
+                        + (started.stderr or started.stdout)[-2000:])
+    except BaseException:  # a failed start, a timeout, Ctrl-C: nothing of it left running
         processes.stop_processes(processes.cluster_processes("standin-head", build=tmp_path))
-    else:
-        pytest.fail("the stand-in head lost one of its ports to another program at each try")
+        shutil.rmtree(private, ignore_errors=True)
+        raise
     try:
         yield dashboard
     finally:
