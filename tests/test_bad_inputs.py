@@ -205,6 +205,10 @@ VALUE_CASES = [
      "workers.gpu_worker.trainer_slots: a train worker needs a trainer slot"),
     ("a train worker with fewer CPUs than slots", "local_multi",
      lambda v: set_path(v, "workers.gpu_worker.trainer_slots", 2), "workers.gpu_worker.cpus: each training worker holds a CPU"),
+    ("a training head with fewer CPUs than slots", "local_hetero",
+     lambda v: (set_path(v, "head.preprocess", False), set_path(v, "head.cpus", 1),
+                set_path(v, "head.trainer_slots", 2)),
+     "head.cpus: each training worker holds a CPU; set cpus: 2 or more"),
     ("a preprocess worker with a slot", "local_multi", lambda v: set_path(v, "workers.cpu_worker.trainer_slots", 1),
      "workers.cpu_worker.trainer_slots: a preprocess worker trains nothing"),
     ("train workers in a homogeneous mix", "local_multi", lambda v: set_path(v, "mix", "homogeneous"),
@@ -332,6 +336,12 @@ VALUE_CASES = [
      "head.pod.gpus: a coordinating head trains nothing"),
     ("train group without GPUs", "k8s_multi", lambda v: set_path(v, "workers.gpu-worker.pod.gpus", 0),
      "workers.gpu-worker.pod.gpus: a train group needs GPUs"),
+    # each training worker holds a CPU (raykit.cluster.scaling_config): fewer and the job waits
+    ("a train group with fewer CPUs than GPUs", "k8s_multi", lambda v: set_path(v, "workers.gpu-worker.pod.cpus", 3),
+     "workers.gpu-worker.pod.cpus: each of its 4 training workers holds a CPU; set cpus: 4 or more"),
+    ("a training head that preprocesses on its one CPU", "k8s_hetero",
+     lambda v: (set_path(v, "head.preprocess", True), set_path(v, "head.pod.cpus", 1)),
+     "head.pod.cpus: each of its 1 training worker(s) holds a CPU, and preprocessing needs one more; set cpus: 2"),
     # a pod asking for what its node selector's instance type cannot give waits Pending
     ("a pod that barely fits its node (28 of a c5.4xlarge's 32 GiB)", "k8s_hetero",
      lambda v: set_path(v, "workers.cpu-worker.pod.memory_gb", 28),

@@ -6,7 +6,7 @@ the preprocessing nodes and Ray Train's workers on the train nodes. In a job's d
     problem = cluster.check_shape(shape, workers)      # None, or the error to exit with
     data_options = cluster.configure_data(shape)       # for DataConfig(execution_options=...)
     cluster.warm_up(shape, ["my_pipeline_module"])     # preprocessing processes start now
-    ScalingConfig(num_workers=workers, label_selector=shape["train_selector"], ...)
+    scaling_config=cluster.scaling_config(shape, workers)   # for the TorchTrainer
 """
 
 import os
@@ -66,6 +66,22 @@ def check_shape(shape: dict, workers: int) -> str | None:
                 "trainer slots (one per GPU, over every train node); lower --workers, or raise "
                 "the train node type's min_workers (or the GPU head's size) in the values file")
     return None
+
+
+def scaling_config(shape: dict, workers: int):
+    """Ray Train's ScalingConfig: `workers` training workers on the train nodes, each holding
+    a CPU, and a GPU where the cluster has GPUs. The CPU is the one the kit keeps for each
+    training worker (its step loop, collation, host-to-GPU copies): a train node that
+    preprocesses too offers Ray one CPU per GPU beyond its preprocessing CPUs (the AWS
+    template, cluster_shape's preprocess_cpus). Train's default gives a GPU worker no CPU,
+    and Ray Data took that one as well: on a lent H100 a 4-CPU head ran 4 preprocessing
+    tasks beside its trainer where the summary counted 3."""
+    from ray.train import ScalingConfig
+
+    use_gpu = shape["gpus"] > 0
+    return ScalingConfig(num_workers=workers, use_gpu=use_gpu,
+                         resources_per_worker={"CPU": 1, **({"GPU": 1} if use_gpu else {})},
+                         label_selector=shape["train_selector"])
 
 
 def configure_data(shape: dict):

@@ -162,7 +162,7 @@ def resume(model, optimizer) -> int:
 def main(argv=None) -> int:
     args = parse_args(argv)
     import ray
-    from ray.train import DataConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import DataConfig, FailureConfig, RunConfig
     from ray.train.torch import TorchTrainer
 
     ray.init()
@@ -189,8 +189,7 @@ def main(argv=None) -> int:
     trainer = TorchTrainer(
         train_loop, train_loop_config={"batch_size": args.batch_size, "steps": args.steps, "epochs": args.epochs,
                                        "checkpoint_every": args.checkpoint_every, "classes": classes},
-        scaling_config=ScalingConfig(num_workers=workers, use_gpu=shape["gpus"] > 0,
-                                     label_selector=shape["train_selector"]),
+        scaling_config=cluster.scaling_config(shape, workers),
         datasets={"train": dataset},
         dataset_config=DataConfig(execution_options=data_options),
         run_config=RunConfig(name="template", storage_path=args.storage or None,

@@ -254,7 +254,7 @@ def load_checkpoint(model, optimizer) -> dict | None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     import ray
-    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig
     from ray.train.torch import TorchTrainer
 
     from pipeline import build_dataset, image_files
@@ -299,8 +299,7 @@ def main(argv=None) -> int:
                            "log_every": args.log_every, "prefetch_batches": args.prefetch_batches,
                            "checkpoint_every": args.checkpoint_every,
                            "phases": parse_phases(args.phases) if args.phases else []},
-        scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu,
-                                     label_selector=shape["train_selector"]),
+        scaling_config=cluster.scaling_config(shape, workers),
         datasets={"train": dataset},
         # Train's default DataConfig drops the DataContext's label selector: pass it here
         dataset_config=DataConfig(datasets_to_split=["train"], execution_options=data_options),

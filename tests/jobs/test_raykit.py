@@ -275,3 +275,17 @@ def test_no_verdict_disagrees_with_its_remedy_over_a_grid_of_figures():
                             assert remedy_problems(d) == [], d
                             seen.add(d["verdict"])
     assert seen == set(VERDICTS)
+
+
+@pytest.mark.parametrize("gpus,resources", [(0, {"CPU": 1}), (2, {"CPU": 1, "GPU": 1})])
+def test_each_training_worker_holds_the_cpu_the_kit_keeps_for_it(gpus, resources):
+    """Ray Train's default gives a GPU worker no CPU, and Ray Data then took the CPU the kit
+    keeps for each training worker (on a lent H100: 4 preprocessing tasks on a head whose
+    summary counted 3). Ray schedules each worker with these resources."""
+    from raykit import cluster
+
+    selector = {"ray-subcluster": "train"}
+    config = cluster.scaling_config({"gpus": gpus, "train_selector": selector}, 2)
+    assert config._resources_per_worker_not_none == resources
+    assert config.total_resources == {k: 2 * v for k, v in resources.items()}
+    assert config.num_workers == 2 and config.use_gpu == (gpus > 0) and config.label_selector == selector

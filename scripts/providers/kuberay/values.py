@@ -31,9 +31,19 @@ def value_problems(values: dict) -> list[str]:
                         "or role: coordinate")
     if head["role"] == "coordinate" and head["pod"]["gpus"]:
         problems.append("head.pod.gpus: a coordinating head trains nothing; set gpus: 0")
+    # each training worker holds a CPU (raykit.cluster.scaling_config), and a training head
+    # that preprocesses needs one more for Ray Data: short of that, the job waits for good
+    need = head["pod"]["gpus"] + (1 if head["preprocess"] else 0)
+    if head["role"] == "train" and head["pod"]["gpus"] and head["pod"]["cpus"] < need:
+        problems.append(f"head.pod.cpus: each of its {head['pod']['gpus']} training worker(s) holds a CPU"
+                        + (", and preprocessing needs one more" if head["preprocess"] else "")
+                        + f"; set cpus: {need} or more")
     for name, w in workers.items():
         if w["role"] == "train" and w["pod"]["gpus"] < 1:
             problems.append(f"workers.{name}.pod.gpus: a train group needs GPUs; set gpus: 1 or more")
+        elif w["role"] == "train" and w["pod"]["cpus"] < w["pod"]["gpus"]:
+            problems.append(f"workers.{name}.pod.cpus: each of its {w['pod']['gpus']} training workers "
+                            f"holds a CPU; set cpus: {w['pod']['gpus']} or more")
         if w["role"] == "preprocess" and w["pod"]["gpus"]:
             problems.append(f"workers.{name}.pod.gpus: a preprocess group trains nothing, and its "
                             "GPUs would idle; set gpus: 0, or role: train")

@@ -15,6 +15,9 @@ def value_problems(values: dict) -> list[str]:
         # each training worker holds a CPU: none would be left for a preprocessing task
         problems.append(f"head.cpus: a head that trains and preprocesses needs a CPU per "
                         f"trainer slot plus one; set cpus: {head['trainer_slots'] + 1} or more")
+    elif head["cpus"] < head["trainer_slots"]:  # its training workers would wait for good
+        problems.append(f"head.cpus: each training worker holds a CPU; set cpus: "
+                        f"{head['trainer_slots']} or more")
     # Simulated nodes all draw on this machine's RAM: more than it has would be killed
     # by the OOM killer mid-job instead of refused here.
     declared = head["memory_mb"] + head["object_store_mb"] + sum(
