@@ -48,7 +48,7 @@ STAMP := $(VENV)/.installed
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images image cost plan bench test test-offline test-cluster test-changed test-adaptdl test-upstream kube-testbed bench-data bench-wait bench-autopilot clean
+.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images image cost prices plan bench test test-offline test-cluster test-changed test-adaptdl test-upstream kube-testbed bench-data bench-wait bench-autopilot clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -118,6 +118,9 @@ image: $(STAMP) ## build the container images a KubeRay CLUSTER names, jobs' pac
 
 cost: $(STAMP) ## CLUSTER's $/h per node type at min and max workers, EBS included, and totals
 	@$(KIT) cost
+
+prices: $(STAMP) ## an AWS CLUSTER's region's prices from AWS's price list (your credentials), for cost/plan/bench
+	@$(KIT) prices
 
 plan: $(STAMP) ## cheapest mix feeding the GPUs, from PROFILE=<job summary> or ARGS (see ARGS=--help)
 	@$(KIT) plan

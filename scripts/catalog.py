@@ -7,7 +7,12 @@ price every figure in dollars the kit prints (scripts/pricing/: `make up`'s and
 check https://aws.amazon.com/ec2/pricing/ before budgeting.
 """
 
+import functools
+import json
+import math
 from dataclasses import dataclass
+
+from scripts.core.paths import VALUES_DIRS
 
 RAY_VERSION = "2.60.0"
 PYTHON_TAG = "py311"
@@ -217,12 +222,100 @@ def preprocess_vcpus(instance_type: str) -> int:
 
 def node_usd_per_hour(instance_type: str, region: str, volume_type: str = "gp3",
                       disk_gb: int = 0) -> float | None:
-    """An instance's on-demand list price plus its EBS volumes', per hour; None where the
-    catalog lists no price for the region."""
-    price = INSTANCE_TYPES[instance_type].usd_per_hour.get(region)
-    if price is None:
+    """An instance's on-demand list price plus its EBS volumes', per hour; None where
+    neither this table nor a price list fetched for the region (`make prices`) has one."""
+    price, ebs = instance_usd_per_hour(instance_type, region), ebs_usd_per_gb_month(region, volume_type)
+    if price is None or ebs is None:
         return None
-    return price + disk_gb * EBS_USD_PER_GB_MONTH[region][volume_type] / HOURS_PER_MONTH
+    return price + disk_gb * ebs / HOURS_PER_MONTH
+
+
+# --- prices of other regions: `make prices` (scripts/providers/aws/price_list.py) -------
+# reads them from AWS's Price List API into <values dir>/prices/aws-<region>.json, with the
+# date it read them; this table's own prices win where it has them.
+EBS_VOLUME_TYPES = ("gp3", "gp2", "io1", "io2", "st1", "sc1", "standard")
+PRICE_LIST_FIELDS = {"region", "source", "fetched", "usd_per_hour", "ebs_usd_per_gb_month"}
+
+
+def price_list_path(region: str, folder=None):
+    """Where `make prices` writes the region's price list (the first values folder)."""
+    if region not in REGIONS:  # a name that becomes part of a path: known names only
+        raise ValueError(f"unknown region {region!r}")
+    return (folder or VALUES_DIRS[0]) / "prices" / f"aws-{region}.json"
+
+
+@functools.cache
+def fetched_prices(region: str) -> dict | None:
+    """The price list `make prices` fetched for the region, checked; None where none was.
+    A file that is not one (edited, cut short) is one error line naming it."""
+    from scripts.core.errors import KitError
+
+    if region not in REGIONS:
+        return None
+    for folder in VALUES_DIRS:
+        path = price_list_path(region, folder)
+        if not path.is_file():
+            continue
+        try:
+            found = json.loads(path.read_text())
+            problem = price_list_problem(found, region)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+            problem = f"not JSON ({str(e)[:80]})"
+        if problem:
+            raise KitError(f"{path}: {problem}; run `make prices CLUSTER=...` for {region} again, "
+                           "or delete the file")
+        return found
+    return None
+
+
+def price_list_problem(found, region: str) -> str | None:
+    """What makes `found` no price list of `region`; None when it is one."""
+    if not isinstance(found, dict) or set(found) != PRICE_LIST_FIELDS:
+        return f"a price list has exactly the keys {', '.join(sorted(PRICE_LIST_FIELDS))}"
+    if found["region"] != region:
+        return f"it prices {str(found['region'])[:40]!r}, not {region}"
+    if not isinstance(found["fetched"], str) or not isinstance(found["source"], str):
+        return "fetched and source are text"
+    for key, known in (("usd_per_hour", INSTANCE_TYPES), ("ebs_usd_per_gb_month", EBS_VOLUME_TYPES)):
+        table = found[key]
+        if not isinstance(table, dict):
+            return f"{key} maps names to prices"
+        for name, price in table.items():
+            if name not in known:
+                return f"{key}: {str(name)[:40]!r} is not a type the kit knows"
+            if isinstance(price, bool) or not isinstance(price, (int, float)) \
+                    or not math.isfinite(price) or not 0 < price < 10_000:
+                return f"{key}.{name}: {json.dumps(price)[:40]} is not a price in USD"
+    return None
+
+
+def instance_usd_per_hour(instance_type: str, region: str) -> float | None:
+    """The type's on-demand $/h in the region: this table's, else a fetched price list's."""
+    price = INSTANCE_TYPES[instance_type].usd_per_hour.get(region)
+    if price is None and (fetched := fetched_prices(region)):
+        price = fetched["usd_per_hour"].get(instance_type)
+    return price
+
+
+def ebs_usd_per_gb_month(region: str, volume_type: str) -> float | None:
+    if region in EBS_USD_PER_GB_MONTH:
+        return EBS_USD_PER_GB_MONTH[region][volume_type]
+    fetched = fetched_prices(region)
+    return fetched["ebs_usd_per_gb_month"].get(volume_type) if fetched else None
+
+
+def priced_regions() -> list[str]:
+    """The regions with prices: this table's, then those `make prices` fetched."""
+    return list(PRICED_REGIONS) + sorted(r for r in REGIONS - set(PRICED_REGIONS) if fetched_prices(r))
+
+
+def price_source(region: str) -> str:
+    """Where a region's prices come from, for the tables that print them."""
+    if region in PRICED_REGIONS:
+        return "scripts/catalog.py, as of 2026-11"
+    fetched = fetched_prices(region)
+    return (f"AWS's price list, read {fetched['fetched']} by `make prices`" if fetched
+            else "none: `make prices` reads them from AWS")
 
 
 AMI_ROOT_SNAPSHOT_GB = 75  # the AMI's root snapshot: a smaller root volume cannot launch

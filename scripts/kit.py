@@ -29,6 +29,8 @@ day2, priceperf).
             Ray's images with the jobs' packages (Docker; DRY_RUN=1: only the commands)
   clean     remove build/, keeping the records of clusters that may be running
   cost      CLUSTER's $/h per node type at min and max workers, with EBS, and totals
+  prices    an AWS CLUSTER's region's on-demand prices, read from AWS's price list (your
+            credentials) into <values dir>/prices/aws-<region>.json, dated
   plan      the cheapest mix that feeds the trainers, from PROFILE=<job summary> or ARGS
             (--gpu-instance, --trainer-images-per-s, --cpu-images-per-s; --json, --write NAME)
   bench     the ViT job on each of CLUSTERS in turn (up, job with ARGS, down), then one
@@ -67,7 +69,8 @@ COMMANDS = {
     "status": day2.cmd_status, "dashboard": day2.cmd_dashboard, "attach": day2.cmd_attach,
     "monitor": day2.cmd_monitor,
     # price-performance
-    "cost": priceperf.cmd_cost, "plan": priceperf.cmd_plan, "bench": priceperf.cmd_bench,
+    "cost": priceperf.cmd_cost, "prices": priceperf.cmd_prices, "plan": priceperf.cmd_plan,
+    "bench": priceperf.cmd_bench,
 }
 
 

@@ -23,7 +23,16 @@ def cmd_cost(a) -> int:
     print("\n".join(cost_table(built)))
     if hourly_cost(built) is None:  # a script reading the exit code must not take it for priced
         raise KitError(f"CLUSTER={a.cluster}: this mix cannot be priced (the lines above say what "
-                       "is missing); scripts/catalog.py prices its regions and instance types")
+                       "is missing)")
+    return 0
+
+
+def cmd_prices(a) -> int:
+    """The on-demand prices of an AWS CLUSTER's region, read from AWS's price list into
+    <values dir>/prices/ (scripts/providers/aws/price_list.py); then its cost table."""
+    built = checked(a.cluster)
+    print(f"wrote {built.provider.fetch_prices(built.values)}")
+    print("\n".join(cost_table(built)))
     return 0
 
 

@@ -122,8 +122,12 @@ class Option:
 
 def node_usd(instance_type: str, region: str) -> float:
     gpu = catalog.INSTANCE_TYPES[instance_type].gpus > 0
-    return catalog.node_usd_per_hour(instance_type, region, ROOT_VOLUME_TYPE,
-                                     catalog.min_root_gb(gpu))
+    price = catalog.node_usd_per_hour(instance_type, region, ROOT_VOLUME_TYPE, catalog.min_root_gb(gpu))
+    if price is None:  # a fetched price list has only what its region offers
+        raise KitError(f"plan: {instance_type} has no price in {region} (its price list from "
+                       "`make prices` lacks it: the region does not offer it); pick another "
+                       "--gpu-instance, or --region")
+    return price
 
 
 def predicted_images_per_s(trainer_images_per_s: float, cpu_images_per_s: float,
@@ -316,16 +320,21 @@ def missing_vcpus(profile: Profile, head: str) -> int:
 MAX_WORKERS_PER_TYPE = 100
 
 
-def cpu_types() -> list[str]:
+def priced_in(region: str, instance_type: str) -> bool:
+    """The type has a price in the region (a fetched price list has what the region offers)."""
+    return catalog.instance_usd_per_hour(instance_type, region) is not None
+
+
+def cpu_types(region: str) -> list[str]:
     return [t for t, spec in catalog.INSTANCE_TYPES.items()
-            if spec.gpus == 0 and catalog.preprocess_vcpus(t) > 0]
+            if spec.gpus == 0 and catalog.preprocess_vcpus(t) > 0 and priced_in(region, t)]
 
 
-def same_gpus(instance_type: str) -> list[str]:
-    """The GPU instance and every other with the same GPU model and count."""
+def same_gpus(instance_type: str, region: str) -> list[str]:
+    """The GPU instance and every other with the same GPU model and count, priced in the region."""
     base = catalog.INSTANCE_TYPES[instance_type]
     return [t for t, spec in catalog.INSTANCE_TYPES.items()
-            if (spec.gpu_model, spec.gpus) == (base.gpu_model, base.gpus)]
+            if (spec.gpu_model, spec.gpus) == (base.gpu_model, base.gpus) and priced_in(region, t)]
 
 
 def feeds(o: Option) -> bool:
@@ -354,12 +363,13 @@ def options(profile: Profile, region: str) -> tuple[list[Option], Option]:
     """(every option that feeds the trainers, best first; or, where a limit lets none
     feed them, every CPU type's best count, by $ per million images; the GPU instance
     alone)."""
+    node_usd(profile.gpu_instance, region)  # priced in the region, or one line saying it is not
     found = []
-    for head in same_gpus(profile.gpu_instance):
+    for head in same_gpus(profile.gpu_instance, region):
         if missing_vcpus(profile, head) <= 0 and feeds(option(profile, head, [], region)):
             found.append(option(profile, head, [], region))
             continue
-        found += [o for cpu in cpu_types() if (o := workers_of(profile, head, cpu, region))]
+        found += [o for cpu in cpu_types(region) if (o := workers_of(profile, head, cpu, region))]
     feeding = [o for o in found if feeds(o)]
     limited = profile.curve is not None or bool(profile.bytes_per_image)  # a limit may hold every mix
     ranked = feeding or ([o for o in found if o.images_per_s > 0] if limited else [])
@@ -380,11 +390,11 @@ def cheaper_mix_of_types(chosen: Option, profile: Profile, region: str) -> Optio
         return None
     missing = missing_vcpus(profile, chosen.head)
     best = None
-    for first in cpu_types():
+    for first in cpu_types(region):
         per_first = catalog.preprocess_vcpus(first)
         for n_first in range(1, min(math.ceil(missing / per_first), MAX_WORKERS_PER_TYPE + 1)):
             rest = missing - n_first * per_first
-            for second in cpu_types():
+            for second in cpu_types(region):
                 n_second = math.ceil(rest / catalog.preprocess_vcpus(second))
                 if second == first or n_second > MAX_WORKERS_PER_TYPE:
                     continue
@@ -473,9 +483,10 @@ def profile_from(args: list[str], profile_path: str) -> tuple[Profile | None, ar
     if catalog.gpu_support_problem(gpu):
         raise KitError(f"ARGS: --gpu-instance {gpu}: {catalog.gpu_support_problem(gpu)}; "
                        "use one such as g5.xlarge")
-    if a.region not in catalog.PRICED_REGIONS:
-        raise KitError(f"ARGS: --region {short(a.region)} has no prices in scripts/catalog.py; "
-                       f"use one of {', '.join(catalog.PRICED_REGIONS)}")
+    if a.region not in catalog.priced_regions():
+        raise KitError(f"ARGS: --region {short(a.region)} has no prices; use one of "
+                       f"{', '.join(catalog.priced_regions())}, or read its prices from AWS with "
+                       "`make prices CLUSTER=<a values file of that region>`")
     trainer = a.trainer_images_per_s if a.trainer_images_per_s is not None else found.get("trainer_images_per_s")
     cpu = a.cpu_images_per_s if a.cpu_images_per_s is not None else found.get("preprocess_images_per_s_per_cpu")
     for key, figure in (("trainer_images_per_s", trainer), ("preprocess_images_per_s_per_cpu", cpu)):

@@ -60,6 +60,11 @@ class Provider(Protocol):
         bandwidth. None where it bills nothing (this machine's cores): pricing then prices
         it through its prices_as, as the AWS mix it stands for."""
 
+    def fetch_prices(self, values: dict) -> str:
+        """`make prices`: the region's list prices from the platform's own price list, saved
+        where scripts/catalog.py reads them; the file written. KitError where the mix has
+        no such list (this machine's cores; KubeRay's node groups, priced in us-east-1)."""
+
     def plan(self, values: dict, config: dict) -> list[str]:
         """What `up` would launch, in lines a person reads (`make up DRY_RUN=1`)."""
 

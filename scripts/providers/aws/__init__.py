@@ -39,6 +39,7 @@ from scripts.providers.aws.day2 import (  # noqa: F401
 from scripts.providers.aws.launch import kit_creates_ssh_group, up, wait_until_ready  # noqa: F401
 from scripts.providers.aws.names import HEAD_TYPE, NAME
 from scripts.providers.aws.preflight import preflight as check_account
+from scripts.providers.aws.price_list import fetch_prices  # noqa: F401
 from scripts.providers.aws.prices import node_prices, node_usd_per_hour  # noqa: F401
 from scripts.providers.aws.render import template_context  # noqa: F401
 from scripts.providers.aws.teardown import down, forget_stale  # noqa: F401
@@ -123,7 +124,7 @@ def plan(values: dict, config: dict) -> list[str]:
 
 
 def usd(value: float | None, form: str = "~$%.2f/h") -> str:
-    return form % value if value is not None else "no list price in scripts/catalog.py"
+    return form % value if value is not None else "no list price (`make prices` reads the region's)"
 
 
 def companion_files(cluster: str, values: dict) -> dict[str, str]:

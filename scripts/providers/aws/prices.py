@@ -29,13 +29,20 @@ def worker_usd_per_hour(node: dict, region: str) -> float | None:
     return None if price is None else price * node.get("share", 1.0)
 
 
-def hourly_cost(values: dict) -> tuple[float, float] | None:
-    """$/h with min_workers and with max_workers; None for a region without prices."""
+def unpriced(values: dict) -> list[str]:
+    """The instance types of the mix its region has no price for (a price list fetched by
+    `make prices` lists only what the region offers)."""
     region = values["aws"]["region"]
-    head = node_usd_per_hour(values["head"], region)
-    if head is None:
+    return sorted({node["instance_type"] for node in nodes_of(values).values()
+                   if node_usd_per_hour(node, region) is None})
+
+
+def hourly_cost(values: dict) -> tuple[float, float] | None:
+    """$/h with min_workers and with max_workers; None where a node type has no price."""
+    region = values["aws"]["region"]
+    if unpriced(values):
         return None
-    low = high = head
+    low = high = node_usd_per_hour(values["head"], region)
     for w in values["workers"].values():
         low += w["min_workers"] * worker_usd_per_hour(w, region)
         high += w["max_workers"] * worker_usd_per_hour(w, region)
@@ -46,16 +53,21 @@ def cost_table(values: dict) -> list[str]:
     """Per node type: instance, count at min..max, $/h each (EBS included, and shown), the
     type's $/h at min and at max workers; the totals; a note per spot type and per share."""
     region = values["aws"]["region"]
-    if node_usd_per_hour(values["head"], region) is None:
-        return [f"no list prices for {region} in scripts/catalog.py (it prices "
-                f"{', '.join(catalog.PRICED_REGIONS)}); add the region's prices there"]
+    if region not in catalog.priced_regions():
+        return [f"no list prices for {region}: scripts/catalog.py prices "
+                f"{', '.join(catalog.priced_regions())}; `make prices CLUSTER={values['cluster_name']}` "
+                "reads the region's from AWS's price list (your credentials, free)"]
+    if unpriced(values):
+        return [f"no list price in {region} for {', '.join(unpriced(values))} ({catalog.price_source(region)}): "
+                "the region does not offer it, or its price list (or EBS volume type) is missing; "
+                "pick a type the region offers"]
     rows = [COST_TABLE_HEADER]
     spot, shares = [], []
     for key, node in nodes_of(values).items():
         name = HEAD_TYPE if key == "head" else key.split(".", 1)[1]
         each = worker_usd_per_hour(node, region)
         ebs = (node_usd_per_hour(node, region)
-               - catalog.INSTANCE_TYPES[node["instance_type"]].usd_per_hour[region]) * node.get("share", 1.0)
+               - catalog.instance_usd_per_hour(node["instance_type"], region)) * node.get("share", 1.0)
         least, most = (1, 1) if key == "head" else (node["min_workers"], node["max_workers"])
         rows.append((name, node["instance_type"], str(least) if least == most else f"{least}-{most}",
                      f"{each:.4f}", f"{ebs:.4f}", f"{least * each:.2f}", f"{most * each:.2f}"))
@@ -68,7 +80,7 @@ def cost_table(values: dict) -> list[str]:
     low, high = hourly_cost(values)
     rows.append(("total", "", "", "", "", f"{low:.2f}", f"{high:.2f}"))
     lines = [f"'{values['cluster_name']}' on AWS {region}: on-demand list prices and EBS "
-             "(scripts/catalog.py, as of 2026-11; not in it: public IPv4, $0.005/h a node that has one)"]
+             f"({catalog.price_source(region)}; not in it: public IPv4, $0.005/h a node that has one)"]
     lines += text_table(rows, left=(0, 1, 2))
     lines += [f"spot: {name} is billed at the spot price (varies, often well below on-demand; "
               "not in the catalog) and may be reclaimed: the figures above are its on-demand "
@@ -99,5 +111,5 @@ def node_prices(values: dict) -> Prices:
     return Prices(lines=cost_table(values), hourly=hourly, node_hour=node_hour_prices(values),
                   basis=f"on-demand list prices in {region}, EBS included",
                   network_gbps=network_gbps(values),
-                  bench_refusal="" if hourly else (f"region {region} has no prices in scripts/catalog.py; "
-                                                   "bench in a region it lists"))
+                  bench_refusal="" if hourly else (f"region {region} has no prices; `make prices "
+                                                   f"CLUSTER={values['cluster_name']}` reads them from AWS"))

@@ -68,6 +68,12 @@ RECORD_SCHEMA = {
 }
 
 
+def fetch_prices(values: dict) -> str:
+    raise KitError(f"CLUSTER={values['cluster_name']}: a KubeRay mix is priced by its node groups' "
+                   "instance types in us-east-1 (scripts/catalog.py); `make prices` reads an AWS "
+                   "mix's region")
+
+
 def config_problems(config: dict) -> list[str]:
     """The pinned KubeRay release's CRD schema, then the operator's rules."""
     return crd.problems(config)

@@ -85,6 +85,11 @@ def node_prices(values: dict) -> None:
     return None
 
 
+def fetch_prices(values: dict) -> str:
+    raise KitError(f"CLUSTER={values['cluster_name']}: a local mix bills nothing and is priced as "
+                   "the AWS mix its prices_as names; `make prices` reads an AWS mix's region")
+
+
 def companion_files(cluster: str, values: dict) -> dict[str, str]:
     return {}
 

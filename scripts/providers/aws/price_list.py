@@ -1,0 +1,109 @@
+"""`make prices CLUSTER=...`: the on-demand list prices of CLUSTER's region, read from AWS's
+own Price List Query API (pricing:GetProducts: free, your credentials; read-only), for every
+instance type the kit knows and every EBS volume type, written with the date they were
+read to <values dir>/prices/aws-<region>.json. scripts/catalog.py reads that file wherever
+its own table has no price (it carries us-east-1 and us-east-2 only), so `make cost`,
+`make plan`, `make bench` and `make up`'s estimate price the region from then on.
+
+The Price List API answers from us-east-1 (also eu-central-1 and ap-south-1) whatever the
+region priced. A product is Linux, shared tenancy, no pre-installed software, capacity
+status "Used": the price `make up`'s instances bill at.
+"""
+
+import datetime
+import json
+import math
+
+from scripts import catalog
+from scripts.core.errors import KitError, short
+
+PRICING_ENDPOINT_REGION = "us-east-1"
+SOURCE = "AWS Price List Query API (pricing:GetProducts), on-demand, Linux, shared tenancy"
+INSTANCE_FILTERS = {"operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA",
+                    "capacitystatus": "Used"}
+
+
+def fetch(region: str, pricing) -> dict:
+    """The price list of `region` as catalog.fetched_prices reads it back: $/h of each known
+    instance type the region offers, $/GB-month of each EBS volume type, and today's date."""
+    instances = {}
+    for instance_type in sorted(catalog.INSTANCE_TYPES):
+        price = one_price(pricing, {"instanceType": instance_type, "regionCode": region,
+                                    **INSTANCE_FILTERS}, unit="Hrs")
+        if price is not None:  # not offered in this region
+            instances[instance_type] = price
+    ebs = {}
+    for volume_type in catalog.EBS_VOLUME_TYPES:
+        price = one_price(pricing, {"productFamily": "Storage", "volumeApiName": volume_type,
+                                    "regionCode": region}, unit="GB-Mo")
+        if price is not None:
+            ebs[volume_type] = price
+    if not instances:
+        raise KitError(f"aws.region: AWS's price list has no instance of the kit's types in "
+                       f"{region}; check the region's name")
+    return {"region": region, "source": SOURCE, "fetched": datetime.date.today().isoformat(),
+            "usd_per_hour": instances, "ebs_usd_per_gb_month": ebs}
+
+
+def one_price(pricing, filters: dict, unit: str) -> float | None:
+    """The on-demand price per `unit` of the one product `filters` match; None where none
+    does. Several products with different prices: refused (the filters would be wrong)."""
+    found = set()
+    paginator = pricing.get_paginator("get_products")
+    for page in paginator.paginate(ServiceCode="AmazonEC2", FormatVersion="aws_v1", Filters=[
+            {"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in filters.items()]):
+        for text in page["PriceList"]:
+            found |= on_demand_prices(json.loads(text), unit)
+    if len(found) > 1:
+        raise KitError(f"AWS's price list gives {len(found)} prices for {filters}; the kit "
+                       "cannot tell which one bills")
+    return found.pop() if found else None
+
+
+def on_demand_prices(product: dict, unit: str) -> set[float]:
+    """The positive USD prices per `unit` in a product's on-demand terms."""
+    prices = set()
+    for offer in product.get("terms", {}).get("OnDemand", {}).values():
+        for dimension in offer.get("priceDimensions", {}).values():
+            if dimension.get("unit") != unit:
+                continue
+            try:
+                usd = float(dimension["pricePerUnit"]["USD"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if math.isfinite(usd) and usd > 0:
+                prices.add(usd)
+    return prices
+
+
+def write(prices: dict) -> str:
+    """Save a fetched price list where catalog.fetched_prices finds it; its path."""
+    path = catalog.price_list_path(prices["region"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(prices, indent=1, sort_keys=True) + "\n")
+    catalog.fetched_prices.cache_clear()
+    return str(path)
+
+
+def fetch_prices(values: dict, pricing=None) -> str:
+    """`make prices` (the provider interface's fetch_prices): the values file's region."""
+    return fetch_and_write(values["aws"]["region"], pricing)
+
+
+def fetch_and_write(region: str, pricing=None) -> str:
+    """Fetch `region`'s prices and save them; a one-line error for AWS's."""
+    import boto3
+    import botocore.exceptions
+
+    from scripts.providers.aws.cli import require_credentials
+
+    require_credentials()
+    print(f"reading the on-demand prices of {len(catalog.INSTANCE_TYPES)} instance types and the "
+          f"EBS volume types in {region} from AWS's price list (~1 minute)...", flush=True)
+    pricing = pricing or boto3.client("pricing", region_name=PRICING_ENDPOINT_REGION)
+    try:
+        prices = fetch(region, pricing)
+    except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as e:
+        raise KitError(f"AWS's price list (pricing:GetProducts) refused: {short(str(e), 160)}; "
+                       "your identity needs pricing:GetProducts") from None
+    return write(prices)
