@@ -72,7 +72,9 @@ def test_a_regions_prices_are_read_from_awss_price_list_and_price_the_mix(euw):
     assert before.returncode == 2 and "make prices CLUSTER=euw" in before.stdout
 
     client, stub = stubbed_pricing(PRICES, EBS | {"st1": 0.05})
-    written = price_list.write(price_list.fetch(REGION, client))
+    fetched, skipped = price_list.fetch(REGION, client)
+    written = price_list.write(fetched)
+    assert skipped == []
     stub.assert_no_pending_responses()
     saved = json.loads(open(written).read())
     assert written == str(USER_VALUES / "prices" / f"aws-{REGION}.json")
@@ -100,14 +102,21 @@ def test_a_regions_prices_are_read_from_awss_price_list_and_price_the_mix(euw):
 
 def test_a_type_the_region_does_not_offer_leaves_the_mix_unpriced(euw):
     client, _ = stubbed_pricing({"g5.xlarge": 1.123}, EBS)  # no c5.4xlarge in the region
-    price_list.write(price_list.fetch(REGION, client))
+    price_list.write(price_list.fetch(REGION, client)[0])
     run = make("cost", "CLUSTER=euw")
     assert run.returncode == 2 and "error: CLUSTER=euw: this mix cannot be priced" in run.stderr
 
 
-def test_two_prices_for_one_product_are_refused():
+def test_a_type_with_two_prices_is_left_unpriced_and_named():
     client, _ = stubbed_pricing(PRICES, EBS, extra={"c5.4xlarge": 0.9})
-    with pytest.raises(KitError, match="gives 2 prices for"):
+    fetched, skipped = price_list.fetch(REGION, client)
+    assert fetched["usd_per_hour"] == {"g5.xlarge": 1.123}
+    assert skipped == ["c5.4xlarge: AWS's price list gives 2 prices (0.768, 0.9); left unpriced"]
+
+
+def test_a_region_none_of_whose_types_is_listed_is_one_error_line():
+    client, _ = stubbed_pricing({}, {})
+    with pytest.raises(KitError, match="has no instance of the kit's types in eu-west-1"):
         price_list.fetch(REGION, client)
 
 
@@ -143,3 +152,14 @@ def test_make_prices_needs_an_aws_mix_and_credentials_before_it_asks_aws(euw, mo
     run = make("prices", "CLUSTER=euw")
     assert run.returncode != 0 and "AWS credentials" in run.stderr and "Traceback" not in run.stderr, run.stderr
     assert not catalog.price_list_path(REGION).exists()
+
+
+def test_the_providers_fetch_prices_reads_the_values_files_region_and_says_what_it_does(euw, capsys):
+    client, stub = stubbed_pricing(PRICES, EBS, extra={"g5.xlarge": 1.2})
+    written = price_list.fetch_prices(euw, pricing=client)
+    stub.assert_no_pending_responses()
+    assert written == str(catalog.price_list_path(REGION))
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"reading the on-demand prices of {len(catalog.INSTANCE_TYPES)} instance types")
+    assert out[1] == "g5.xlarge: AWS's price list gives 2 prices (1.123, 1.2); left unpriced"
+    assert catalog.fetched_prices(REGION)["usd_per_hour"] == {"c5.4xlarge": 0.768}

@@ -23,41 +23,40 @@ INSTANCE_FILTERS = {"operatingSystem": "Linux", "tenancy": "Shared", "preInstall
                     "capacitystatus": "Used"}
 
 
-def fetch(region: str, pricing) -> dict:
-    """The price list of `region` as catalog.fetched_prices reads it back: $/h of each known
-    instance type the region offers, $/GB-month of each EBS volume type, and today's date."""
-    instances = {}
-    for instance_type in sorted(catalog.INSTANCE_TYPES):
-        price = one_price(pricing, {"instanceType": instance_type, "regionCode": region,
-                                    **INSTANCE_FILTERS}, unit="Hrs")
-        if price is not None:  # not offered in this region
-            instances[instance_type] = price
-    ebs = {}
-    for volume_type in catalog.EBS_VOLUME_TYPES:
-        price = one_price(pricing, {"productFamily": "Storage", "volumeApiName": volume_type,
-                                    "regionCode": region}, unit="GB-Mo")
-        if price is not None:
-            ebs[volume_type] = price
-    if not instances:
+def fetch(region: str, pricing) -> tuple[dict, list[str]]:
+    """(the price list of `region` as catalog.fetched_prices reads it back: $/h of each known
+    instance type the region offers, $/GB-month of each EBS volume type, today's date;
+    lines naming what was left unpriced because AWS's list gave it several prices)."""
+    prices, skipped = {"usd_per_hour": {}, "ebs_usd_per_gb_month": {}}, []
+    asked = [("usd_per_hour", name, {"instanceType": name, "regionCode": region, **INSTANCE_FILTERS}, "Hrs")
+             for name in sorted(catalog.INSTANCE_TYPES)]
+    asked += [("ebs_usd_per_gb_month", volume, {"productFamily": "Storage", "volumeApiName": volume,
+                                                "regionCode": region}, "GB-Mo")
+              for volume in catalog.EBS_VOLUME_TYPES]
+    for table, name, filters, unit in asked:
+        found = on_demand(pricing, filters, unit)
+        if len(found) == 1:
+            prices[table][name] = found.pop()
+        elif found:  # the kit cannot tell which one bills: left unpriced, said so
+            skipped.append(f"{name}: AWS's price list gives {len(found)} prices "
+                           f"({', '.join(f'{p:g}' for p in sorted(found))}); left unpriced")
+    if not prices["usd_per_hour"]:
         raise KitError(f"aws.region: AWS's price list has no instance of the kit's types in "
                        f"{region}; check the region's name")
     return {"region": region, "source": SOURCE, "fetched": datetime.date.today().isoformat(),
-            "usd_per_hour": instances, "ebs_usd_per_gb_month": ebs}
+            **prices}, skipped
 
 
-def one_price(pricing, filters: dict, unit: str) -> float | None:
-    """The on-demand price per `unit` of the one product `filters` match; None where none
-    does. Several products with different prices: refused (the filters would be wrong)."""
+def on_demand(pricing, filters: dict, unit: str) -> set[float]:
+    """The distinct on-demand prices per `unit` of the products `filters` match (none where
+    the region does not offer it)."""
     found = set()
     paginator = pricing.get_paginator("get_products")
     for page in paginator.paginate(ServiceCode="AmazonEC2", FormatVersion="aws_v1", Filters=[
             {"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in filters.items()]):
         for text in page["PriceList"]:
             found |= on_demand_prices(json.loads(text), unit)
-    if len(found) > 1:
-        raise KitError(f"AWS's price list gives {len(found)} prices for {filters}; the kit "
-                       "cannot tell which one bills")
-    return found.pop() if found else None
+    return found
 
 
 def on_demand_prices(product: dict, unit: str) -> set[float]:
@@ -79,8 +78,11 @@ def on_demand_prices(product: dict, unit: str) -> set[float]:
 def write(prices: dict) -> str:
     """Save a fetched price list where catalog.fetched_prices finds it; its path."""
     path = catalog.price_list_path(prices["region"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(prices, indent=1, sort_keys=True) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(prices, indent=1, sort_keys=True) + "\n")
+    except OSError as e:
+        raise KitError(f"{path}: cannot be written ({e.strerror}); make its folder writable") from None
     catalog.fetched_prices.cache_clear()
     return str(path)
 
@@ -102,8 +104,10 @@ def fetch_and_write(region: str, pricing=None) -> str:
           f"EBS volume types in {region} from AWS's price list (~1 minute)...", flush=True)
     pricing = pricing or boto3.client("pricing", region_name=PRICING_ENDPOINT_REGION)
     try:
-        prices = fetch(region, pricing)
+        prices, skipped = fetch(region, pricing)
     except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as e:
         raise KitError(f"AWS's price list (pricing:GetProducts) refused: {short(str(e), 160)}; "
                        "your identity needs pricing:GetProducts") from None
+    for line in skipped:
+        print(line)
     return write(prices)
