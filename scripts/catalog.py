@@ -80,7 +80,7 @@ def gpu_driver_needed() -> tuple[int, str]:
 # fails at the first kernel ("no kernel image is available"), after the bill has started.
 TORCH_MIN_COMPUTE_CAPABILITY = (7, 5)
 # Compute capability per GPU model: NVIDIA's list of CUDA GPUs (developer.nvidia.com/cuda-gpus).
-GPU_COMPUTE_CAPABILITY = {"T4": (7, 5), "A10G": (8, 6), "L4": (8, 9), "V100": (7, 0),
+GPU_COMPUTE_CAPABILITY = {"T4": (7, 5), "A10G": (8, 6), "L4": (8, 9), "L40S": (8, 9), "V100": (7, 0),
                           "A100": (8, 0), "H100": (9, 0)}
 
 
@@ -137,6 +137,13 @@ INSTANCE_TYPES = {
         "4xlarge": (16, 64, 1.3232, 1, "L4", 24), "8xlarge": (32, 128, 2.0144, 1, "L4", 24),
         "16xlarge": (64, 256, 3.3968, 1, "L4", 24), "12xlarge": (48, 192, 4.6016, 4, "L4", 24),
         "24xlarge": (96, 384, 6.6752, 4, "L4", 24), "48xlarge": (192, 768, 13.3504, 8, "L4", 24)}),
+    # g6e and c7a: the on-demand Price column of SkyPilot's maintained catalog
+    # (skypilot-org/skypilot-catalog catalogs/v7/aws/vms.csv at 001367d2, read 2026-11-27;
+    # the same in us-east-1 and us-east-2), sizes and GPUs as AWS's DescribeInstanceTypes
+    # answers (moto's capture); the sizes that page did not show are left out, not guessed
+    **_family("g6e", {  # NVIDIA L40S
+        "xlarge": (4, 32, 1.861, 1, "L40S", 48), "4xlarge": (16, 128, 3.00424, 1, "L40S", 48),
+        "8xlarge": (32, 256, 4.52856, 1, "L40S", 48), "48xlarge": (192, 1536, 30.13118, 8, "L40S", 48)}),
     **_family("p3", {  # NVIDIA V100
         "2xlarge": (8, 61, 3.06, 1, "V100", 16), "8xlarge": (32, 244, 12.24, 4, "V100", 16),
         "16xlarge": (64, 488, 24.48, 8, "V100", 16)}),
@@ -161,6 +168,10 @@ INSTANCE_TYPES = {
                       "12xlarge": (48, 96, 1.836), "16xlarge": (64, 128, 2.448),
                       "24xlarge": (96, 192, 3.672), "32xlarge": (128, 256, 4.896),
                       "48xlarge": (192, 384, 7.344)}),
+    **_family("c7a", {"large": (2, 4, 0.10264), "2xlarge": (8, 16, 0.41056), "4xlarge": (16, 32, 0.82112),
+                      "8xlarge": (32, 64, 1.64224), "12xlarge": (48, 96, 2.46336),
+                      "16xlarge": (64, 128, 3.28448), "24xlarge": (96, 192, 4.92672),
+                      "32xlarge": (128, 256, 6.56896), "48xlarge": (192, 384, 9.85344)}),
     **_family("m5", {"2xlarge": (8, 32, 0.384), "4xlarge": (16, 64, 0.768)}),
     **_family("m6i", {"large": (2, 8, 0.096), "xlarge": (4, 16, 0.192), "2xlarge": (8, 32, 0.384),
                       "4xlarge": (16, 64, 0.768), "8xlarge": (32, 128, 1.536),
@@ -192,7 +203,10 @@ NETWORK_GBPS = {
     "c6a.24xlarge": (37.5, 37.5), "c6a.32xlarge": (50, 50), "c6a.48xlarge": (50, 50), "m5.2xlarge": (2.5, 10),
     "m5.4xlarge": (5, 10), "m6i.large": (0.781, 12.5), "m6i.xlarge": (1.562, 12.5), "m6i.2xlarge": (3.125, 12.5),
     "m6i.4xlarge": (6.25, 12.5), "m6i.8xlarge": (12.5, 12.5), "m6i.12xlarge": (18.75, 18.75), "m6i.16xlarge": (25, 25),
-    "m6i.24xlarge": (37.5, 37.5), "m6i.32xlarge": (50, 50),
+    "m6i.24xlarge": (37.5, 37.5), "m6i.32xlarge": (50, 50), "g6e.xlarge": (2.5, 20), "g6e.4xlarge": (20, 20),
+    "g6e.8xlarge": (25, 25), "g6e.48xlarge": (1600, 1600), "c7a.large": (0.781, 12.5), "c7a.2xlarge": (3.125, 12.5),
+    "c7a.4xlarge": (6.25, 12.5), "c7a.8xlarge": (12.5, 12.5), "c7a.12xlarge": (18.75, 18.75), "c7a.16xlarge": (25, 25),
+    "c7a.24xlarge": (37.5, 37.5), "c7a.32xlarge": (50, 50), "c7a.48xlarge": (50, 50),
 }
 
 
