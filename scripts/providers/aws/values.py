@@ -115,7 +115,8 @@ def value_problems(values: dict) -> list[str]:
         if spec is None:
             problems.append(f"{key}.instance_type: unknown instance type {short(itype)}"
                             + did_you_mean(itype, catalog.INSTANCE_TYPES)
-                            + " (known: scripts/catalog.py INSTANCE_TYPES; add it there)")
+                            + " (the kit knows scripts/catalog.py's; docs/price-performance.md "
+                              "says how to add one)")
             continue
         problems += disk_problems(key, node["disk"], spec, volume_types, docker)
         unsupported = catalog.gpu_support_problem(itype)
