@@ -218,9 +218,10 @@ def network_gbps(instance_type: str) -> float | None:
 
 # EBS list prices, USD per GB-month (aws.amazon.com/ebs/pricing, as of 2026-11), the same
 # in every region of PRICED_REGIONS. An hour is 1/730 of a month in AWS's own arithmetic.
-EBS_USD_PER_GB_MONTH = {region: {"gp3": 0.08, "gp2": 0.10, "io1": 0.125, "io2": 0.125,
-                                 "st1": 0.045, "sc1": 0.015, "standard": 0.05}
-                        for region in PRICED_REGIONS}
+_EBS_LIST_USD = {"gp3": 0.08, "gp2": 0.10, "io1": 0.125, "io2": 0.125, "st1": 0.045, "sc1": 0.015,
+                 "standard": 0.05}
+EBS_USD_PER_GB_MONTH = {region: dict(_EBS_LIST_USD) for region in PRICED_REGIONS}
+EBS_VOLUME_TYPES = tuple(_EBS_LIST_USD)  # what `make prices` reads for another region
 HOURS_PER_MONTH = 730
 
 
@@ -247,7 +248,6 @@ def node_usd_per_hour(instance_type: str, region: str, volume_type: str = "gp3",
 # --- prices of other regions: `make prices` (scripts/providers/aws/price_list.py) -------
 # reads them from AWS's Price List API into <values dir>/prices/aws-<region>.json, with the
 # date it read them; this table's own prices win where it has them.
-EBS_VOLUME_TYPES = ("gp3", "gp2", "io1", "io2", "st1", "sc1", "standard")
 PRICE_LIST_FIELDS = {"region", "source", "fetched", "usd_per_hour", "ebs_usd_per_gb_month"}
 
 

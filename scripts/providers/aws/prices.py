@@ -57,8 +57,9 @@ def cost_table(values: dict) -> list[str]:
         return [f"no list prices for {region}: scripts/catalog.py prices "
                 f"{', '.join(catalog.priced_regions())}; `make prices CLUSTER={values['cluster_name']}` "
                 "reads the region's from AWS's price list (your credentials, free)"]
-    if unpriced(values):
-        return [f"no list price in {region} for {', '.join(unpriced(values))} ({catalog.price_source(region)}): "
+    missing = unpriced(values)
+    if missing:
+        return [f"no list price in {region} for {', '.join(missing)} ({catalog.price_source(region)}): "
                 "the region does not offer it, or its price list (or EBS volume type) is missing; "
                 "pick a type the region offers"]
     rows = [COST_TABLE_HEADER]
