@@ -229,7 +229,7 @@ def test_a_port_held_without_listening_fails_ray_start_and_is_given_up_for_fresh
     """A port bound by another program but not listening (a connection's ephemeral port):
     the dashboard agent cannot bind its metrics port, dies, and the raylet with it, and
     `ray start` fails (a fresh clone's make test met this once); the kit starts the head
-    again on other ports."""
+    again on other ports, as soon as it sees the agent gone (Ray itself waits out 30 s)."""
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path), KIT_CLUSTER="local_single")
     with socket.socket() as held:
         held.bind(("0.0.0.0", 0))
@@ -238,7 +238,8 @@ def test_a_port_held_without_listening_fails_ray_start_and_is_given_up_for_fresh
                             env=env, capture_output=True, text=True, timeout=300)
         try:
             assert up.returncode == 0, up.stdout + up.stderr
-            assert "a port was taken by another program as Ray started; starting the head again" in up.stdout
+            assert ("a port was taken by another program as Ray started (its agent died of it); "
+                    "starting the head again") in up.stdout
         finally:
             down = make("down", "CLUSTER=local_single", env=env, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr

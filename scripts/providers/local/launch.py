@@ -11,6 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 from scripts.core import state
 from scripts.core.errors import KitError
 from scripts.core.paths import REPO
@@ -113,16 +115,18 @@ def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
     try:
         head_group = group and head["cpu_quota"] and cpu_quota.node_group(group, "head", head["cpu_quota"])
         with cpu_sets.pinned_to(head_cores):
-            result = subprocess.run(command, env=env, capture_output=True, text=True,
-                                    timeout=120, start_new_session=True,  # the terminal's Ctrl-C is ours
-                                    # Ray's head processes, and what they start, in its group
-                                    preexec_fn=(lambda: cpu_quota.enter(head_group)) if head_group else None)
+            result, agent_died = ray_start(
+                command, env, cluster, record["temp_dir"],
+                # Ray's head processes, and what they start, in its group
+                preexec_fn=(lambda: cpu_quota.enter(head_group)) if head_group else None)
         # A port another program took between free_ports() and Ray's bind: one it listens
         # on (Ray started anyway, its dashboard elsewhere), or one it holds without listening
         # (a connection's ephemeral port: an agent died of it, and the raylet with it, seen
         # once in a fresh clone's make test). Either way, start again on other ports.
         taken = taken_by_others(ports, cluster_processes(cluster))
         clash = (f"port {taken[0]} was taken by another program" if taken else
+                 "a port was taken by another program as Ray started (its agent died of it)"
+                 if agent_died else
                  "a port was taken by another program as Ray started"
                  if result.returncode != 0 and port_clash_logged(record["temp_dir"]) else "")
         if clash:
@@ -224,6 +228,47 @@ def wait_until_ready(record: dict) -> None:
             raise KitError(f"only {count} of {want} nodes joined within {limit_s:.0f} s; "
                            f"see the autoscaler log {record['temp_dir']}/session_latest/logs/monitor.log")
         time.sleep(1)
+
+
+RAY_START_TIMEOUT_S = 120
+AGENT_SCRIPTS = ("dashboard/agent.py", "runtime_env/agent/main.py")  # the head's two agents
+
+
+def ray_start(command: list[str], env: dict, cluster: str, temp_dir: str,
+              preexec_fn=None) -> tuple[subprocess.CompletedProcess, bool]:
+    """`ray start --head`, and whether it was given up because a port clash killed one of
+    the head's agents. The raylet dies with its agent some 15 s later, and `ray start` waits
+    a fixed 30 s for it all the same (ray/_private/node.py, raylet_start_wait_time_s): ~40 s
+    for a start that was lost at ~10. Watching the agents, the kit gives it up at once."""
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=preexec_fn,
+                            start_new_session=True)  # the terminal's Ctrl-C is ours
+    deadline, agents = time.monotonic() + RAY_START_TIMEOUT_S, set()
+    try:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=0.5)
+                return subprocess.CompletedProcess(command, proc.returncode, out, err), False
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline:
+                    raise
+            alive = {p.pid for p in cluster_processes(cluster) if is_agent(p)}
+            if agents - alive and port_clash_logged(temp_dir):  # an agent came and went
+                os.killpg(proc.pid, 9)
+                out, err = proc.communicate()
+                return subprocess.CompletedProcess(command, proc.returncode, out, err), True
+            agents |= alive
+    finally:
+        if proc.poll() is None:  # a timeout, Ctrl-C: the caller stops what it started
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def is_agent(proc) -> bool:
+    try:
+        return any(script in part for part in proc.cmdline() for script in AGENT_SCRIPTS)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
 
 
 def port_clash_logged(temp_dir: str) -> bool:
