@@ -345,3 +345,34 @@ def test_bench_autopilots_table_prices_a_million_images_and_each_phases_wait():
     assert row["phase_wait_shares"] == "light 2% heavy 31%"
     assert lines[1].split() == ["autopilot", "1-3", "120", "40.0", "25%", "light", "2%", "heavy", "31%",
                                 "200", "0.0480", "100.00"]
+
+
+def test_a_bench_stopped_by_ctrl_c_keeps_the_rows_it_measured(monkeypatch, capsys):
+    """Ctrl-C (or a failed run) in the second mix: the first mix's row is saved, as
+    `make bench FROM=` reads it, before the interrupt goes on to tear down and exit. The
+    runs are stood in: what is checked is the command's bookkeeping, not a job."""
+    from scripts.commands import priceperf
+
+    summary = {"mean_step_s": 0.3, "data_wait_fraction": 0.05, "trainer_utilization": 0.95,
+               "cpu_use_by_node_type": {"head": {"utilization": 0.5}},
+               "preprocess_shares_trainer_cpus": True,
+               "steady": {"steady": True, "steady_step_s": 0.5, "steady_wait_share": 0.4,
+                          "steady_images_per_s": 32.0, "first_step_s": 9.5, "ramp_s": 1.5,
+                          "steps_needed": None}}
+    runs = []
+
+    def run_once(built, job, args, timeout):
+        runs.append(built.cluster)
+        if len(runs) == 2:
+            raise KeyboardInterrupt
+        return 0, summary
+
+    monkeypatch.setattr(priceperf, "run_once", run_once)
+    monkeypatch.setattr(priceperf, "prepared", lambda built: built)  # no preflight of cores
+    with pytest.raises(KeyboardInterrupt):
+        priceperf.cmd_bench(kit.parse(["bench", "--clusters", "local_single local_hetero"]))
+    assert runs == ["local_single", "local_hetero"]
+    out = capsys.readouterr().out
+    saved = re.search(r"rows so far saved in (\S+)", out).group(1)
+    rows = bench.read_rows(f"{saved}/rows.json")
+    assert [r["name"] for r in rows] == ["local_single as single"] and rows[0]["images_per_s"] == 32.0

@@ -144,17 +144,21 @@ def cmd_bench(a) -> int:
                 print_plan(ready)
             return 0
         measured, profile = [], None
-        for built, (name, usd_per_hour) in zip(clusters, prices):
-            print(f"\n== bench {len(measured) + 1}/{len(clusters)}: {name} (${usd_per_hour:.3f}/h)",
-                  flush=True)
-            code, summary = run_once(built, "vit_synthetic", args, timeout)
-            if code != 0 or summary is None:
-                if measured:
-                    print(f"rows so far saved in {bench.save(bench.completed(measured), BENCH)}")
-                raise KitError(f"bench: the ViT job failed on '{built.cluster}' (exit {code}); "
-                               "its log is above")
-            profile = profile or summary
-            measured.append(bench.measured_row(name, usd_per_hour, summary, profile))
+        try:
+            for built, (name, usd_per_hour) in zip(clusters, prices):
+                print(f"\n== bench {len(measured) + 1}/{len(clusters)}: {name} "
+                      f"(${usd_per_hour:.3f}/h)", flush=True)
+                code, summary = run_once(built, "vit_synthetic", args, timeout)
+                if code != 0 or summary is None:
+                    raise KitError(f"bench: the ViT job failed on '{built.cluster}' (exit {code}); "
+                                   "its log is above")
+                profile = profile or summary
+                measured.append(bench.measured_row(name, usd_per_hour, summary, profile))
+        except (KitError, KeyboardInterrupt):  # a failed run, Ctrl-C: the rows measured stay
+            if measured:
+                print(f"rows so far saved in {bench.save(bench.completed(measured), BENCH)}",
+                      flush=True)
+            raise
         rows = bench.completed(measured)
         print(f"\nthe ViT job with ARGS={' '.join(args) or '(the job defaults)'}; predicted "
               "images/s from the first row's profile; change in $ per 100 steps vs the first row:")
