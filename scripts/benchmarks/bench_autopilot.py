@@ -10,11 +10,12 @@ its own (`make run`), the values file changed only as the row says:
              resource utilization), autopilot off
   autopilot  min..max workers, the kit's autopilot steering from the trainers' data wait
 
-The default job's appetite changes: light (one blur pass: one node feeds the trainer),
-heavy (--blur-count passes: two of the three nodes needed), light again
-(`--phases light:..,heavy:..,light:..`), on local_autopilot's mix: a head held to part of a
-core (its cpu_quota) so that the nodes' sizes matter, three quarter-core preprocess nodes,
-each priced as a quarter of one of a c5.4xlarge's vCPUs (scripts/pricing/cost.py).
+The default job's appetite changes: light (one blur pass), heavy (--blur-count passes),
+light again (`--phases light:..,heavy:..,light:..`), on local_autopilot's mix: a head that
+trains (no quota), one to three quarter-core preprocess nodes, each priced as a quarter of
+one of a c5.4xlarge's vCPUs (scripts/pricing/cost.py). Measured (docs/benchmarks.md): even
+three nodes leave this trainer waiting in the heavy phase, so the bench does not yet show
+the sizing the issue asks for.
 
 Each row, from the run's own summary: the job's wall time, images/s over the steps after
 the first, the trainers' data wait outside the start-up (mean, and per phase), the
