@@ -126,6 +126,7 @@ def warm_up(shape: dict, modules: list[str]):
     per_node = {node["id"]: int(node["preprocess_cpus"]) for node in shape["nodes"].values()
                 if node["preprocess_cpus"] >= 1}
     start_autoscaling_coordinator()
+    start_data_stats_actor()
     start = ray.remote(num_cpus=0, max_retries=0, runtime_env={"env_vars": env_vars})(_start_warm)
     return start.remote(modules, per_node)
 
@@ -142,6 +143,18 @@ def start_autoscaling_coordinator() -> None:
     )
 
     get_or_create_autoscaling_coordinator()
+
+
+def start_data_stats_actor() -> None:
+    """Start Ray Data's stats actor (a detached actor, one per cluster) now. The pipeline's
+    executor creates it at its first run, so its process start and imports (~3 s of CPU)
+    fell on the pipeline's first fill, on the same cores as its first tasks: the demo's
+    first step came 1.3 s sooner on 2 cores with it started here (7.8 against 9.2 s into the
+    training function, five fresh clusters each). The same call as Ray Data's (get_if_exists,
+    on the caller's node: the driver's, the head); fire and forget."""
+    from ray.data._internal.stats import get_or_create_stats_actor
+
+    get_or_create_stats_actor()
 
 
 def _warm(names: list[str]) -> None:

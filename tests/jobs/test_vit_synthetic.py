@@ -166,6 +166,7 @@ def test_job_trains_on_head_and_preprocesses_on_workers(shared_local_cluster, tm
     tasks = job_tasks(record, summary_id(run.stdout))
     assert warmed_and_used(tasks)
     assert coordinator_ready_before_train_asked(record, tasks)
+    assert stats_actor_started_before_the_pipeline(record, tasks)
     assert 0 < summary["mean_data_wait_s"] <= summary["mean_step_s"]
     assert summary["images_per_s"] == pytest.approx(8 / summary["mean_step_s"])
     assert 0 <= summary["data_wait_fraction"] < 1
@@ -244,6 +245,21 @@ def coordinator_ready_before_train_asked(record: dict, tasks: list) -> bool:
     assert asks, "Ray Train's controller sent no resource request"
     (init,) = [t for t in tasks if t.name.endswith("_AutoscalingCoordinatorActor.__init__")]
     return at(init, "FINISHED") <= min(at(t, "PENDING_ARGS_AVAIL") for t in asks)
+
+
+def stats_actor_started_before_the_pipeline(record: dict, tasks: list) -> bool:
+    """Where this job created Ray Data's stats actor (detached, as the coordinator above),
+    the job's driver created it (raykit.cluster.start_data_stats_actor) before Ray Data's
+    SplitCoordinator began the pipeline's first epoch, whose executor created it otherwise."""
+    from ray.util.state import list_actors
+
+    (actor,) = list_actors(address=record["dashboard_url"], filters=[("class_name", "=", "_StatsActor")])
+    if actor.job_id != tasks[0].job_id:
+        return True  # an earlier job on this cluster started it
+    (init,) = [t for t in tasks if t.name.endswith("_StatsActor.__init__")]
+    (epoch,) = [t for t in tasks if t.name.endswith("SplitCoordinator.start_epoch")]
+    created = min(e["created_ms"] for e in init.events)
+    return created < min(e["created_ms"] for e in epoch.events)
 
 
 def warmed_and_used(tasks: list) -> bool:
