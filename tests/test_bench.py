@@ -194,15 +194,19 @@ def test_a_small_bench_runs_each_mix_on_cores_of_its_own_and_tears_each_down(tmp
         1 - hetero["usd_per_100_steps"] / single["usd_per_100_steps"])
     assert "local_hetero as hetero" in run.stdout and f"saved in {saved}" in run.stdout
 
+# A job's summary as make bench reads it, from a run that reached its steady state.
+STEADY_SUMMARY = {"mean_step_s": 0.3, "data_wait_fraction": 0.05, "trainer_utilization": 0.95,
+                  "cpu_use_by_node_type": {"head": {"utilization": 0.5}},
+                  "preprocess_shares_trainer_cpus": True,
+                  "steady": {"steady": True, "steady_step_s": 0.5, "steady_wait_share": 0.4,
+                             "steady_images_per_s": 32.0, "first_step_s": 9.5, "ramp_s": 1.5,
+                             "steps_needed": None}}
+
 
 def test_a_row_reports_the_steady_state_or_says_it_is_too_short():
     """make bench's row from a summary: the steady state's step, wait and rate where the run
     reached it (the stock's faster steps left out), else no rate and the steps needed."""
-    summary = {"mean_step_s": 0.3, "data_wait_fraction": 0.05, "trainer_utilization": 0.95,
-               "cpu_use_by_node_type": {"head": {"utilization": 0.5}}, "preprocess_shares_trainer_cpus": True,
-               "steady": {"steady": True, "steady_step_s": 0.5, "steady_wait_share": 0.4,
-                          "steady_images_per_s": 32.0, "first_step_s": 9.5, "ramp_s": 1.5,
-                          "steps_needed": None}}
+    summary = STEADY_SUMMARY
     row = bench.measured_row("mix", 1.0, summary, None)
     assert (row["mean_step_s"], row["data_wait_share"], row["images_per_s"]) == (0.5, 0.4, 32.0)
     assert row["steady"] is True and row["steps_needed"] is None
@@ -353,19 +357,13 @@ def test_a_bench_stopped_by_ctrl_c_keeps_the_rows_it_measured(monkeypatch, capsy
     runs are stood in: what is checked is the command's bookkeeping, not a job."""
     from scripts.commands import priceperf
 
-    summary = {"mean_step_s": 0.3, "data_wait_fraction": 0.05, "trainer_utilization": 0.95,
-               "cpu_use_by_node_type": {"head": {"utilization": 0.5}},
-               "preprocess_shares_trainer_cpus": True,
-               "steady": {"steady": True, "steady_step_s": 0.5, "steady_wait_share": 0.4,
-                          "steady_images_per_s": 32.0, "first_step_s": 9.5, "ramp_s": 1.5,
-                          "steps_needed": None}}
     runs = []
 
     def run_once(built, job, args, timeout):
         runs.append(built.cluster)
         if len(runs) == 2:
             raise KeyboardInterrupt
-        return 0, summary
+        return 0, STEADY_SUMMARY
 
     monkeypatch.setattr(priceperf, "run_once", run_once)
     monkeypatch.setattr(priceperf, "prepared", lambda built: built)  # no preflight of cores

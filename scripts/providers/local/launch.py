@@ -5,6 +5,7 @@ import math
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -254,13 +255,13 @@ def ray_start(command: list[str], env: dict, cluster: str, temp_dir: str,
                     raise
             alive = {p.pid for p in cluster_processes(cluster) if is_agent(p)}
             if agents - alive and port_clash_logged(temp_dir):  # an agent came and went
-                os.killpg(proc.pid, 9)
+                os.killpg(proc.pid, signal.SIGKILL)
                 out, err = proc.communicate()
                 return subprocess.CompletedProcess(command, proc.returncode, out, err), True
             agents |= alive
     finally:
         if proc.poll() is None:  # a timeout, Ctrl-C: the caller stops what it started
-            os.killpg(proc.pid, 9)
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
 
