@@ -3,6 +3,7 @@ out of the preprocessing cost), the diagnosis (every verdict with a remedy its o
 give), and the old `from raykit import profile` names."""
 
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -148,6 +149,24 @@ def test_the_old_profile_module_still_offers_every_name():
     for name in ("summarize", "emit", "print_summary", "lost_nodes", "preempted_nodes",
                  "retried_tasks", "cpu_use_by_node_type", "warnings_of"):
         assert getattr(profile, name) is getattr(summary, name)
+
+
+def test_a_raylet_is_lost_when_its_port_takes_no_connection():
+    """raykit.ray_state asks each node's raylet port, where it once ran a task on each node
+    (a worker process started on every node at each job's end)."""
+    import socket
+
+    from raykit.ray_state import raylet_listening
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        assert raylet_listening(listening.getsockname(), timeout_s=5)
+        with socket.socket() as closed:  # bound, never listening: refused at once
+            closed.bind(("127.0.0.1", 0))
+            started = time.monotonic()
+            assert not raylet_listening(closed.getsockname(), timeout_s=5)
+            assert time.monotonic() - started < 4  # not the timeout
 
 
 # --- the diagnosis ---------------------------------------------------------------------------

@@ -167,6 +167,10 @@ def test_job_trains_on_head_and_preprocesses_on_workers(shared_local_cluster, tm
     assert warmed_and_used(tasks)
     assert coordinator_ready_before_train_asked(record, tasks)
     assert stats_actor_started_before_the_pipeline(record, tasks)
+    # no node lost, and asking each raylet at the end started no task (a probe task pinned
+    # to each node started a worker process on every node)
+    assert summary["lost_nodes"] == [] and summary["preempted_nodes"] == []
+    assert not [t.name for t in tasks if t.name == "here"]
     assert 0 < summary["mean_data_wait_s"] <= summary["mean_step_s"]
     assert summary["images_per_s"] == pytest.approx(8 / summary["mean_step_s"])
     assert 0 <= summary["data_wait_fraction"] < 1
