@@ -18,6 +18,8 @@ waits one cooldown after the start (imports and the pipeline's first fill: a wai
 nodes would not shorten). After any change, nothing moves for `cooldown_s` (at least the
 time a node takes to join: its steps would not show yet); a node asked for that has not
 joined after `join_timeout_s` is given up (capacity, quota), not asked for again and again.
+A rise is judged once every node it added has fed a trainer a batch (delivering), not
+when they join: a node joined mid-run spends its first 20-30 s starting processes.
 The count stays within min..max workers and under the $/h ceiling. A node given back is
 drained through Ray's GCS (Pilot.give_back): Ray Data would otherwise keep it busy, and a
 busy node never goes idle for the autoscaler to remove.
@@ -57,6 +59,7 @@ MIN_GAIN = 0.07                    # a node added must raise images/s by more th
 MEMORY_WINDOWS = 4                 # a count's measured rate is trusted this many windows
 LOAD_CHANGE_SHARE = 0.1           # a wait share this much above a count's own: the load grew, not the nodes
 GIVE_BACK_DEADLINE_S = 300         # a node given back: its running work's time to finish
+DELIVERY_GRACE_S = 60.0            # a node that joined and fed no trainer counts after this anyway
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,19 @@ def steady_measure(steps: list[tuple[float, float, float, int]], waiting: list[f
     if share is None or span <= 0:
         return None
     return share, sum(s[3] for s in recent) / span
+
+
+def delivering(nodes: dict[str, float], delivered: dict[str, float], now: float) -> bool:
+    """Whether every node held delivers: `nodes` maps each steered node's address to when
+    the autopilot first saw it up, `delivered` each address to the last step its images
+    fed. A node counts from its first batch after it joined, not from its join: one that
+    joins mid-run starts its processes and imports torch first (20-30 s on a quarter core,
+    docs/benchmarks.md), and a measure taken meanwhile judged it on work it had not begun
+    (the third node "made 29.2 images/s against 72.3 with 2", given back, asked again). One
+    that has fed nothing DELIVERY_GRACE_S after it joined counts anyway: Ray Data may never
+    use it, and the measure then says so."""
+    return all(delivered.get(ip, -math.inf) >= seen or now - seen >= DELIVERY_GRACE_S
+               for ip, seen in nodes.items())
 
 
 def decide(settings: Settings, state: State, now: float, measured: tuple[float, float] | None,
@@ -260,7 +276,8 @@ class Pilot(threading.Thread):
         self.drained: list[str] = []  # node ids it drained (or why Ray refused)
         self.started = time.time()
         self.first_step_end: float | None = None  # the trainers' first step's end (epoch s)
-        self.settled_at, self.settled_for = self.started, None  # the ask's nodes all up since
+        self.settled_at, self.settled_for = self.started, None  # the ask's nodes all delivering since
+        self.seen: dict[str, float] = {}  # each steered node (its id): when this loop first saw it up
         self._halt = threading.Event()
         from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
             DefaultAutoscalingCoordinator,
@@ -321,21 +338,27 @@ class Pilot(threading.Thread):
         import ray
 
         now = time.time()
-        steps, waiting = ray.get(self.log.window.remote(now - self.settings.window_s), timeout=30)
+        steps, waiting, delivered = ray.get(self.log.window.remote(now - self.settings.window_s), timeout=30)
         share = wait_share([s[:3] for s in steps], now, self.settings.window_s, waiting)
-        joined, before = self.joined(), self.state.asked
+        nodes, before = self.steered_nodes(), self.state.asked
+        joined = len(nodes)
+        up = {n["NodeManagerAddress"]: self.seen.setdefault(n["NodeID"], now) for n in nodes}
         if joined > self.last_joined:
             self.refresh_budget(now)
         self.last_joined = joined
         if self.first_step_end is None and steps:
             self.first_step_end = min(s[0] for s in steps)  # the trainers' first step: the fill
-        if joined == self.state.asked and self.settled_for != self.state.changed_at:
-            self.settled_for, self.settled_at = self.state.changed_at, now  # the nodes asked are up
+        settling = self.settled_for != self.state.changed_at  # the last change's nodes not all at work
+        if settling and joined == self.state.asked and delivering(up, delivered, now):
+            self.settled_for, self.settled_at, settling = self.state.changed_at, now, False
         since = max(now - self.settings.window_s, self.settled_at,
                     (self.first_step_end or math.inf) + 1e-6)
-        measured = steady_measure(steps, waiting, now, since)
+        # after a rise, nothing is measured until the nodes added deliver: the steps would
+        # judge them on the count before (decide() still gives up a node that never joins)
+        rising = settling and self.state.last_move == 1
+        measured = None if rising else steady_measure(steps, waiting, now, since)
         blocked = [w for w in waiting if w < since]
-        if measured is None and blocked and (joined == 0 or now - since >= self.settings.window_s):
+        if measured is None and not rising and blocked and (joined == 0 or now - since >= self.settings.window_s):
             measured = (1.0, 0.0)  # a trainer blocked all along (no node, or none that delivers)
         asked = decide(self.settings, self.state, now - self.started, measured, joined)  # run-relative times
         self.ask(asked)

@@ -181,7 +181,8 @@ class TrainProfile:
             self.received_bytes += sum(int(getattr(v, "nbytes", 0)) for k, v in batch.items()
                                        if k not in KIT_COLUMNS)
             self.received_images += rows
-        step_log.publish_step(self.steps_s[-1], self.waits[-1], rows, self._rank)  # where one steers
+        fed_by = tuple(str(n) for n in np.unique(batch[NODE_COLUMN])) if NODE_COLUMN in batch else ()
+        step_log.publish_step(self.steps_s[-1], self.waits[-1], rows, self._rank, fed_by)  # where one steers
         if NODE_COLUMN in batch:
             for node in np.unique(batch[NODE_COLUMN]):
                 here, ip = batch[NODE_COLUMN] == node, str(node)

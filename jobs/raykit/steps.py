@@ -40,11 +40,13 @@ def _log():
     return _handle
 
 
-def publish_step(step_s: float, wait_s: float, images: int, rank: str = "") -> None:
-    """A training step of `rank` (any id unique to the trainer); it ends that rank's open
-    wait. Fire and forget; nothing where no log runs."""
+def publish_step(step_s: float, wait_s: float, images: int, rank: str = "",
+                 nodes: tuple[str, ...] = ()) -> None:
+    """A training step of `rank` (any id unique to the trainer), whose batch the nodes at
+    addresses `nodes` preprocessed; it ends that rank's open wait. Fire and forget; nothing
+    where no log runs."""
     if log := _log():
-        log.record.remote(time.time(), step_s, wait_s, images, rank)
+        log.record.remote(time.time(), step_s, wait_s, images, rank, nodes)
 
 
 def publish_wait(rank: str, since: float | None) -> None:
@@ -56,13 +58,15 @@ def publish_wait(rank: str, since: float | None) -> None:
 
 class StepLog:
     """Every rank's steps: (end time, step s, waiting s, images), the last 10 minutes;
-    since when each rank blocked for its next batch has been waiting; and the progress the
-    stall watch judges (stall.py): which ranks are inside their loop, and when the last
-    step ended or loop began."""
+    since when each rank blocked for its next batch has been waiting; when a batch each
+    preprocessing node made last reached a trainer (the autopilot counts a node it asked
+    for from then, not from its join); and the progress the stall watch judges (stall.py):
+    which ranks are inside their loop, and when the last step ended or loop began."""
 
     def __init__(self):
         self.steps: list[tuple[float, float, float, int]] = []
         self.open_waits: dict[str, float] = {}
+        self.delivered: dict[str, float] = {}  # node address -> the last step its images fed
         self.in_loop: set[str] = set()
         self.progress_at: float | None = None
         self.count = 0
@@ -70,8 +74,11 @@ class StepLog:
     def _progressed(self, t: float) -> None:
         self.progress_at = t if self.progress_at is None else max(self.progress_at, t)
 
-    def record(self, end: float, step_s: float, wait_s: float, images: int, rank: str = "") -> None:
+    def record(self, end: float, step_s: float, wait_s: float, images: int, rank: str = "",
+               nodes: tuple[str, ...] = ()) -> None:
         self.steps.append((end, step_s, wait_s, images))
+        for node in nodes:
+            self.delivered[node] = max(end, self.delivered.get(node, end))
         self.open_waits.pop(rank, None)
         self.count += 1
         self._progressed(end)
@@ -95,9 +102,10 @@ class StepLog:
     def since(self, t: float) -> list[tuple[float, float, float, int]]:
         return [s for s in self.steps if s[0] >= t]
 
-    def window(self, t: float) -> tuple[list[tuple[float, float, float, int]], list[float]]:
-        """(the steps that ended since t, the start of every open wait)."""
-        return self.since(t), list(self.open_waits.values())
+    def window(self, t: float) -> tuple[list[tuple[float, float, float, int]], list[float], dict[str, float]]:
+        """(the steps that ended since t, the start of every open wait, when each node's
+        images last fed a step)."""
+        return self.since(t), list(self.open_waits.values()), dict(self.delivered)
 
 
 def start_step_log(name: str | None = STEP_LOG):

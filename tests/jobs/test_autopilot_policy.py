@@ -202,10 +202,31 @@ def test_the_step_log_closes_a_ranks_wait_with_its_step_or_its_loops_end():
     log = StepLog()
     log.waiting("a", 10.0)
     log.waiting("b", 11.0)
-    assert log.window(0) == ([], [10.0, 11.0])
-    log.record(12.0, 2.0, 2.0, 16, "a")
+    assert log.window(0) == ([], [10.0, 11.0], {})
+    log.record(12.0, 2.0, 2.0, 16, "a", ("10.0.0.5",))
     log.waiting("b", None)
-    assert log.window(0) == ([(12.0, 2.0, 2.0, 16)], [])
+    assert log.window(0) == ([(12.0, 2.0, 2.0, 16)], [], {"10.0.0.5": 12.0})
+
+
+def test_a_node_added_counts_from_its_first_batch_not_its_join():
+    """The step log keeps when each node's images last fed a step; a node the autopilot saw
+    join at 100 s delivers once a step after that was fed by it (not by an earlier node at
+    the same address), or, having fed none, DELIVERY_GRACE_S after its join."""
+    from raykit.autopilot import DELIVERY_GRACE_S, delivering
+    from raykit.steps import StepLog
+
+    log = StepLog()
+    log.record(90.0, 1.0, 0.5, 16, "a", ("10.0.0.5", "10.0.0.6"))  # before the join: another node there
+    log.record(101.0, 1.0, 0.5, 16, "a", ("10.0.0.5",))
+    _, _, delivered = log.window(0)
+    assert delivered == {"10.0.0.5": 101.0, "10.0.0.6": 90.0}
+    held = {"10.0.0.5": 100.0, "10.0.0.6": 100.0}  # both seen up at 100 s
+    assert not delivering(held, delivered, now=102.0)  # .6 has fed nothing since it joined
+    assert delivering({"10.0.0.5": 100.0}, delivered, now=102.0)
+    log.record(103.0, 1.0, 0.1, 16, "a", ("10.0.0.6",))
+    assert delivering(held, log.window(0)[2], now=104.0)
+    assert not delivering({"10.0.0.7": 100.0}, delivered, now=100.0 + DELIVERY_GRACE_S - 1)
+    assert delivering({"10.0.0.7": 100.0}, delivered, now=100.0 + DELIVERY_GRACE_S)  # Ray Data never used it
 
 
 def test_a_trainer_starving_from_its_start_gets_nodes_after_one_cooldown_not_a_step_later():

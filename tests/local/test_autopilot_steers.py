@@ -2,8 +2,9 @@
 the kit's RAYKIT_AUTOPILOT settings and bundle) feeds the autopilot steps that starve
 (the trainers waiting 90% of each step), and the autopilot's request alone brings the
 preprocess type from min_workers to max_workers, as Ray's node table shows; then steps
-with no wait, and after its cooldown it asks for one node fewer and drains it: the node
-leaves Ray's node table. The policy's other cases are replayed on traces
+with no wait, fed by the node of the start alone (nothing moves: the nodes added have not
+delivered), then by all three, and after its cooldown it asks for one node fewer and
+drains it: the node leaves Ray's node table. The policy's other cases are replayed on traces
 (jobs/test_autopilot_policy.py)."""
 
 import shutil
@@ -23,6 +24,7 @@ ray.init()
 settings, node_type, bundle = autopilot.settings_from_env()
 pilot = autopilot.Pilot(settings, node_type, bundle, step_log.start_step_log())
 seen = {"before": pilot.joined(), "bundle": bundle}
+had = [n["NodeManagerAddress"] for n in pilot.steered_nodes()]  # the node of the start
 # a requester as Ray Data's executor is one: the preprocess subcluster's leftover CPUs
 from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
     DefaultAutoscalingCoordinator, get_or_create_autoscaling_coordinator)
@@ -31,10 +33,11 @@ DefaultAutoscalingCoordinator("as-ray-data", subcluster_selector={placement.SUBC
     resources=[], expire_after_s=600, request_remaining=["CPU"])
 time.sleep(max(0.0, settings.cooldown_s - (time.time() - pilot.started)) + 0.5)  # its start-up cooldown
 
-def steps(step_s, wait_share):  # ten steps that end now: inside the window however slow this machine is
+def steps(step_s, wait_share, fed_by=()):  # ten steps that end now: inside the window however slow this machine is
     ray.get(pilot.log.since.remote(0))  # the actor is up (its start may take seconds here)
     now = time.time()
-    ray.get([pilot.log.record.remote(now - 0.01 * i, step_s, step_s * wait_share, 16) for i in range(10)])
+    ray.get([pilot.log.record.remote(now - 0.01 * i, step_s, step_s * wait_share, 16, "rank", tuple(fed_by))
+             for i in range(10)])
 
 steps(1.0, 0.9)  # starving: 90% of each 1 s step waiting for data
 pilot.tick()
@@ -53,7 +56,14 @@ reserved = ray.get(get_or_create_autoscaling_coordinator().get_reserved_resource
 seen["reserved_nodes"] = sum(1 for r in reserved.values() if r.get("CPU", 0) > 0)
 seen["refreshes"] = pilot.budget_refreshes
 time.sleep(0.1)
-steps(0.3, 0.0)  # fed, with slack, at three times the rate: the rise paid, and one node can go
+steps(0.3, 0.0, had)  # fed with slack, but by the node of the start alone: the two added
+pilot.tick()          # have delivered nothing yet, and the rise is not judged on it
+seen["asked_before_delivery"], seen["reasons_before_delivery"] = pilot.state.asked, list(pilot.state.reasons)
+everyone = [n["NodeManagerAddress"] for n in pilot.steered_nodes()]
+steps(0.3, 0.0, everyone)  # now all three feed the trainers
+pilot.tick()               # its measures count from here
+time.sleep(0.1)
+steps(0.3, 0.0, everyone)  # fed, with slack, at three times the rate: the rise paid, and one node can go
 pilot.tick()
 seen["asked_down"] = pilot.state.asked
 seen["reasons"], seen["drained"] = pilot.state.reasons, pilot.drained
@@ -85,6 +95,8 @@ def test_the_autopilots_request_alone_scales_the_preprocess_type_up_then_asks_fo
     assert seen["before"] == 1 and seen["asked_up"] == 3, seen  # min_workers 1; 1 / (1 - 0.9) > 3: max
     assert seen["after_up"] == 3, seen  # Ray's node table: the three the autopilot asked for
     assert seen["reserved_nodes"] == 3 and len(seen["refreshes"]) == 2, seen  # at the first join, then the two
+    # the nodes added count from their first batch, not their join (raykit.autopilot.delivering)
+    assert seen["asked_before_delivery"] == 3 and len(seen["reasons_before_delivery"]) == 1, seen
     assert seen["asked_down"] == 2 and "slack" in seen["reasons"][-1], seen
     assert len(seen["drained"]) == 1 and not seen["drained"][0].startswith("refused"), seen
     assert seen["after_down"] == 2, seen  # Ray's node table: the node given back is gone
