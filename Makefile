@@ -1,8 +1,8 @@
 # The kit's front door. `make` or `make help` lists every target and variable.
 # Every target that needs Python depends on .venv (built from requirements.txt by `make setup`).
 
-CLUSTER ?= local#        a values file in cluster_templates/ (local, local_single, local_hetero, local_multi, local_autopilot, hetero, single, p4d_hetero, multi_g5, multi_p4d, k8s_hetero, k8s_multi)
-JOB     ?= vit_synthetic#   a directory in jobs/ (vit_synthetic, adaptdl_mnist, smoke)
+CLUSTER ?= local#        a values file in cluster_templates/ (local, local_single, local_hetero, local_multi, local_autopilot, local_gpu_single, local_gpu_hetero, hetero, single, p4d_hetero, multi_g5, multi_p4d, k8s_hetero, k8s_multi)
+JOB     ?= vit_synthetic#   a directory in jobs/ (vit_synthetic, adaptdl_mnist, template, smoke)
 ARGS    ?=#              flags for the job, split as a shell would: ARGS="--steps 20 --batch-size 16"
 TIMEOUT ?=#              stop a submitted job after this many seconds (empty: 6 h on AWS, no limit locally)
 DRY_RUN ?=#              1: `make up`, `run`, `bench` and `image` print what they would do, and do nothing

@@ -25,6 +25,20 @@ def test_the_readme_lists_every_target_and_only_those():
     assert listed == help_targets()
 
 
+def test_make_help_names_every_values_file_and_job_the_kit_accepts():
+    """`make help`'s CLUSTER and JOB lines list exactly the checkout's values files and jobs
+    (what the kit's own `choose one of:` offers): the GPU workstation's local_gpu_* files
+    and the template job were once missing from them."""
+    makefile = (REPO / "Makefile").read_text()
+
+    def listed(variable: str) -> set[str]:
+        line = next(line for line in makefile.splitlines() if re.match(rf"{variable} +\?=", line))
+        return set(re.search(r"\(([^)]*)\)\s*$", line).group(1).split(", "))
+
+    assert listed("CLUSTER") == {p.stem for p in (REPO / "cluster_templates").glob("*.yaml")}
+    assert listed("JOB") == {p.parent.name for p in (REPO / "jobs").glob("*/main.py")}
+
+
 def test_the_readme_is_a_first_hours_read_and_its_links_exist():
     assert len(README.splitlines()) <= 250
     assert README.splitlines()[3].startswith("make demo") and README.splitlines()[4].startswith("make test")
