@@ -366,7 +366,9 @@ class Pilot(threading.Thread):
             self.give_back(min(before - asked, joined - asked))
         images = sum(s[3] for s in steps)
         span = (max(s[0] for s in steps) - min(s[0] - s[1] for s in steps)) if steps else 0
+        fed = sum(1 for ip, seen in up.items() if delivered.get(ip, -math.inf) >= seen)
         self.timeline.append({"t": round(now - self.started, 1), "preprocess_nodes": joined,
+                              "delivering": fed,  # of those up, the nodes that have fed a trainer since they joined
                               "asked": asked, "wait_share": None if share is None else round(share, 3),
                               "images_per_s": round(images / span, 2) if span > 0 else None})
 

@@ -32,13 +32,16 @@ def chart_file(path: Path, columns: int, size: tuple[float, float]):
 
 def autopilot_chart(report: dict, path: Path) -> None:
     """The autopilot's run over time (jobs/raykit/autopilot.py's report): the preprocess
-    nodes up and asked for, with their bounds; the trainers' data wait against its target,
+    nodes up, delivering and asked for, with their bounds; the trainers' data wait against its target,
     with the images/s they trained."""
     points = report["timeline"]
     t = [p["t"] for p in points]
     with chart_file(path, 2, (11, 4)) as (nodes_ax, wait_ax):
         nodes_ax.step(t, [p["preprocess_nodes"] for p in points], where="post", label="nodes up")
         nodes_ax.step(t, [p["asked"] for p in points], where="post", linestyle="--", label="asked for")
+        if all("delivering" in p for p in points):  # timelines kept before 2026-11-27 lack it
+            nodes_ax.step(t, [p["delivering"] for p in points], where="post", linestyle=":",
+                          label="delivering (fed a trainer since joining)")
         for bound in (report["min_nodes"], report["max_nodes"]):
             nodes_ax.axhline(bound, color="grey", linewidth=0.5)
         nodes_ax.set(xlabel="seconds since the job started", ylabel=f"{report['node_type']} nodes",

@@ -354,6 +354,12 @@ def test_a_kept_summary_with_an_autopilot_timeline_gets_its_chart(tmp_path, caps
     chart = tmp_path / "raysubmit_1.autopilot.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
     assert f"autopilot's nodes and data wait over time: {chart}" in capsys.readouterr().out
+    # a timeline that says which nodes were delivering gets that line too (older ones lack it)
+    delivering = report | {"timeline": [p | {"delivering": max(0, p["preprocess_nodes"] - 1)}
+                                        for p in report["timeline"]]}
+    submit.keep_result(tmp_path, "raysubmit_4", "vit_synthetic", [], 0, {"autopilot": delivering})
+    other = (tmp_path / "raysubmit_4.autopilot.png").read_bytes()
+    assert other[:8] == b"\x89PNG\r\n\x1a\n" and other != chart.read_bytes()
     submit.keep_result(tmp_path, "raysubmit_2", "vit_synthetic", [], 0, {"autopilot": None})
     assert not (tmp_path / "raysubmit_2.autopilot.png").exists()
     submit.keep_result(tmp_path, "raysubmit_3", "vit_synthetic", [], 0, {"autopilot": {"timeline": [{"t": 1}]}})

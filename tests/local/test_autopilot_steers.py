@@ -59,9 +59,11 @@ time.sleep(0.1)
 steps(0.3, 0.0, had)  # fed with slack, but by the node of the start alone: the two added
 pilot.tick()          # have delivered nothing yet, and the rise is not judged on it
 seen["asked_before_delivery"], seen["reasons_before_delivery"] = pilot.state.asked, list(pilot.state.reasons)
+seen["delivering_before"] = pilot.timeline[-1]["delivering"]
 everyone = [n["NodeManagerAddress"] for n in pilot.steered_nodes()]
 steps(0.3, 0.0, everyone)  # now all three feed the trainers
 pilot.tick()               # its measures count from here
+seen["delivering_after"] = pilot.timeline[-1]["delivering"]
 time.sleep(0.1)
 steps(0.3, 0.0, everyone)  # fed, with slack, at three times the rate: the rise paid, and one node can go
 pilot.tick()
@@ -97,6 +99,7 @@ def test_the_autopilots_request_alone_scales_the_preprocess_type_up_then_asks_fo
     assert seen["reserved_nodes"] == 3 and len(seen["refreshes"]) == 2, seen  # at the first join, then the two
     # the nodes added count from their first batch, not their join (raykit.autopilot.delivering)
     assert seen["asked_before_delivery"] == 3 and len(seen["reasons_before_delivery"]) == 1, seen
+    assert (seen["delivering_before"], seen["delivering_after"]) == (1, 3), seen  # the timeline's count
     assert seen["asked_down"] == 2 and "slack" in seen["reasons"][-1], seen
     assert len(seen["drained"]) == 1 and not seen["drained"][0].startswith("refused"), seen
     assert seen["after_down"] == 2, seen  # Ray's node table: the node given back is gone
