@@ -154,8 +154,14 @@ def delivering(nodes: dict[str, float], delivered: dict[str, float], now: float)
     (the third node "made 29.2 images/s against 72.3 with 2", given back, asked again). One
     that has fed nothing DELIVERY_GRACE_S after it joined counts anyway: Ray Data may never
     use it, and the measure then says so."""
-    return all(delivered.get(ip, -math.inf) >= seen or now - seen >= DELIVERY_GRACE_S
-               for ip, seen in nodes.items())
+    fed = fed_since_joining(nodes, delivered)
+    return all(ip in fed or now - seen >= DELIVERY_GRACE_S for ip, seen in nodes.items())
+
+
+def fed_since_joining(nodes: dict[str, float], delivered: dict[str, float]) -> set[str]:
+    """The addresses of `nodes` (address -> when first seen up) whose images have fed a
+    step since (`delivered`: address -> the last step its images fed)."""
+    return {ip for ip, seen in nodes.items() if delivered.get(ip, -math.inf) >= seen}
 
 
 def decide(settings: Settings, state: State, now: float, measured: tuple[float, float] | None,
@@ -366,7 +372,7 @@ class Pilot(threading.Thread):
             self.give_back(min(before - asked, joined - asked))
         images = sum(s[3] for s in steps)
         span = (max(s[0] for s in steps) - min(s[0] - s[1] for s in steps)) if steps else 0
-        fed = sum(1 for ip, seen in up.items() if delivered.get(ip, -math.inf) >= seen)
+        fed = len(fed_since_joining(up, delivered))
         self.timeline.append({"t": round(now - self.started, 1), "preprocess_nodes": joined,
                               "delivering": fed,  # of those up, the nodes that have fed a trainer since they joined
                               "asked": asked, "wait_share": None if share is None else round(share, 3),

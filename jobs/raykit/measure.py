@@ -181,17 +181,17 @@ class TrainProfile:
             self.received_bytes += sum(int(getattr(v, "nbytes", 0)) for k, v in batch.items()
                                        if k not in KIT_COLUMNS)
             self.received_images += rows
-        fed_by = tuple(str(n) for n in np.unique(batch[NODE_COLUMN])) if NODE_COLUMN in batch else ()
-        step_log.publish_step(self.steps_s[-1], self.waits[-1], rows, self._rank, fed_by)  # where one steers
-        if NODE_COLUMN in batch:
-            for node in np.unique(batch[NODE_COLUMN]):
-                here, ip = batch[NODE_COLUMN] == node, str(node)
-                self.nodes[ip] = self.nodes.get(ip, 0) + int(here.sum())
-                if CPU_COLUMN in batch:
-                    self.cpu_s[ip] = self.cpu_s.get(ip, 0.0) + float(batch[CPU_COLUMN][here].sum())
-                if STARTED_AT_COLUMN in batch:
-                    began = float(batch[STARTED_AT_COLUMN][here].min())
-                    self.node_started[ip] = min(began, self.node_started.get(ip, began))
+        fed_by = np.unique(batch[NODE_COLUMN]) if NODE_COLUMN in batch else ()  # the nodes that made it
+        step_log.publish_step(self.steps_s[-1], self.waits[-1], rows, self._rank,
+                              tuple(str(node) for node in fed_by))  # where one steers
+        for node in fed_by:
+            here, ip = batch[NODE_COLUMN] == node, str(node)
+            self.nodes[ip] = self.nodes.get(ip, 0) + int(here.sum())
+            if CPU_COLUMN in batch:
+                self.cpu_s[ip] = self.cpu_s.get(ip, 0.0) + float(batch[CPU_COLUMN][here].sum())
+            if STARTED_AT_COLUMN in batch:
+                began = float(batch[STARTED_AT_COLUMN][here].min())
+                self.node_started[ip] = min(began, self.node_started.get(ip, began))
         if CPU_COLUMN in batch:
             steady = ~np.asarray(batch.get(WARMUP_COLUMN, np.zeros(len(batch[CPU_COLUMN]), bool)), bool)
             self.steady_images += int(steady.sum())
