@@ -61,8 +61,9 @@ def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
     first. On any failure, Ctrl-C included, everything it started is stopped."""
     head = values["head"]
     head_gpus, worker_gpus = gpus.head_and_pool(values, gpus.machine_gpus())
-    ports = free_ports(6)
-    gcs_port, dashboard_port, client_port, agent_port, metrics_port, runtime_env_port = ports
+    ports = free_ports(8)
+    (gcs_port, dashboard_port, client_port, agent_port, metrics_port, runtime_env_port,
+     dashboard_metrics_port, autoscaler_metrics_port) = ports
     record = {
         "cluster": cluster,
         "provider": NAME,
@@ -84,6 +85,9 @@ def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
         f"--dashboard-agent-listen-port={agent_port}",
         f"--metrics-export-port={metrics_port}",
         f"--runtime-env-agent-port={runtime_env_port}",
+        # its workers on ports the OS picks, as the worker nodes' (loopback_node_provider.py):
+        # Ray's default range (10002-19999) is the same for every head on 127.0.0.2
+        "--min-worker-port=0", "--max-worker-port=0",
         f"--temp-dir={record['temp_dir']}",
         f"--autoscaling-config={state.config_path(cluster)}",
         f"--num-cpus={head['cpus']}", f"--num-gpus={len(head_gpus)}",
@@ -99,6 +103,11 @@ def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
         "RAYKIT_GCS_ADDRESS": record["gcs_address"],
         "RAYKIT_TEMP_DIR": record["temp_dir"],
         "AUTOSCALER_UPDATE_INTERVAL_S": "1",  # launch the workers within seconds
+        # The dashboard's and the autoscaler's metrics servers, which `ray start` takes no
+        # flag for: Ray's fixed defaults (44227, 44217) are the same for every Ray on the
+        # machine, and the second to start logs "Address already in use"
+        "DASHBOARD_METRIC_PORT": str(dashboard_metrics_port),
+        "AUTOSCALER_METRIC_PORT": str(autoscaler_metrics_port),
         # Ray Train's PreemptionWatcher restarts training early when a node holding a
         # training worker is drained for preemption; here none ever is (the kit's spot watch
         # and the autopilot drain preprocess nodes), and the watcher, a 0-CPU actor Ray
@@ -254,7 +263,9 @@ def ray_start(command: list[str], env: dict, cluster: str, temp_dir: str,
                 if time.monotonic() > deadline:
                     raise
             alive = {p.pid for p in cluster_processes(cluster) if is_agent(p)}
-            if agents - alive and port_clash_logged(temp_dir):  # an agent came and went
+            # an agent came and went: gone, not just missed by this look (a process whose
+            # environment could not be read while many start)
+            if any(not running(pid) for pid in agents - alive) and port_clash_logged(temp_dir):
                 os.killpg(proc.pid, signal.SIGKILL)
                 out, err = proc.communicate()
                 return subprocess.CompletedProcess(command, proc.returncode, out, err), True
@@ -263,6 +274,13 @@ def ray_start(command: list[str], env: dict, cluster: str, temp_dir: str,
         if proc.poll() is None:  # a timeout, Ctrl-C: the caller stops what it started
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def is_agent(proc) -> bool:
