@@ -7,13 +7,16 @@ the GPUs it holds idle for stall_minutes, and not while they work. The values ru
 count refused with one line, auto giving none here) are in test_bad_inputs.py and
 tests/test_render.py."""
 
+import sys
 import uuid
 
 import pytest
 import yaml
 
-from conftest import USER_JOBS, USER_VALUES, kept_summary, load_example, local_cluster_up, make, standin_gpus
-from jobs.raykit import stall
+from conftest import REPO, USER_JOBS, USER_VALUES, kept_summary, load_example, local_cluster_up, make, standin_gpus
+
+sys.path.insert(0, str(REPO / "jobs"))  # as a job imports it (stall imports raykit's modules so)
+from raykit import stall  # noqa: E402
 
 WHERE = '''import json, os
 import ray
