@@ -131,9 +131,9 @@ bench: $(STAMP) ## ViT job on each of CLUSTERS: $/100 steps table + JSON/CSV/PNG
 # The tests that need no local cluster run on two processes (pytest-xdist), side by side
 # with adaptdl's shipped tests of the modules the kit's fixes patch: together they keep both
 # cores busy, where each alone waits (on moto, on Ray's start-up) or runs one thread. Then
-# the local-cluster tests, one at a time: a local cluster's nodes are pinned to this
-# machine's cores, and what they time (a fault's cost, an idle limit) assumes nothing
-# beside them. At the end, each phase's time and the 15 slowest tests (tests/timing.py).
+# the local-cluster tests in two lanes side by side (tests/lanes.py: those on the shared
+# local cluster, and the others), each lane one test at a time; a test that times what the
+# other lane's load would move is marked `alone` and runs with that lane paused. At the end, each phase's time and the 15 slowest tests (tests/timing.py).
 # The real-API-server tests (tests/kuberay/test_real_apiserver.py) need kube-apiserver
 # built once into ~/.cache/raykit (kube-testbed: ~7 minutes the first time, as root for
 # apt-get); where this machine cannot build it, make test says so in one line and skips
@@ -159,8 +159,16 @@ test-offline: $(STAMP) ## the tests that start no local cluster (moto for AWS), 
 kube-testbed: $(STAMP) ## build kube-apiserver 1.20 and fetch kubectl 1.34 for the KubeRay tests, once (root: apt-get)
 	@$(PY) -m tests.kuberay.kube_testbed build
 
-test-cluster: $(STAMP) ## the tests that run a local Ray cluster (pytest -m cluster), one at a time
-	$(PY) -m pytest -p no:cacheprovider --durations=10 -m cluster $(call JUNIT,cluster) tests
+test-cluster: $(STAMP) ## the tests that run a local Ray cluster (pytest -m cluster), in two lanes side by side
+	@lock=$$(mktemp -d)/lanes; trap 'rm -rf "$${lock%/lanes}"' EXIT; \
+	  RAYKIT_TEST_LANE_LOCK=$$lock $(MAKE) --no-print-directory -j2 --output-sync=target cluster-lane/shared cluster-lane/own
+
+# One lane of the cluster phase (tests/lanes.py): `shared`, the tests on the session's
+# shared local cluster, or `own`, the others; each lane runs its tests one at a time, and
+# a test marked `alone` pauses the other lane.
+cluster-lane/%: $(STAMP)
+	@echo "== cluster lane $*"
+	@$(PY) -m pytest -p no:cacheprovider --durations=10 -m cluster --lane $* $(call JUNIT,cluster-$*) tests
 
 test-changed: $(STAMP) ## the quick loop: the fast tests of what changed since main (files and the tests importing them)
 	@$(PY) -m tests.changed

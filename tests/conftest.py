@@ -18,7 +18,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests import network_guard  # noqa: E402
+from tests import lanes, network_guard  # noqa: E402
 
 # Dummy credentials for every test: a real ~/.aws profile must never be picked up.
 for key, value in {
@@ -155,7 +155,8 @@ def local_cluster_up(build_dir: Path, cluster: str = "local", env_extra: dict | 
     `make down` and check that nothing of it is left. env_extra: more of the environment
     (a stand-in's settings)."""
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir), **(env_extra or {}))
-    up = make("up", f"CLUSTER={cluster}", env=env, timeout=300)
+    with lanes.turn(alone=False):  # a module's or the session's cluster starts between tests
+        up = make("up", f"CLUSTER={cluster}", env=env, timeout=300)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     state = json.loads((build_dir / "launched" / f"{cluster}.json").read_text())
     state["build_dir"] = str(build_dir)
@@ -163,7 +164,8 @@ def local_cluster_up(build_dir: Path, cluster: str = "local", env_extra: dict | 
         assert processes_of(state)
         yield env, state
     finally:  # a failed test must not leave its cluster running for the next ones
-        down = make("down", f"CLUSTER={cluster}", env=env, timeout=120)
+        with lanes.turn(alone=False):
+            down = make("down", f"CLUSTER={cluster}", env=env, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
     assert processes_of(state) == []
     assert not (build_dir / "launched" / f"{cluster}.json").exists()
@@ -174,9 +176,10 @@ def local_cluster_up(build_dir: Path, cluster: str = "local", env_extra: dict | 
 def shared_local_cluster(tmp_path_factory):
     """One `make up CLUSTER=local` for the tests that only submit to it and read it
     (test_adaptdl_mnist, test_local_cluster, test_own_job, test_vit_synthetic): (env,
-    record); `make down` and the check that nothing is left come at the end of the session,
-    and the tests that use it run last (pytest_collection_modifyitems), so it never idles
-    beside the clusters other tests start on the same two cores."""
+    record); `make down` and the check that nothing is left come at the end of the session.
+    `make test-cluster` runs its tests in a lane of their own (tests/lanes.py); in any
+    other run they come last (pytest_collection_modifyitems), so it never idles beside
+    the clusters the other tests start one at a time."""
     with local_cluster_up(tmp_path_factory.mktemp("shared-build")) as up:
         yield up
 
@@ -204,14 +207,33 @@ def publish_dlami(ec2, release: str = "20261020") -> str:
     return image_id
 
 
+def pytest_addoption(parser):
+    parser.addoption("--lane", choices=lanes.LANES,
+                     help="only this lane's tests (tests/lanes.py): `make test-cluster` runs both side by side")
+
+
 def pytest_collection_modifyitems(session, config, items):
     """Every test that runs a local cluster is marked `cluster` (the slow ones, those on
     the shared cluster, and those marked by hand); the shared local cluster's tests run
-    last, in their modules' order (a stable sort)."""
+    last, in their modules' order (a stable sort). With --lane, only that lane's."""
     for item in items:
-        if "slow" in item.keywords or "shared_local_cluster" in getattr(item, "fixturenames", ()):
+        if "slow" in item.keywords or lanes.lane_of(item) == "shared":
             item.add_marker(pytest.mark.cluster)
-    items.sort(key=lambda item: "shared_local_cluster" in getattr(item, "fixturenames", ()))
+    items.sort(key=lambda item: lanes.lane_of(item) == "shared")
+    lane = config.getoption("--lane")
+    if lane:
+        config.hook.pytest_deselected(items=[i for i in items if lanes.lane_of(i) != lane])
+        items[:] = [i for i in items if lanes.lane_of(i) == lane]
+
+
+@pytest.fixture(autouse=True)
+def lanes_turn(request):
+    """In `make test-cluster`'s two lanes, each test takes its lane's turn (tests/lanes.py):
+    an `alone` test runs with the other lane paused."""
+    with lanes.turn(alone=request.node.get_closest_marker("alone") is not None) as waited:
+        if waited >= 0.1:
+            request.node.user_properties.append((lanes.WAITED, round(waited, 1)))
+        yield
 
 
 def pytest_configure(config):
@@ -219,12 +241,14 @@ def pytest_configure(config):
         "markers", "slow: runs a real cluster for a minute or more (chaos, autostop, bench); "
         "CI runs them, `pytest -m 'not slow'` skips them")
     # `make test` runs the tests that are not `cluster` on two processes side by side
-    # (pytest-xdist), then the `cluster` ones one at a time: a local cluster's nodes are
-    # pinned to this machine's cores, and its timings (a fault's cost, an idle limit)
-    # assume no other test beside it.
+    # (pytest-xdist), then the `cluster` ones in two lanes (tests/lanes.py): those on the
+    # shared local cluster, and the others, each lane one test at a time.
     config.addinivalue_line(
         "markers", "cluster: starts or uses a local Ray cluster (every slow test is one); "
-        "`make test` runs these one at a time, after the others")
+        "`make test` runs these in two lanes, after the others")
+    config.addinivalue_line(
+        "markers", "alone: times something the other lane's load would move (a start within "
+        "5 s, a lease, a stall limit): in `make test-cluster`, the other lane waits meanwhile")
 
 
 def adaptdl_replica_dirs() -> set[str]:

@@ -11,6 +11,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from tests.lanes import WAITED
+
 SLOWEST = 15
 
 
@@ -21,8 +23,10 @@ def stamp(folder: Path, name: str) -> float | None:
         return None
 
 
-def tests(folder: Path) -> list[tuple[float, str]]:
-    """(seconds, test id) of every test case in the folder's reports."""
+def tests(folder: Path) -> list[tuple[float, str, float]]:
+    """(seconds, test id, seconds waited) of every test case in the folder's reports: a
+    cluster test's time less what it waited for its lane's turn (tests/lanes.py), which
+    its JUnit time includes."""
     found = []
     for report in sorted(folder.glob("*.xml")):
         try:
@@ -34,7 +38,9 @@ def tests(folder: Path) -> list[tuple[float, str]]:
             # (--pyargs) is .venv.lib.python3.11.site-packages.adaptdl.x_test
             classname = case.get("classname", "").rpartition("site-packages.")[2]
             name = f"{classname.replace('.', '/')}.py::{case.get('name')}"
-            found.append((float(case.get("time") or 0), name))
+            waited = sum(float(p.get("value") or 0) for p in case.iter("property")
+                         if p.get("name") == WAITED)
+            found.append((max(0.0, float(case.get("time") or 0) - waited), name, waited))
     return found
 
 
@@ -48,14 +54,15 @@ def lines(folder: Path) -> list[str]:
     if start and offline:
         out.append(f"offline phase (offline tests and adaptdl's suites side by side): {minutes(offline - start)}")
     if offline and cluster:
-        out.append(f"cluster phase (local Ray clusters, one test at a time): {minutes(cluster - offline)}")
+        out.append(f"cluster phase (local Ray clusters, two lanes side by side): {minutes(cluster - offline)}")
     if start and (cluster or offline):
         out.append(f"make test's tests in all: {minutes((cluster or offline) - start)} (the one-time "
                    "kube-testbed build and .venv's install not counted)")
     ranked = sorted(tests(folder), reverse=True)[:SLOWEST]
     if ranked:
         out.append(f"the {len(ranked)} slowest tests:")
-        out += [f"  {seconds:7.1f} s  {name}" for seconds, name in ranked]
+        out += [f"  {seconds:7.1f} s  {name}" + (f" (and {waited:.0f} s waiting for its turn)" if waited >= 1 else "")
+                for seconds, name, waited in ranked]
     return out
 
 

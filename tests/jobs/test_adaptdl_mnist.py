@@ -1,6 +1,7 @@
 """jobs/adaptdl_mnist: flags and data (units), then real runs on the local cluster: elastic
-training to the end, a bad flag, a stalled job stopped by its own time limit, and a job
-stopped mid-way by `make submit`'s TIMEOUT, each leaving no process of the job behind."""
+training to the end, a replica killed mid-epoch, a bad flag, a stalled job stopped by its
+own time limit, and a job stopped mid-way by `make submit`'s TIMEOUT, each leaving no
+process of the job behind."""
 
 import csv
 import importlib.util
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, adaptdl_replica_dirs, kept_summary, make, processes_of
+from conftest import REPO, adaptdl_replica_dirs, kept_summary, make, processes_of, report
+from faults import finish, kill, start_job, the_one_running
 
 JOB_DIR = REPO / "jobs" / "adaptdl_mnist"
 
@@ -158,6 +160,29 @@ def test_elastic_run_scales_to_two_replicas_and_learns(cluster, tmp_path):
     assert summary["history"][-1]["replicas"] == 2 and "epoch 1: replicas=2" in run.stdout
     assert no_job_processes_within(state, 30) == []
     assert adaptdl_replica_dirs() <= dirs_before  # each generation's replicas' dirs are removed
+
+
+@pytest.mark.slow
+def test_a_killed_adaptdl_replica_resumes_from_its_epoch_checkpoint(cluster, tmp_path, capsys):
+    """A fault the cluster survives (from local/test_chaos.py): the replica's process killed."""
+    env, state = cluster
+    results = tmp_path / "summary.json"
+    epochs = 3
+    dirs_before = adaptdl_replica_dirs()
+    proc, output = start_job(env, "adaptdl_mnist", f"-m 1 --epochs {epochs} --train-samples 6000 "
+                             f"--results {results}", until="checkpoint saved at the start of epoch 2")
+    time.sleep(3)  # some of epoch 2 trained: the work the kill loses
+    killed = kill(the_one_running(state, "run_adaptdl", output))
+    text, summary, finished = finish(proc, output, results, since=killed)
+    assert "replica failure 1 of 2 allowed" in text
+    assert "generation 1: 1 replica(s), 2 epoch(s) done before" in text  # from the checkpoint
+    # each epoch trained to its end once: 0 and 1 by the first generation, 2 by the second
+    assert [(e["epoch"], e["restarts"]) for e in summary["history"]] == [(0, 0), (1, 0), (2, 1)]
+    assert summary["replicas_per_epoch"] == [1] * epochs  # -m 1 held, on the restart too
+    assert summary["restarts"] == 1 and summary["final_test_accuracy"] > 0.5
+    assert adaptdl_replica_dirs() <= dirs_before  # the launcher removed its replicas' dirs
+    report(capsys, f"AdaptDL replica killed 3 s into epoch 2 of {epochs}: resumed at the start "
+           f"of epoch 2, epochs 0-1 kept; the job ended {finished:.0f} s after the kill")
 
 
 def test_bad_flag_fails_fast_with_its_message(cluster):

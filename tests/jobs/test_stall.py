@@ -195,6 +195,7 @@ def run_job(env: dict, text: str, args: str) -> "subprocess.CompletedProcess":
         job.rmdir()
 
 
+@pytest.mark.alone  # a step every 3 s against a 4 s limit
 def test_a_job_without_steering_whose_loop_hangs_is_stopped_and_a_slow_steady_one_is_not(shared_local_cluster):
     import time as clock
 

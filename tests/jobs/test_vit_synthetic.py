@@ -138,6 +138,7 @@ def cluster(shared_local_cluster):
     return shared_local_cluster[0]
 
 
+@pytest.mark.alone  # both workers at work within 5 s of the job's start
 def test_job_trains_on_head_and_preprocesses_on_workers(shared_local_cluster, tmp_path):
     cluster, record = shared_local_cluster
     results = tmp_path / "summary.json"

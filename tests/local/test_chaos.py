@@ -12,7 +12,8 @@ import time
 import psutil
 import pytest
 
-from conftest import REPO, adaptdl_replica_dirs, local_cluster_up, make, processes_of, report
+from conftest import REPO, local_cluster_up, make, processes_of, report
+from faults import finish, kill, start_job
 from imds_standin import Imds
 from scripts.core.ray_cli import ray_env
 
@@ -27,8 +28,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """One local cluster for every fault: those it survives (a worker, the trainer, a spot
-    notice, an AdaptDL replica), then the head."""
+    """One local cluster for every fault: those it survives (a worker, a spot notice),
+    then the head. (An AdaptDL replica's kill runs on the session's shared cluster, in
+    jobs/test_adaptdl_mnist.py: every AdaptDL run in one lane, since adaptdl-ray's
+    replicas take fixed ports and /tmp dirs on the host.)"""
     with local_cluster_up(tmp_path_factory.mktemp("build")) as (env, state):
         yield env, state
 
@@ -72,47 +75,6 @@ def alive_workers(env: dict) -> int:
     active = status.split("Active:", 1)[1].split("Pending:", 1)[0]
     counts = [line.split() for line in active.splitlines() if line.strip().endswith(" cpu_worker")]
     return int(counts[0][0]) if counts else 0
-
-
-def start_job(env: dict, job: str, args: str, until: str):
-    """`make submit` in the background: the process, and its output up to the first line
-    that contains `until` (the moment to strike)."""
-    proc = subprocess.Popen(["make", "--no-print-directory", "submit", "CLUSTER=local",
-                             f"JOB={job}", f"ARGS={args}"], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    output = []
-    for line in proc.stdout:
-        output.append(line)
-        if until in line:
-            break
-    return proc, output
-
-
-def kill(procs: list[psutil.Process]) -> float:
-    """SIGKILL each (one may be gone already); return when, for measuring what followed."""
-    for proc in procs:
-        try:
-            proc.send_signal(signal.SIGKILL)
-        except psutil.NoSuchProcess:
-            pass
-    return time.monotonic()
-
-
-def the_one_running(state: dict, name: str, output: list[str]) -> list[psutil.Process]:
-    """The cluster's one process running Ray task or actor `name` (titled ray::<name>)."""
-    found = [p for p in processes_of(state) if " ".join(p.cmdline()).startswith(f"ray::{name}")]
-    assert len(found) == 1, "".join(output)[-3000:]
-    return found
-
-
-def finish(proc, output: list[str], results, since: float) -> tuple[str, dict, float]:
-    """Wait for the job `start_job` began and check it succeeded: its whole output, its
-    summary and the seconds from `since` (the fault) to its end."""
-    rest, _ = proc.communicate(timeout=600)
-    finished = time.monotonic() - since
-    text = "".join(output) + rest
-    assert proc.returncode == 0, text[-4000:]
-    return text, json.loads(results.read_text()), finished
 
 
 def test_a_cpu_worker_killed_mid_job_costs_no_step_and_is_replaced(cluster, tmp_path, capsys):
@@ -162,6 +124,7 @@ print(json.dumps([(t.node_id, t.start_time_ms / 1000) for t in tasks
     return [tuple(row) for row in json.loads(run.stdout.strip().splitlines()[-1])]
 
 
+@pytest.mark.alone  # no task on the drained node past its lease (0.5 s, checked with 1 s)
 def test_a_spot_notice_drains_a_cpu_worker_and_the_job_finishes(cluster, tmp_path, capsys):
     env, state = cluster
     results = tmp_path / "summary.json"
@@ -223,27 +186,6 @@ def test_a_spot_notice_for_no_node_of_the_cluster_is_one_error_line(cluster):
     assert run.returncode == 1
     assert run.stderr.strip().splitlines()[-1] == "spot watch: error: no live Ray node at 127.0.0.250"
     assert "Traceback" not in run.stderr
-
-
-def test_a_killed_adaptdl_replica_resumes_from_its_epoch_checkpoint(cluster, tmp_path, capsys):
-    env, state = cluster
-    results = tmp_path / "summary.json"
-    epochs = 3
-    dirs_before = adaptdl_replica_dirs()
-    proc, output = start_job(env, "adaptdl_mnist", f"-m 1 --epochs {epochs} --train-samples 6000 "
-                             f"--results {results}", until="checkpoint saved at the start of epoch 2")
-    time.sleep(3)  # some of epoch 2 trained: the work the kill loses
-    killed = kill(the_one_running(state, "run_adaptdl", output))
-    text, summary, finished = finish(proc, output, results, since=killed)
-    assert "replica failure 1 of 2 allowed" in text
-    assert "generation 1: 1 replica(s), 2 epoch(s) done before" in text  # from the checkpoint
-    # each epoch trained to its end once: 0 and 1 by the first generation, 2 by the second
-    assert [(e["epoch"], e["restarts"]) for e in summary["history"]] == [(0, 0), (1, 0), (2, 1)]
-    assert summary["replicas_per_epoch"] == [1] * epochs  # -m 1 held, on the restart too
-    assert summary["restarts"] == 1 and summary["final_test_accuracy"] > 0.5
-    assert adaptdl_replica_dirs() <= dirs_before  # the launcher removed its replicas' dirs
-    report(capsys, f"AdaptDL replica killed 3 s into epoch 2 of {epochs}: resumed at the start "
-           f"of epoch 2, epochs 0-1 kept; the job ended {finished:.0f} s after the kill")
 
 
 def test_a_killed_head_fails_make_submit_and_down_leaves_nothing(cluster, capsys):

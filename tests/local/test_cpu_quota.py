@@ -107,6 +107,7 @@ def test_a_user_who_may_not_write_cgroups_gets_one_reason_and_no_group():
     assert not cpu_quota.cluster_group("test-unprivileged").exists()
 
 
+@pytest.mark.alone  # each quarter-core node at work within 5 s of the job's start
 @pytest.mark.slow
 def test_quota_nodes_run_in_their_groups_and_down_leaves_no_group_even_after_a_crash(tmp_path):
     """A local cluster of two 0.25-core preprocess nodes: each node's raylet (and what it

@@ -11,7 +11,8 @@ import subprocess
 import pytest
 
 from conftest import REPO, local_cluster_up, report
-from test_chaos import finish, kill, raylet_trees
+from faults import finish, kill
+from test_chaos import raylet_trees
 
 CLUSTER = "local_multi"
 STEPS, BATCH, EVERY = 16, 16, 4
