@@ -34,8 +34,9 @@ def parse(argv=None) -> argparse.Namespace:
     launch.add_argument("--rescale-timeout", type=int, default=60,
                         help="seconds to wait for the autoscaler before using the nodes there are")
     launch.add_argument("--port-offset", type=int, default=-1,
-                        help="AdaptDL's reducer binds 47000+offset+restarts; -1: random per job, "
-                             "so back-to-back jobs never hit a port still in TIME_WAIT")
+                        help="AdaptDL's reducer binds 47000+offset+restarts; -1: per job, a random "
+                             "free span above the OS's ephemeral ports (ports.py), so back-to-back "
+                             "jobs never hit a port still in TIME_WAIT")
     launch.add_argument("--spot-listener", choices=["auto", "imds", "mock", "off"], default="auto",
                         help="spot-termination notices: imds (AWS IMDSv2), mock (MOCK=true), "
                              "off; auto: mock on the local cluster, imds elsewhere")
@@ -81,6 +82,9 @@ def parse(argv=None) -> argparse.Namespace:
         problems.append(f"--gpus must be -1 (auto), 0 or more (got {args.gpus})")
     if args.timeout <= 0:
         problems.append(f"--timeout must be positive seconds (got {args.timeout})")
+    if not (args.port_offset == -1 or 0 <= args.port_offset <= 65535 - 47000 - 100):
+        problems.append(f"--port-offset must be -1 (a free span, per job) or 0 to 18435, so "
+                        f"47000 + offset + restarts stays a port (got {args.port_offset})")
     if args.local_bsz_min > args.local_bsz_max:
         problems.append(f"--local-bsz-min {args.local_bsz_min} exceeds --local-bsz-max {args.local_bsz_max}")
     if not args.local_bsz_min <= args.batch_size <= args.local_bsz_max:

@@ -16,7 +16,6 @@ forever); the summary as JSON.
 
 import json
 import os
-import random
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 import ray
 
 import flags
+import ports
 
 TRAIN_SCRIPT = "train.py"
 SETUP_HOOK = "adaptdl_compat.apply"
@@ -56,7 +56,7 @@ def main(argv) -> int:
     if args.trainer == "fixed":
         return train_fixed(args, argv, nodes, replica, controller_node, job_start)
     listener = choose_spot_listener(args.spot_listener, nodes)
-    port_offset = args.port_offset if args.port_offset >= 0 else 100 * random.randrange(100)
+    port_offset = args.port_offset if args.port_offset >= 0 else ports.pick_offset()
     print(f"[launcher] replicas need {replica}; up to {args.max_replicas}; controller on "
           f"{controller_node['NodeManagerAddress']}; spot listener: {listener}; "
           f"ports from {47000 + port_offset}", flush=True)

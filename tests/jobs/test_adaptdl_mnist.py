@@ -7,6 +7,7 @@ import csv
 import importlib.util
 import json
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def job_module(name: str):
 
 flags = job_module("flags")
 data = job_module("data")
+ports = job_module("ports")
 summary_of = job_module("summary")
 
 
@@ -50,6 +52,32 @@ def test_synthetic_mnist_is_learnable_by_its_class_patterns():
     assert (predicted == test_y).float().mean() > 0.5
 
 
+def test_the_reducers_port_lies_above_the_ephemeral_range_and_is_free(tmp_path):
+    """A port the OS may hand to any connection held a replica's reducer ("Could not
+    connect to root") for a whole run: each job's span lies above ip_local_port_range."""
+    span = tmp_path / "ip_local_port_range"
+    span.write_text("32768\t60999\n")  # Linux's default
+    offsets = ports.candidates(ports.ephemeral_high(span))
+    assert offsets[0] == 14000 and offsets[-1] == 18400 and len(offsets) == 45  # 61000 .. 65499
+    assert all(o % 100 == 0 for o in offsets)
+    # every candidate's first port held by another program but one: that one is picked
+    held = []
+    try:
+        for o in offsets[1:]:
+            s = socket.socket()
+            s.bind(("", ports.BASE + o))
+            held.append(s)
+        assert ports.pick_offset(span) == offsets[0]
+    finally:
+        for s in held:
+            s.close()
+    # a range that leaves no room above it: upstream's span, any of it
+    span.write_text("1024 65535")
+    assert ports.candidates(ports.ephemeral_high(span)) == list(range(0, 10000, 100))
+    # this machine's own range
+    assert ports.pick_offset() in ports.candidates(ports.ephemeral_high())
+
+
 def test_defaults_are_valid():
     args = flags.parse([])
     assert (args.max_replicas, args.epochs, args.data) == (2, 2, "synthetic")
@@ -62,6 +90,8 @@ def test_defaults_are_valid():
     (["--local-bsz-min", "64", "--local-bsz-max", "32"], "--local-bsz-min 64 exceeds --local-bsz-max 32"),
     (["--max-batch-size", "16", "--batch-size", "32"], "--max-batch-size 16 is below --batch-size 32"),
     (["--timeout", "0"], "--timeout must be positive"),
+    (["--port-offset", "20000"], "--port-offset must be -1 (a free span, per job) or 0 to 18435"),
+    (["--port-offset", "-2"], "--port-offset must be -1"),
     (["--data", "cifar"], "invalid choice: 'cifar'"),
     (["--trainer", "horovod"], "invalid choice: 'horovod'"),
     (["--target-accuracy", "1.5"], "--target-accuracy must be from 0 to 1 (got 1.5)"),
@@ -207,8 +237,9 @@ def test_a_job_that_cannot_place_a_replica_stops_at_its_time_limit(cluster):
 
 def test_a_job_stopped_mid_way_leaves_nothing_behind(cluster):
     env, state = cluster
-    # 75 s: a replica that fails to reach its root at start ("Could not connect to root,
-    # trying again") spent all of a 35 s limit retrying in a fresh clone's run; 60000
+    # 75 s: room for a slow start on a loaded machine (a replica that retried "Could not
+    # connect to root" for a whole 35 s, then 75 s limit was held off its reducer port by
+    # another program's connection: ports.py now picks ports no connection takes); 60000
     # samples take minutes, so the job is still mid-way when stopped
     run = make("submit", "CLUSTER=local", "JOB=adaptdl_mnist", "TIMEOUT=75",
                "ARGS=--train-samples 60000", env=env, timeout=300)
