@@ -215,11 +215,12 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(session, config, items):
     """Every test that runs a local cluster is marked `cluster` (the slow ones, those on
     the shared cluster, and those marked by hand); the shared local cluster's tests run
-    last, in their modules' order (a stable sort). With --lane, only that lane's."""
+    last, and in each lane the `alone` tests first (tests/lanes.py), otherwise in their
+    modules' order (a stable sort). With --lane, only that lane's."""
     for item in items:
         if "slow" in item.keywords or lanes.lane_of(item) == "shared":
             item.add_marker(pytest.mark.cluster)
-    items.sort(key=lambda item: lanes.lane_of(item) == "shared")
+    items.sort(key=lambda item: (lanes.lane_of(item) == "shared", item.get_closest_marker("alone") is None))
     lane = config.getoption("--lane")
     if lane:
         config.hook.pytest_deselected(items=[i for i in items if lanes.lane_of(i) != lane])

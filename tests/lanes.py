@@ -6,6 +6,10 @@ purpose (a node starting, an autoscaler's poll, a job's sleep). A test whose che
 something the other lane's load would move (a node at work within 5 s of the job's start,
 a drained node's lease, a step against a 4 s stall limit) is marked `alone`: it waits for
 the other lane's test under way to end, and that lane starts no test until it is done.
+Each lane runs its `alone` tests first (conftest.py), while the other lane's are its only
+tests under way: placed where they fell, they waited ~290 s in all for long tests of the
+other lane to end, ~190 s when first (the chaos module's cluster, whose tests they split,
+starts twice).
 Both lanes take their turns through one lock file (RAYKIT_TEST_LANE_LOCK, set by `make
 test-cluster`); without it, as in any other pytest run, nothing waits."""
 

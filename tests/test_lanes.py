@@ -29,10 +29,23 @@ with lanes.turn(alone=alone):
 """
 
 
-def taker(name: str, alone: bool, tmp: Path, lock: Path, release: str = "-") -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", TAKER, name, "alone" if alone else "shared",
-                             str(tmp / "log"), release], cwd=REPO,
-                            env=dict(os.environ, **{lanes.LOCK_ENV: str(lock)}))
+@pytest.fixture
+def taker(tmp_path):
+    """Starts a process that takes a turn: it logs `<name> in`, waits for the release file
+    (if any), logs `<name> out`. Each is killed at the test's end, passed or failed."""
+    started = []
+
+    def start(name: str, alone: bool, tmp: Path, lock: Path, release: str = "-") -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", TAKER, name, "alone" if alone else "shared",
+                                 str(tmp / "log"), release], cwd=REPO,
+                                env=dict(os.environ, **{lanes.LOCK_ENV: str(lock)}))
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
 
 
 def until(check, what: str, limit_s: float = 60) -> None:
@@ -48,7 +61,7 @@ def waiting(pid: int) -> bool:
                for line in Path("/proc/locks").read_text().splitlines())
 
 
-def test_an_alone_test_waits_for_the_other_lanes_test_and_goes_before_its_next(tmp_path):
+def test_an_alone_test_waits_for_the_other_lanes_test_and_goes_before_its_next(tmp_path, taker):
     lock, log, release = tmp_path / "lanes", tmp_path / "log", tmp_path / "release-a"
     first = taker("a", False, tmp_path, lock, str(release))  # the other lane's test under way
     until(lambda: log.exists() and "a in" in log.read_text(), "a never started")
@@ -63,7 +76,7 @@ def test_an_alone_test_waits_for_the_other_lanes_test_and_goes_before_its_next(t
     assert log.read_text().split("\n")[:-1] == ["a in", "a out", "b in", "b out", "c in", "c out"]
 
 
-def test_shared_turns_run_side_by_side(tmp_path):
+def test_shared_turns_run_side_by_side(tmp_path, taker):
     lock, log, release = tmp_path / "lanes", tmp_path / "log", tmp_path / "release"
     first = taker("a", False, tmp_path, lock, str(release))
     until(lambda: log.exists() and "a in" in log.read_text(), "a never started")
