@@ -16,7 +16,6 @@ import yaml
 from conftest import REPO, USER_VALUES, load_example, make
 from scripts import kit
 from scripts.commands import checked as entrance
-from scripts.commands import lifecycle
 from scripts.build import build_text
 
 

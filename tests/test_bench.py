@@ -19,7 +19,6 @@ from scripts.build import build, build_text
 from scripts.core.errors import KitError
 from scripts.pricing import bench_table as bench
 from scripts.pricing import cost
-from scripts.providers import local
 from scripts.providers.aws import prices as aws_prices
 from scripts.providers.local import names as local_names
 from scripts.job_env import job_env

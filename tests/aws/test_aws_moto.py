@@ -47,8 +47,6 @@ def launch_every_node_type(cluster: str, config: dict | None = None):
     from ray.autoscaler.tags import NODE_KIND_HEAD, NODE_KIND_WORKER, TAG_RAY_NODE_KIND, \
         TAG_RAY_NODE_NAME, TAG_RAY_USER_NODE_TYPE
 
-    from scripts.providers import aws
-
     values = build(cluster).values
     if values["aws"]["iam_instance_profile"] == "auto":  # as `make up` does before `ray up`
         aws_iam.ensure_head_role(boto3.client("iam"), values, wait_s=0)
@@ -230,8 +228,6 @@ def test_a_worker_whose_setup_failed_is_named_at_the_time_out_with_its_type_and_
 
 @mock_aws
 def test_instance_types_names_terminated_workers_too():
-    from scripts.providers import aws
-
     ec2 = boto3.client("ec2", region_name="us-east-1")
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
     (worker,) = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="c5.large",
@@ -779,7 +775,6 @@ def test_make_up_makes_the_placement_group_once_and_purge_deletes_it():
     from botocore.stub import Stubber
 
     from scripts.core.errors import KitError
-    from scripts.providers import aws
 
     values = build("multi_p4d").values
     ec2 = boto3.client("ec2", region_name="us-east-1")
@@ -813,8 +808,6 @@ def test_purge_after_an_up_that_failed_before_the_placement_group_was_made():
     """A first `make up` that failed before its placement group existed: `make down PURGE=1`
     finds none to delete and goes on (it ended in "internal error" on every rerun)."""
     from botocore.stub import Stubber
-
-    from scripts.providers import aws
 
     ec2 = boto3.client("ec2", region_name="us-east-1")
     name = "raykit-multi-p4d"
@@ -1010,7 +1003,6 @@ def launches(tmp_path, monkeypatch):
     """`ray up` stood in for: each call's zone (from the launched config) is recorded;
     the head finds no capacity in the zones listed in `launches.full`."""
     from scripts.core import state
-    from scripts.providers import aws
 
     monkeypatch.setattr(state, "LAUNCHED", tmp_path / "launched")
     monkeypatch.setattr(aws_launch, "wait_until_ready", lambda record: None)

@@ -10,7 +10,6 @@ from moto import mock_aws
 from ray.autoscaler.tags import TAG_RAY_NODE_KIND
 
 from conftest import publish_dlami
-from scripts.providers import aws
 from scripts.providers.aws import launch as aws_launch
 from scripts.providers.aws.alarm import delete_head_alarm, set_head_alarm
 

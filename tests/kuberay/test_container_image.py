@@ -6,7 +6,6 @@ an engine that is not there, is one error line."""
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys

@@ -10,7 +10,7 @@ import yaml
 
 from conftest import REPO, USER_VALUES, make
 from scripts import catalog
-from scripts.pricing import cost, planner
+from scripts.pricing import planner
 from scripts.providers.aws import prices as aws_prices
 from scripts.providers.kuberay import prices as kuberay_prices
 from scripts.providers.kuberay import values as kuberay

@@ -94,7 +94,7 @@ def schema_problems(resource: dict) -> list[str]:
             if not any(p.startswith(where + " (") for p in problems):
                 problems.append(f"{where} (KubeRay {release}'s {kind} CRD"
                                 + ("" if release == KUBERAY_VERSION else
-                                   f", the oldest release the kit supports") + ")")
+                                   ", the oldest release the kit supports") + ")")
     return problems
 
 
