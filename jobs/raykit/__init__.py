@@ -7,7 +7,8 @@ placement  where work runs: the node labels every kit cluster carries, and the s
            Ray Data and Ray Train take
 cluster    the cluster's shape (trainer slots, preprocessing CPUs) and the placement, and
            warm_up: the preprocessing processes started while Ray Train starts
-feed       batches to the trainer as they are made, from the first one on
+feed       batches to the trainer as they are made, from the first one on, and Ray
+           Data's executor loop paced (it spins beside a slower trainer)
 measure    a Ray Train loop's data wait and steps, each preprocessing batch's cost and node
 steady     where a run's steady state begins: the first step, the start-up's stock, the ramp
 summary    the summary, the diagnosis and the RESULT line that `make plan PROFILE=` reads

@@ -11,7 +11,7 @@ the preprocessing nodes and Ray Train's workers on the train nodes. In a job's d
 
 import os
 
-from raykit import contract, placement
+from raykit import contract, feed, placement
 
 
 def cluster_shape() -> dict:
@@ -88,12 +88,14 @@ def configure_data(shape: dict):
     """Ray Data on the preprocessing nodes: the selector in the driver's DataContext (for
     any dataset it runs itself) and as the ExecutionOptions to pass to Train's DataConfig,
     whose default drops the context's selector. Also: no per-operator progress bars (they
-    would swamp the job log `make submit` streams)."""
+    would swamp the job log `make submit` streams), and an executor loop that does not
+    spin (feed.pace_executor_loop)."""
     import ray.data
     from ray.data import ExecutionOptions
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
+    feed.pace_executor_loop()
     ctx.execution_options.label_selector = shape["data_selector"]
     return ExecutionOptions(label_selector=shape["data_selector"], verbose_progress=False)
 

@@ -35,7 +35,7 @@ import psutil
 JOB_DIR = Path(__file__).resolve().parents[2] / "jobs" / "vit_synthetic"
 sys.path[:0] = [str(JOB_DIR), str(JOB_DIR.parent)]  # the job's pipeline, and raykit it imports
 from pipeline import BATCHES_PER_TASK, Preprocess, build_dataset, make_images  # noqa: E402
-from raykit.feed import Feed  # noqa: E402
+from raykit.feed import Feed, pace_executor_loop  # noqa: E402
 
 from scripts.core.errors import KitError  # noqa: E402
 from scripts.core.inputs import split_args  # noqa: E402
@@ -100,6 +100,7 @@ class RayData:
             ray.init(num_cpus=cores, include_dashboard=False, logging_level="ERROR",
                      runtime_env={"env_vars": {"PYTHONPATH": f"{JOB_DIR}:{JOB_DIR.parent}"}})
         ray.data.DataContext.get_current().enable_progress_bars = False
+        pace_executor_loop()  # as the job's cluster.configure_data does
         logging.getLogger("ray.data").setLevel(logging.WARNING)  # a line per dataset run
         self.cores = cores
         self.task_cpu_s: dict[float, float] = {}  # per task (its start): its CPU seconds
