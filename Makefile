@@ -161,7 +161,8 @@ kube-testbed: $(STAMP) ## build kube-apiserver 1.20 and fetch kubectl 1.34 for t
 
 test-cluster: $(STAMP) ## the tests that run a local Ray cluster (pytest -m cluster), in two lanes side by side
 	@lock=$$(mktemp -d)/lanes; trap 'rm -rf "$${lock%/lanes}"' EXIT; \
-	  RAYKIT_TEST_LANE_LOCK=$$lock $(MAKE) --no-print-directory -j2 --output-sync=target cluster-lane/shared cluster-lane/own
+	  RAYKIT_TEST_LANE_LOCK=$$lock RAYKIT_TEST_PROGRESS_FD=9 \
+	  $(MAKE) --no-print-directory -j2 --output-sync=target cluster-lane/shared cluster-lane/own 9>&1
 
 # One lane of the cluster phase (tests/lanes.py): `shared`, the tests on the session's
 # shared local cluster, or `own`, the others; each lane runs its tests one at a time, and

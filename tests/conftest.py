@@ -227,6 +227,9 @@ def pytest_collection_modifyitems(session, config, items):
         items[:] = [i for i in items if lanes.lane_of(i) == lane]
 
 
+LANE = None  # this run's lane (--lane), where `make test-cluster` runs it
+
+
 @pytest.fixture(autouse=True)
 def lanes_turn(request):
     """In `make test-cluster`'s two lanes, each test takes its lane's turn (tests/lanes.py):
@@ -237,7 +240,14 @@ def lanes_turn(request):
         yield
 
 
+def pytest_runtest_logreport(report):
+    if LANE:
+        lanes.progress(LANE, report)
+
+
 def pytest_configure(config):
+    global LANE
+    LANE = config.getoption("--lane", None)
     config.addinivalue_line(
         "markers", "slow: runs a real cluster for a minute or more (chaos, autostop, bench); "
         "CI runs them, `pytest -m 'not slow'` skips them")

@@ -11,7 +11,12 @@ tests under way: placed where they fell, they waited ~290 s in all for long test
 other lane to end, ~190 s when first (the chaos module's cluster, whose tests they split,
 starts twice).
 Both lanes take their turns through one lock file (RAYKIT_TEST_LANE_LOCK, set by `make
-test-cluster`); without it, as in any other pytest run, nothing waits."""
+test-cluster`); without it, as in any other pytest run, nothing waits.
+
+make keeps each lane's output until the lane ends (--output-sync: two pytest runs' lines
+interleaved would be unreadable), ~16 minutes of nothing on the terminal; each lane also
+says every test's outcome the moment it ends, one line on the descriptor make leaves on
+the terminal (RAYKIT_TEST_PROGRESS_FD)."""
 
 import fcntl
 import os
@@ -19,6 +24,7 @@ import time
 from contextlib import contextmanager
 
 LOCK_ENV = "RAYKIT_TEST_LANE_LOCK"
+PROGRESS_FD_ENV = "RAYKIT_TEST_PROGRESS_FD"
 LANES = ("shared", "own")
 # A test's JUnit property: the seconds it waited for its turn, which its time includes
 # and tests/timing.py takes out of the slowest tests' times
@@ -55,3 +61,17 @@ def turn(alone: bool):
         finally:
             _holding = False
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def progress(lane: str, report) -> None:
+    """A test's outcome, as it ends, on RAYKIT_TEST_PROGRESS_FD (where it is set): its
+    call's, or a setup's or teardown's that did not pass. One write of one short line: a
+    pipe takes it whole, and the other lane's lines never split it."""
+    fd = os.environ.get(PROGRESS_FD_ENV)
+    if not fd or not (report.when == "call" or (report.outcome != "passed")):
+        return
+    line = f"[{lane}] {report.outcome.upper()} {report.nodeid} ({report.duration:.1f} s)\n"
+    try:
+        os.write(int(fd), line.encode())
+    except (OSError, ValueError):  # not open here (a lane run by hand): nothing to say it on
+        pass

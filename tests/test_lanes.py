@@ -129,3 +129,28 @@ def test_the_slowest_tests_leave_out_what_each_waited_for_its_turn(tmp_path):
     assert raw["test_waited_then_ran"] >= 0.8 and raw["test_ran"] >= 0.3
     assert found["test_waited_then_ran"] == (pytest.approx(raw["test_waited_then_ran"] - 0.6), 0.6)
     assert found["test_ran"] == (raw["test_ran"], 0)
+
+
+def test_each_test_s_outcome_is_said_the_moment_it_ends_on_the_progress_descriptor(monkeypatch):
+    """make holds each lane's output until the lane ends; the lane says each outcome at once
+    on the descriptor make leaves on the terminal (the Makefile's 9>&1): a pipe here."""
+    from _pytest.reports import TestReport
+
+    def report(when: str, outcome: str, duration: float = 0.0) -> TestReport:
+        return TestReport("tests/local/test_x.py::test_y", ("tests/local/test_x.py", 1, "test_y"), {},
+                          outcome, None, when, duration=duration)
+
+    read, write = os.pipe()
+    monkeypatch.setenv(lanes.PROGRESS_FD_ENV, str(write))
+    for r in (report("setup", "passed"), report("call", "passed", 12.34), report("teardown", "passed"),
+              report("setup", "skipped"), report("call", "failed", 1.0), report("teardown", "failed")):
+        lanes.progress("own", r)
+    os.close(write)
+    with os.fdopen(read) as said:
+        assert said.read().splitlines() == [
+            "[own] PASSED tests/local/test_x.py::test_y (12.3 s)",
+            "[own] SKIPPED tests/local/test_x.py::test_y (0.0 s)",
+            "[own] FAILED tests/local/test_x.py::test_y (1.0 s)",
+            "[own] FAILED tests/local/test_x.py::test_y (0.0 s)"]
+    monkeypatch.delenv(lanes.PROGRESS_FD_ENV)
+    lanes.progress("own", report("call", "passed"))  # a lane run by hand: nothing to say it on
