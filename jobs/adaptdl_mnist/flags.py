@@ -5,6 +5,10 @@ argv to the replicas."""
 import argparse
 import math
 
+# ports.py's MAX_OFFSET (65535 - BASE - STRIDE), restated: flags.py is also loaded by path,
+# without the job's folder on sys.path (the bench's ARGS check); a test holds the two alike
+MAX_PORT_OFFSET = 65535 - 47000 - 100
+
 DESCRIPTION = "PyTorch's MNIST example made elastic with AdaptDL, on the kit's Ray cluster"
 
 
@@ -82,8 +86,8 @@ def parse(argv=None) -> argparse.Namespace:
         problems.append(f"--gpus must be -1 (auto), 0 or more (got {args.gpus})")
     if args.timeout <= 0:
         problems.append(f"--timeout must be positive seconds (got {args.timeout})")
-    if not (args.port_offset == -1 or 0 <= args.port_offset <= 65535 - 47000 - 100):
-        problems.append(f"--port-offset must be -1 (a free span, per job) or 0 to 18435, so "
+    if not (args.port_offset == -1 or 0 <= args.port_offset <= MAX_PORT_OFFSET):
+        problems.append(f"--port-offset must be -1 (a free span, per job) or 0 to {MAX_PORT_OFFSET}, so "
                         f"47000 + offset + restarts stays a port (got {args.port_offset})")
     if args.local_bsz_min > args.local_bsz_max:
         problems.append(f"--local-bsz-min {args.local_bsz_min} exceeds --local-bsz-max {args.local_bsz_max}")

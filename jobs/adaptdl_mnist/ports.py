@@ -15,6 +15,7 @@ from pathlib import Path
 
 BASE = 47000  # adaptdl-ray's, fixed
 STRIDE = 100  # each job's span: the restarts it may take before its port reaches the next offset's
+MAX_OFFSET = 65535 - BASE - STRIDE  # the last offset whose span is all ports (flags.py's bound)
 EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LINUX_DEFAULT_HIGH = 60999
 
@@ -31,7 +32,7 @@ def candidates(high: int) -> list[int]:
     """Offsets whose whole span lies above `high` and below 65536; where the ephemeral
     range leaves no room for one, upstream's 47000-56999 (better than nothing)."""
     first = max(0, -(-(high + 1 - BASE) // STRIDE) * STRIDE)
-    above = list(range(first, 65536 - BASE - STRIDE + 1, STRIDE))
+    above = list(range(first, MAX_OFFSET + 1, STRIDE))
     return above or list(range(0, 100 * STRIDE, STRIDE))
 
 

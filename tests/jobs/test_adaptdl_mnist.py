@@ -76,6 +76,8 @@ def test_the_reducers_port_lies_above_the_ephemeral_range_and_is_free(tmp_path):
     assert ports.candidates(ports.ephemeral_high(span)) == list(range(0, 10000, 100))
     # this machine's own range
     assert ports.pick_offset() in ports.candidates(ports.ephemeral_high())
+    # the flag's bound is the last span's offset (flags.py restates it: loaded by path)
+    assert flags.MAX_PORT_OFFSET == ports.MAX_OFFSET == 18435 and offsets[-1] <= ports.MAX_OFFSET
 
 
 def test_defaults_are_valid():
