@@ -28,7 +28,7 @@ from scripts.core.ray_cli import (
 from scripts.node.autostop import duration
 from scripts.providers.local import cpu_quota, cpu_sets, gpus
 from scripts.providers.local.names import HEAD_IP, MARKER, MIB, NAME, cluster_id
-from scripts.providers.local.processes import cluster_processes, stop_processes
+from scripts.providers.local.processes import alive, cluster_processes, stop_processes
 from scripts.providers.local.render import head_labels
 from scripts.providers.local.teardown import down
 from scripts.providers.local.values import core_sets
@@ -253,7 +253,7 @@ def ray_start(command: list[str], env: dict, cluster: str, temp_dir: str,
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=preexec_fn,
                             start_new_session=True)  # the terminal's Ctrl-C is ours
-    deadline, agents = time.monotonic() + RAY_START_TIMEOUT_S, set()
+    deadline, agents = time.monotonic() + RAY_START_TIMEOUT_S, {}  # pid -> every agent seen
     try:
         while True:
             try:
@@ -262,25 +262,19 @@ def ray_start(command: list[str], env: dict, cluster: str, temp_dir: str,
             except subprocess.TimeoutExpired:
                 if time.monotonic() > deadline:
                     raise
-            alive = {p.pid for p in cluster_processes(cluster) if is_agent(p)}
+            seen = {p.pid: p for p in cluster_processes(cluster) if is_agent(p)}
             # an agent came and went: gone, not just missed by this look (a process whose
             # environment could not be read while many start)
-            if any(not running(pid) for pid in agents - alive) and port_clash_logged(temp_dir):
+            if any(not alive(agents[pid]) for pid in agents.keys() - seen.keys()) \
+                    and port_clash_logged(temp_dir):
                 os.killpg(proc.pid, signal.SIGKILL)
                 out, err = proc.communicate()
                 return subprocess.CompletedProcess(command, proc.returncode, out, err), True
-            agents |= alive
+            agents |= seen
     finally:
         if proc.poll() is None:  # a timeout, Ctrl-C: the caller stops what it started
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-
-def running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def is_agent(proc) -> bool:
