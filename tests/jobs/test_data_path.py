@@ -181,10 +181,9 @@ from raykit import feed
 ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR",
          runtime_env={"env_vars": {"PYTHONPATH": sys.argv[1]}})
 ray.data.DataContext.get_current().enable_progress_bars = False
-out = {}
-for name in ("plain", "paced"):
-    if name == "paced":
-        feed.pace_executor_loop()  # the datasets built from here on
+
+
+def consume():  # the coordinator's CPU seconds while a slower trainer takes the batches
     seen = {p.pid for p in psutil.Process().children(recursive=True)}
     (shard,) = build_dataset(512, 16, 64, 1, 3).streaming_split(1)  # Ray Train's path
     batches = iter(shard.iter_batches(batch_size=16, prefetch_batches=0))
@@ -194,11 +193,27 @@ for name in ("plain", "paced"):
     cpu, start = sum(coordinator.cpu_times()[:2]), time.monotonic()
     for batch in batches:
         time.sleep(0.1)  # a trainer slower than the two CPUs preprocessing for it
-    out[name] = {"cpu_s": sum(coordinator.cpu_times()[:2]) - cpu, "wall_s": time.monotonic() - start}
+    return {"cpu_s": sum(coordinator.cpu_times()[:2]) - cpu, "wall_s": time.monotonic() - start}
+
+
+context = ray.data.DataContext.get_current()
+plain_callbacks = list(context.custom_execution_callback_classes)
+out = []
+for attempt in range(3):  # until the plain loop was seen spinning (a timing of Ray Data's)
+    out.append({})
+    for name in ("plain", "paced"):
+        context.custom_execution_callback_classes = list(plain_callbacks)
+        if name == "paced":
+            feed.pace_executor_loop()  # the datasets built from here on
+        out[-1][name] = consume()
+    if out[-1]["plain"]["cpu_s"] > 0.25 * out[-1]["plain"]["wall_s"]:
+        break
 print("OUT " + json.dumps(out))
 """
 
 
+@pytest.mark.cluster  # a Ray of its own, in the cluster phase's lanes,
+@pytest.mark.alone  # where no other test's load hides the spin (in the offline phase it did)
 def test_the_coordinator_of_a_shard_spins_a_core_for_a_slower_trainer_and_paced_it_does_not():
     """Ray Train's path (streaming_split: a SplitCoordinator actor runs the executor) on a
     real Ray, the job's pipeline feeding a consumer slower than its two CPUs: Ray Data's
@@ -213,12 +228,14 @@ def test_the_coordinator_of_a_shard_spins_a_core_for_a_slower_trainer_and_paced_
                          timeout=300, env={**os.environ, "PYTHONPATH": path, "RAY_AUTH_MODE": "disabled"})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     out = json.loads(next(line[4:] for line in run.stdout.splitlines() if line.startswith("OUT ")))
-    plain, paced = out["plain"], out["paced"]
-    # measured alone: 62-72% of a core spinning, 5-6% paced (a busy machine slows the spin)
-    assert plain["cpu_s"] > max(0.15 * plain["wall_s"], 3 * paced["cpu_s"]), out
-    assert paced["cpu_s"] < 0.15 * paced["wall_s"], out
-    # the trainer's 31 batches come as fast (3.1 s of its sleeps)
-    assert paced["wall_s"] < plain["wall_s"] + 1.0, out
+    # measured: 62-77% of a core spinning, 5-6% paced; the spin needs every running task's
+    # output ready, a timing a loaded machine can miss (0.49 s in 3.3 s once): up to 3 tries
+    plain = out[-1]["plain"]
+    assert plain["cpu_s"] > 0.25 * plain["wall_s"], out
+    for tried in out:
+        assert tried["paced"]["cpu_s"] < 0.15 * tried["paced"]["wall_s"], out
+        # the trainer's 31 batches come as fast (3.1 s of its sleeps)
+        assert tried["paced"]["wall_s"] < tried["plain"]["wall_s"] + 1.0, out
 
 def test_the_stock_is_left_out_of_the_steady_rate_and_the_ramp_is_timed():
     ends, waits = trace(first_s=10, stock=8, stock_step_s=0.1, steps=60, step_s=0.5,
