@@ -43,7 +43,7 @@ def cluster_shape() -> dict:
             n["trainer_slots"] + n["preprocess_cpus"] > n["cores"] for n in nodes.values()
             if n["trainer_slots"] and n["preprocess_cpus"]),
         "cpus_per_worker": max((n["cpus"] for n in workers), default=0),
-        "worker_type": workers[0]["type"] if workers else "CPU worker",
+        "worker_type": workers[0]["type"] if workers else None,  # None: a single mix
         # the worker type that trains, where the head only coordinates (several train nodes)
         "train_type": next((n["type"] for n in nodes.values() if n["trainer_slots"] and not n["head"]), None),
         "nodes": nodes,

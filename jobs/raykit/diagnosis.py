@@ -29,7 +29,7 @@ VERDICTS = ("data-bound", "pipeline-bound", "data-bound-unmeasured", "trainer-ho
 
 def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, images_per_step: int,
              preprocess_s_per_image: float, preprocess_cpus: float,
-             worker_type: str, cpus_per_worker: float, gpu_busy: float | None = None,
+             worker_type: str | None, cpus_per_worker: float, gpu_busy: float | None = None,
              on_gpu: bool = False, steps: int | None = None,
              max_wait_s: float | None = None, train_type: str | None = None,
              steps_needed: int | None = None) -> dict:
@@ -64,9 +64,14 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
         text = (f"DATA-BOUND: the trainer waits for data {wait_fraction:.0%} of each step. "
                 f"It could consume {demand:.1f} images/s; one CPU preprocesses "
                 f"{per_cpu:.1f} images/s, so it needs ~{cpus_needed} preprocessing CPUs "
-                f"(has {preprocess_cpus:g}): add {more_cpus} CPUs, i.e. {more_nodes} more "
-                f"'{worker_type}' node(s) of {cpus_per_worker:g} CPUs "
-                f"(raise its min_workers in the values file).")
+                f"(has {preprocess_cpus:g}): add {more_cpus} CPUs")
+        if worker_type and cpus_per_worker > 0:
+            text += (f", i.e. {more_nodes} more '{worker_type}' node(s) of {cpus_per_worker:g} CPUs "
+                     "(raise its min_workers in the values file).")
+        else:  # a single mix: no node type to raise, so name the one to add
+            text += (" on CPU-only nodes: this cluster has no CPU worker node type, so add one "
+                     "(a `workers:` entry with `role: preprocess`, as in hetero.yaml) and let "
+                     "`make plan PROFILE=<this summary>` size it.")
     elif waiting:
         verdict = "pipeline-bound"
         text = (f"PIPELINE-BOUND: the trainer waits for data {wait_fraction:.0%} of each step, "

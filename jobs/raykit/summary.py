@@ -96,7 +96,7 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
             mean_compute_s=metrics["mean_trainer_compute_s"], images_per_step=images_per_step,
             preprocess_s_per_image=metrics["preprocess_s_per_image"],
             preprocess_cpus=shape["preprocess_cpus"], worker_type=shape["worker_type"],
-            cpus_per_worker=shape["cpus_per_worker"] or 1, gpu_busy=metrics["gpu_utilization"],
+            cpus_per_worker=shape["cpus_per_worker"], gpu_busy=metrics["gpu_utilization"],
             on_gpu=str(metrics["device"]).startswith("cuda"), train_type=shape.get("train_type"),
             steps_needed=None if run.get("steady", True) else run.get("steps_needed")),
         "warnings": warnings_of(metrics),

@@ -26,9 +26,12 @@ def remedy_problems(d: dict) -> list[str]:
     if d["verdict"] not in VERDICTS:
         problems.append(f"unknown verdict {d['verdict']}")
     if d["verdict"] == "data-bound":
-        if not (d["add_cpus"] > 0 and d["add_worker_nodes"] > 0):
+        if not (d["add_cpus"] > 0 and (d["add_worker_nodes"] > 0 or d["worker_type"] is None)):
             problems.append("data-bound, yet nothing to add")
-        if f"add {d['add_cpus']} CPUs, i.e. {d['add_worker_nodes']} more" not in d["text"]:
+        if d["worker_type"] is None:  # a single mix: the node type to add, not one to raise
+            if f"add {d['add_cpus']} CPUs on CPU-only nodes" not in d["text"] or " more '" in d["text"]:
+                problems.append("data-bound text of a single mix does not say to add a CPU worker type")
+        elif f"add {d['add_cpus']} CPUs, i.e. {d['add_worker_nodes']} more" not in d["text"]:
             problems.append("data-bound text does not name what to add")
         if supply >= d["trainer_images_per_s"]:
             problems.append("data-bound by CPU count, yet the CPUs suffice on paper")
@@ -182,6 +185,20 @@ def test_diagnosis_data_bound_asks_for_more_cpu_workers():
     assert d["trainer_images_per_s"] == pytest.approx(640)
     assert (d["preprocess_cpus_needed"], d["add_cpus"], d["add_worker_nodes"]) == (32, 16, 1)
     assert "DATA-BOUND" in d["text"] and "1 more 'cpu_worker'" in d["text"]
+    assert remedy_problems(d) == []
+
+
+def test_diagnosis_of_a_single_mix_says_to_add_a_cpu_worker_type_not_to_raise_one():
+    # local_gpu_single on a lent H100: a 4-CPU GPU head that preprocesses on 3, no worker
+    # type. It once read "add 21 CPUs, i.e. 21 more 'CPU worker' node(s) of 1 CPUs (raise
+    # its min_workers in the values file)": a type the values file does not have.
+    d = diagnose(mean_step_s=0.393, mean_wait_s=0.342, mean_compute_s=0.051, images_per_step=16,
+                 preprocess_s_per_image=0.0906, preprocess_cpus=3, worker_type=None,
+                 cpus_per_worker=0, gpu_busy=0.12, on_gpu=True, steps=200)
+    assert d["verdict"] == "data-bound"
+    assert (d["preprocess_cpus_needed"], d["add_cpus"], d["add_worker_nodes"]) == (29, 26, 0)
+    assert "no CPU worker node type, so add one" in d["text"] and "role: preprocess" in d["text"]
+    assert "min_workers" not in d["text"]
     assert remedy_problems(d) == []
 
 
