@@ -109,8 +109,9 @@ def warm_up(shape: dict, modules: list[str]):
 
     Each warming task holds a CPU, pinned node by node: without it a Ray Data task sent to a
     node still warming started a second process beside the warming one, and the two
-    imports shared the node (27 s on a 0.25-core node, against ~12 s for one). Ray reuses an idle worker only for a task of the same runtime env, compared as
-    serialized: Ray Data's tasks run under Ray Train's (the job's env plus the variables
+    imports shared the node (27 s on a 0.25-core node, against ~12 s for one). Ray reuses
+    an idle worker only for a task of the same runtime env, compared as serialized: Ray
+    Data's tasks run under Ray Train's (the job's env plus the variables
     TrainController gets, Ray 2.60's DataParallelTrainer), as serialized by a worker. The
     warming tasks get the same: submitted from a task that carries Train's variables (a
     driver serializes the env otherwise, JSON with spaces). tests/jobs/ check that Ray

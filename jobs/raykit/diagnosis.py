@@ -67,7 +67,7 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
                 f"(has {preprocess_cpus:g}): add {more_cpus} CPUs")
         if worker_type and cpus_per_worker > 0:
             text += (f", i.e. {more_nodes} more '{worker_type}' node(s) of {cpus_per_worker:g} CPUs "
-                     "(raise its min_workers in the values file).")
+                     "(raise its min_workers in the values file, and max_workers to at least that).")
         else:  # a single mix: no node type to raise, so name the one to add
             text += (" on CPU-only nodes: this cluster has no CPU worker node type, so add one "
                      "(a `workers:` entry with `role: preprocess`, as in hetero.yaml) and let "
@@ -96,8 +96,9 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
         text = (f"COMPUTE-BOUND: the trainer waits for data only {wait_fraction:.0%} of each "
                 f"step; preprocessing can deliver {supply:.1f} images/s against the "
                 f"{demand:.1f} images/s the trainer consumes. More CPU workers would not help; "
-                + (f"more '{train_type}' train nodes would (raise its min_workers; plan the CPU "
-                   "workers for them with `make plan ARGS=\"--train-nodes N ...\"`), or a faster GPU."
+                + (f"more '{train_type}' train nodes would (raise its min_workers, and max_workers "
+                   "to match; plan the CPU workers for them with `make plan ARGS=\"--train-nodes "
+                   "N ...\"`), or a faster GPU."
                    if train_type else "a faster GPU (or more of them) would."))
     if steps_needed and not waiting and measured and supply < demand:
         # fed from the start-up's stock: the wait says nothing yet, the cost per image does

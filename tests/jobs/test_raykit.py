@@ -185,6 +185,8 @@ def test_diagnosis_data_bound_asks_for_more_cpu_workers():
     assert d["trainer_images_per_s"] == pytest.approx(640)
     assert (d["preprocess_cpus_needed"], d["add_cpus"], d["add_worker_nodes"]) == (32, 16, 1)
     assert "DATA-BOUND" in d["text"] and "1 more 'cpu_worker'" in d["text"]
+    # min_workers above max_workers is refused (`make validate`): the remedy says to raise both
+    assert "raise its min_workers in the values file, and max_workers to at least that" in d["text"]
     assert remedy_problems(d) == []
 
 
