@@ -221,13 +221,12 @@ def pytest_collection_modifyitems(session, config, items):
         if "slow" in item.keywords or lanes.lane_of(item) == "shared":
             item.add_marker(pytest.mark.cluster)
     items.sort(key=lambda item: (lanes.lane_of(item) == "shared", item.get_closest_marker("alone") is None))
-    lane = config.getoption("--lane")
-    if lane:
-        config.hook.pytest_deselected(items=[i for i in items if lanes.lane_of(i) != lane])
-        items[:] = [i for i in items if lanes.lane_of(i) == lane]
+    if LANE:
+        config.hook.pytest_deselected(items=[i for i in items if lanes.lane_of(i) != LANE])
+        items[:] = [i for i in items if lanes.lane_of(i) == LANE]
 
 
-LANE = None  # this run's lane (--lane), where `make test-cluster` runs it
+LANE = None  # this run's lane (--lane, read in pytest_configure), where `make test-cluster` runs it
 
 
 @pytest.fixture(autouse=True)

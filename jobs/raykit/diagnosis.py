@@ -65,7 +65,7 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
                 f"It could consume {demand:.1f} images/s; one CPU preprocesses "
                 f"{per_cpu:.1f} images/s, so it needs ~{cpus_needed} preprocessing CPUs "
                 f"(has {preprocess_cpus:g}): add {more_cpus} CPUs")
-        if worker_type and cpus_per_worker > 0:
+        if worker_type:  # None where the cluster has no CPU worker type (cluster_shape)
             text += (f", i.e. {more_nodes} more '{worker_type}' node(s) of {cpus_per_worker:g} CPUs "
                      "(raise its min_workers in the values file, and max_workers to at least that).")
         else:  # a single mix: no node type to raise, so name the one to add

@@ -158,7 +158,6 @@ def trace(first_s: float, stock: int, stock_step_s: float, steps: int, step_s: f
     return ends, waits
 
 
-
 # --- Ray Data's executor loop: paced, not spinning ---------------------------------------------
 
 def test_a_paced_loop_turns_at_most_every_min_loop_s_and_never_delays_a_slow_turn():
@@ -236,6 +235,7 @@ def test_the_coordinator_of_a_shard_spins_a_core_for_a_slower_trainer_and_paced_
         assert tried["paced"]["cpu_s"] < 0.15 * tried["paced"]["wall_s"], out
         # the trainer's 31 batches come as fast (3.1 s of its sleeps)
         assert tried["paced"]["wall_s"] < tried["plain"]["wall_s"] + 1.0, out
+
 
 def test_the_stock_is_left_out_of_the_steady_rate_and_the_ramp_is_timed():
     ends, waits = trace(first_s=10, stock=8, stock_step_s=0.1, steps=60, step_s=0.5,
