@@ -155,8 +155,7 @@ def local_cluster_up(build_dir: Path, cluster: str = "local", env_extra: dict | 
     `make down` and check that nothing of it is left. env_extra: more of the environment
     (a stand-in's settings)."""
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(build_dir), **(env_extra or {}))
-    with lanes.turn(alone=False):  # a module's or the session's cluster starts between tests
-        up = make("up", f"CLUSTER={cluster}", env=env, timeout=300)
+    up = make("up", f"CLUSTER={cluster}", env=env, timeout=300)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
     state = json.loads((build_dir / "launched" / f"{cluster}.json").read_text())
     state["build_dir"] = str(build_dir)
@@ -164,8 +163,7 @@ def local_cluster_up(build_dir: Path, cluster: str = "local", env_extra: dict | 
         assert processes_of(state)
         yield env, state
     finally:  # a failed test must not leave its cluster running for the next ones
-        with lanes.turn(alone=False):
-            down = make("down", f"CLUSTER={cluster}", env=env, timeout=120)
+        down = make("down", f"CLUSTER={cluster}", env=env, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
     assert processes_of(state) == []
     assert not (build_dir / "launched" / f"{cluster}.json").exists()
@@ -220,7 +218,7 @@ def pytest_collection_modifyitems(session, config, items):
     for item in items:
         if "slow" in item.keywords or lanes.lane_of(item) == "shared":
             item.add_marker(pytest.mark.cluster)
-    items.sort(key=lambda item: (lanes.lane_of(item) == "shared", item.get_closest_marker("alone") is None))
+    items[:] = lanes.order(items)
     if LANE:
         config.hook.pytest_deselected(items=[i for i in items if lanes.lane_of(i) != LANE])
         items[:] = [i for i in items if lanes.lane_of(i) == LANE]
@@ -229,14 +227,18 @@ def pytest_collection_modifyitems(session, config, items):
 LANE = None  # this run's lane (--lane, read in pytest_configure), where `make test-cluster` runs it
 
 
-@pytest.fixture(autouse=True)
-def lanes_turn(request):
-    """In `make test-cluster`'s two lanes, each test takes its lane's turn (tests/lanes.py):
-    an `alone` test runs with the other lane paused."""
-    with lanes.turn(alone=request.node.get_closest_marker("alone") is not None) as waited:
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """In `make test-cluster`'s two lanes, each test takes its lane's turn (tests/lanes.py)
+    for the whole of its run, the fixtures it sets up or tears down included (a module's
+    or the session's cluster): an `alone` test runs with the other lane paused, and keeps
+    the turn for the lane's next test if that is `alone` too."""
+    alone = lanes.is_alone(item)
+    keep = alone and nextitem is not None and lanes.is_alone(nextitem)
+    with lanes.turn(alone=alone, keep=keep) as waited:
         if waited >= 0.1:
-            request.node.user_properties.append((lanes.WAITED, round(waited, 1)))
-        yield
+            item.user_properties.append((lanes.WAITED, round(waited, 1)))
+        return (yield)
 
 
 def pytest_runtest_logreport(report):

@@ -6,10 +6,14 @@ purpose (a node starting, an autoscaler's poll, a job's sleep). A test whose che
 something the other lane's load would move (a node at work within 5 s of the job's start,
 a drained node's lease, a step against a 4 s stall limit) is marked `alone`: it waits for
 the other lane's test under way to end, and that lane starts no test until it is done.
-Each lane runs its `alone` tests first (conftest.py), while the other lane's are its only
+Each lane runs its `alone` tests first (order()), while the other lane's are its only
 tests under way: placed where they fell, they waited ~290 s in all for long tests of the
-other lane to end, ~190 s when first (the chaos module's cluster, whose tests they split,
-starts twice).
+other lane to end, ~190 s when first. First, each in a turn of its own, they still lost
+minutes: the other lane's test came in between two of them (the quota test then waited 90 s
+for an AdaptDL run), or while a lane's cluster started outside any turn. So a lane keeps its
+exclusive turn from one `alone` test to the next, and a test's turn covers the fixtures it
+sets up and tears down (a module's or the session's cluster): each lane's `alone` tests
+run as one block, the other lane's before or after it, and wait only for that block.
 Both lanes take their turns through one lock file (RAYKIT_TEST_LANE_LOCK, set by `make
 test-cluster`); without it, as in any other pytest run, nothing waits.
 
@@ -26,10 +30,10 @@ from contextlib import contextmanager
 LOCK_ENV = "RAYKIT_TEST_LANE_LOCK"
 PROGRESS_FD_ENV = "RAYKIT_TEST_PROGRESS_FD"
 LANES = ("shared", "own")
-# A test's JUnit property: the seconds it waited for its turn, which its time includes
-# and tests/timing.py takes out of the slowest tests' times
+# A test's JUnit property: the seconds it waited for its turn, before its setup: its JUnit
+# time leaves them out, and tests/timing.py says them beside it
 WAITED = "lane_wait_s"
-_holding = False  # this process holds its turn already (a cluster started inside a test)
+_kept = None  # the open (gate, lock) files of an exclusive turn kept for the lane's next test
 
 
 def lane_of(item) -> str:
@@ -37,30 +41,77 @@ def lane_of(item) -> str:
     return "shared" if "shared_local_cluster" in getattr(item, "fixturenames", ()) else "own"
 
 
+def is_alone(item) -> bool:
+    return item.get_closest_marker("alone") is not None
+
+
+def order(items: list) -> list:
+    """The run's order: the shared lane's tests last (its cluster then never idles beside
+    the others'), and in each lane the `alone` tests first. A module with tests of both
+    kinds in a lane has its `alone` ones last of them and its others right after: a
+    module-scoped cluster then starts once (the chaos module's started twice, ~15 s).
+    Otherwise the modules' order (a stable sort). Called before `-m` deselects: a module's
+    kinds are those of its tests in the cluster phase (marked `cluster`)."""
+    phase = [i for i in items if i.get_closest_marker("cluster")]
+    both = {(lane_of(i), i.module.__name__) for i in phase if is_alone(i)} & \
+           {(lane_of(i), i.module.__name__) for i in phase if not is_alone(i)}
+
+    def key(item):
+        split = (lane_of(item), item.module.__name__) in both
+        rank = (0, 1) if is_alone(item) else (3, 2)  # (a module of one kind, of both kinds)
+        return lane_of(item) == "shared", rank[split]
+
+    return sorted(items, key=key)
+
+
 @contextmanager
-def turn(alone: bool):
+def turn(alone: bool, keep: bool = False):
     """Hold this lane's turn: the lock exclusively for an `alone` test, shared otherwise;
     yields the seconds it waited. A gate in front of the lock lets a waiting `alone` test
     in before the other lane's next test (flock alone would let a lane that releases and
-    takes it again run first)."""
-    global _holding
+    takes it again run first). keep (an `alone` test whose lane's next test is `alone`
+    too): hold the turn on after it, for that test; an ordinary test's turn gives back a
+    kept one first (as does end_kept_turn, where no test follows)."""
+    global _kept
     path = os.environ.get(LOCK_ENV)
-    if not path or _holding:
+    if not path:
         yield 0.0
         return
-    with open(path + ".gate", "a") as gate, open(path, "a") as lock:
-        asked = time.monotonic()
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        _holding = True
-        try:
-            yield time.monotonic() - asked
-        finally:
-            _holding = False
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    asked = time.monotonic()
+    if not alone:
+        end_kept_turn()
+    files, _kept = _kept or _take(path, alone), None
+    try:
+        yield time.monotonic() - asked
+    finally:
+        if keep and alone:
+            _kept = files
+        else:
+            _release(files)
+
+
+def end_kept_turn() -> None:
+    global _kept
+    if _kept:
+        _release(_kept)
+        _kept = None
+
+
+def _take(path: str, alone: bool):
+    gate, lock = open(path + ".gate", "a"), open(path, "a")
+    fcntl.flock(gate, fcntl.LOCK_EX)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    finally:
+        fcntl.flock(gate, fcntl.LOCK_UN)
+    return gate, lock
+
+
+def _release(files) -> None:
+    gate, lock = files
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    lock.close()
+    gate.close()
 
 
 def progress(lane: str, report) -> None:

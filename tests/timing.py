@@ -25,8 +25,8 @@ def stamp(folder: Path, name: str) -> float | None:
 
 def tests(folder: Path) -> list[tuple[float, str, float]]:
     """(seconds, test id, seconds waited) of every test case in the folder's reports: a
-    cluster test's time less what it waited for its lane's turn (tests/lanes.py), which
-    its JUnit time includes."""
+    cluster test's JUnit time (its setup, call and teardown), and apart from it what it
+    waited for its lane's turn before them (tests/lanes.py)."""
     found = []
     for report in sorted(folder.glob("*.xml")):
         try:
@@ -40,7 +40,7 @@ def tests(folder: Path) -> list[tuple[float, str, float]]:
             name = f"{classname.replace('.', '/')}.py::{case.get('name')}"
             waited = sum(float(p.get("value") or 0) for p in case.iter("property")
                          if p.get("name") == WAITED)
-            found.append((max(0.0, float(case.get("time") or 0) - waited), name, waited))
+            found.append((float(case.get("time") or 0), name, waited))
     return found
 
 
