@@ -47,6 +47,9 @@ def cluster_shape() -> dict:
         # the worker type that trains, where the head only coordinates (several train nodes)
         "train_type": next((n["type"] for n in nodes.values() if n["trainer_slots"] and not n["head"]), None),
         "nodes": nodes,
+        # a local cluster (every node on a loopback address): the one machine's cores,
+        # which all its nodes share; None where nodes are machines of their own
+        "host_cores": os.cpu_count() if all(ip.startswith("127.") for ip in nodes) else None,
         "train_selector": placement.train_selector(),
         "data_selector": placement.data_selector(alive),
     }

@@ -32,7 +32,7 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
              worker_type: str | None, cpus_per_worker: float, gpu_busy: float | None = None,
              on_gpu: bool = False, steps: int | None = None,
              max_wait_s: float | None = None, train_type: str | None = None,
-             steps_needed: int | None = None) -> dict:
+             steps_needed: int | None = None, host_cores: int | None = None) -> dict:
     """mean_step_s: wall time per step (wait + compute); mean_compute_s: the trainer's
     compute per step had it the hardware to itself (GPU: wall time; CPU: its CPU time);
     preprocess_s_per_image: CPU seconds one preprocessing CPU spends per image (0: no stage
@@ -43,7 +43,9 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
     (None: unknown), which tell a short run and a stall from a steady shortfall; train_type:
     the worker node type that trains, where the head does not (a mix of several train
     nodes), for a remedy that names it; steps_needed: where the run was too short to leave
-    its start-up's stock (steady.py), the steps a run needs to show its steady flow."""
+    its start-up's stock (steady.py), the steps a run needs to show its steady flow;
+    host_cores: the cores of the one machine every node shares (a local cluster), None
+    where the nodes are machines of their own."""
     wait_fraction = mean_wait_s / mean_step_s if mean_step_s > 0 else 0.0
     compute_s = max(mean_compute_s, 1e-9)
     demand = images_per_step / compute_s            # images/s the trainer could consume
@@ -65,7 +67,14 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
                 f"It could consume {demand:.1f} images/s; one CPU preprocesses "
                 f"{per_cpu:.1f} images/s, so it needs ~{cpus_needed} preprocessing CPUs "
                 f"(has {preprocess_cpus:g}): add {more_cpus} CPUs")
-        if worker_type:  # None where the cluster has no CPU worker type (cluster_shape)
+        if host_cores is not None and cpus_needed > host_cores:
+            # a local cluster's nodes are processes on one machine: nodes add no cores
+            more_nodes = 0
+            text += (f". That is more than this machine's {host_cores} cores, which every node of "
+                     "this local cluster shares, so no number of local nodes would feed it; a "
+                     "cloud mix would: `make plan PROFILE=<this summary>` sizes one (a values "
+                     "file such as hetero.yaml).")
+        elif worker_type:  # None where the cluster has no CPU worker type (cluster_shape)
             text += (f", i.e. {more_nodes} more '{worker_type}' node(s) of {cpus_per_worker:g} CPUs "
                      "(raise its min_workers in the values file, and max_workers to at least that).")
         else:  # a single mix: no node type to raise, so name the one to add
@@ -134,6 +143,7 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
         "add_worker_nodes": more_nodes,
         "surplus_worker_nodes": surplus_nodes,
         "worker_type": worker_type,
+        "host_cores": host_cores,
         "text": text,
     }
 

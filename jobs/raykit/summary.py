@@ -79,6 +79,7 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
         "cpu_use_by_node_type": cpu_use_by_node_type(shape["nodes"], metrics),
         "preprocess_cpus": shape["preprocess_cpus"],
         "preprocess_shares_trainer_cpus": shape["preprocess_shares_trainer_cpus"],
+        "host_cores": shape["host_cores"],  # a local cluster's machine; None on a cloud
         "wall_s": wall_s,
         # each node type's node-seconds while the run ran, priced with what the kit passed
         "node_seconds": held,
@@ -98,7 +99,8 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
             preprocess_cpus=shape["preprocess_cpus"], worker_type=shape["worker_type"],
             cpus_per_worker=shape["cpus_per_worker"], gpu_busy=metrics["gpu_utilization"],
             on_gpu=str(metrics["device"]).startswith("cuda"), train_type=shape.get("train_type"),
-            steps_needed=None if run.get("steady", True) else run.get("steps_needed")),
+            steps_needed=None if run.get("steady", True) else run.get("steps_needed"),
+            host_cores=shape["host_cores"]),
         "warnings": warnings_of(metrics),
     })
 

@@ -25,10 +25,15 @@ def remedy_problems(d: dict) -> list[str]:
     supply = d["preprocess_images_per_s_per_cpu"] * d["preprocess_cpus"]
     if d["verdict"] not in VERDICTS:
         problems.append(f"unknown verdict {d['verdict']}")
+    beyond_host = d.get("host_cores") is not None and d["preprocess_cpus_needed"] > d["host_cores"]
     if d["verdict"] == "data-bound":
-        if not (d["add_cpus"] > 0 and (d["add_worker_nodes"] > 0 or d["worker_type"] is None)):
+        if not (d["add_cpus"] > 0 and (d["add_worker_nodes"] > 0 or d["worker_type"] is None or beyond_host)):
             problems.append("data-bound, yet nothing to add")
-        if d["worker_type"] is None:  # a single mix: the node type to add, not one to raise
+        if beyond_host:  # a local cluster short of more cores than its machine has
+            if d["add_worker_nodes"] or "min_workers" in d["text"] or \
+                    f"more than this machine's {d['host_cores']} cores" not in d["text"]:
+                problems.append("data-bound past the machine's cores, yet asks for local nodes")
+        elif d["worker_type"] is None:  # a single mix: the node type to add, not one to raise
             if f"add {d['add_cpus']} CPUs on CPU-only nodes" not in d["text"] or " more '" in d["text"]:
                 problems.append("data-bound text of a single mix does not say to add a CPU worker type")
         elif f"add {d['add_cpus']} CPUs, i.e. {d['add_worker_nodes']} more" not in d["text"]:
@@ -202,6 +207,29 @@ def test_diagnosis_of_a_single_mix_says_to_add_a_cpu_worker_type_not_to_raise_on
     assert "no CPU worker node type, so add one" in d["text"] and "role: preprocess" in d["text"]
     assert "min_workers" not in d["text"]
     assert remedy_problems(d) == []
+
+
+# local_gpu_hetero on the lent H200 (issue 43): 0.084 s a step, 0.034 of it waiting, 16
+# images; 12 preprocessing CPUs at 12.8 images/s each, on a 16-core machine
+GPU_HETERO_RUN = dict(mean_step_s=0.084, mean_wait_s=0.034, mean_compute_s=0.051, images_per_step=16,
+                      preprocess_s_per_image=1 / 12.8, preprocess_cpus=12, worker_type="cpu_worker",
+                      cpus_per_worker=12, gpu_busy=0.11, on_gpu=True, steps=400)
+
+
+def test_a_local_cluster_short_of_more_cpus_than_its_machine_has_is_not_told_to_add_local_nodes():
+    # It once read "add 13 CPUs, i.e. 2 more 'cpu_worker' node(s) of 12 CPUs": 36 CPUs of
+    # nodes on a 16-core machine, where they would only share the same cores
+    local = diagnose(**GPU_HETERO_RUN, host_cores=16)
+    assert local["verdict"] == "data-bound" and (local["preprocess_cpus_needed"], local["add_cpus"]) == (25, 13)
+    assert local["add_worker_nodes"] == 0 and local["host_cores"] == 16
+    assert "more than this machine's 16 cores" in local["text"] and "make plan PROFILE=" in local["text"]
+    assert "min_workers" not in local["text"]
+    # the same figures on a cloud, or on a machine with the cores: nodes of the worker type
+    for d in (diagnose(**GPU_HETERO_RUN), diagnose(**GPU_HETERO_RUN, host_cores=32)):
+        assert d["add_worker_nodes"] == 2 and "2 more 'cpu_worker' node(s) of 12 CPUs" in d["text"]
+        assert "this machine" not in d["text"]
+    for d in (local, diagnose(**GPU_HETERO_RUN), diagnose(**GPU_HETERO_RUN, host_cores=32)):
+        assert remedy_problems(d) == []
 
 
 # The template job, run as its README says, before this verdict existed: "DATA-BOUND ...

@@ -1,6 +1,7 @@
 """jobs/vit_synthetic: units (data, transform, diagnosis, flags) and a real run."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -198,6 +199,7 @@ def test_job_trains_on_head_and_preprocesses_on_workers(shared_local_cluster, tm
     assert summary["trainer_utilization_source"] == "busy share"  # no GPU here
     assert summary["trainer_utilization"] == pytest.approx(1 - summary["data_wait_fraction"])
     assert summary["preprocess_shares_trainer_cpus"] is False
+    assert summary["host_cores"] == os.cpu_count()  # a local cluster: every node on this machine
     # the run's bill: every node's time while it ran, priced as local.yaml's prices_as (hetero)
     held = summary["node_seconds"]
     assert set(held) == {"head", "cpu_worker"}
