@@ -52,12 +52,14 @@ def order(items: list) -> list:
     module-scoped cluster then starts once (the chaos module's started twice, ~15 s).
     Otherwise the modules' order (a stable sort). Called before `-m` deselects: a module's
     kinds are those of its tests in the cluster phase (marked `cluster`)."""
+    def module(item):  # (lane, file)
+        return lane_of(item), item.nodeid.split("::")[0]
+
     phase = [i for i in items if i.get_closest_marker("cluster")]
-    both = {(lane_of(i), i.module.__name__) for i in phase if is_alone(i)} & \
-           {(lane_of(i), i.module.__name__) for i in phase if not is_alone(i)}
+    both = {module(i) for i in phase if is_alone(i)} & {module(i) for i in phase if not is_alone(i)}
 
     def key(item):
-        split = (lane_of(item), item.module.__name__) in both
+        split = module(item) in both
         rank = (0, 1) if is_alone(item) else (3, 2)  # (a module of one kind, of both kinds)
         return lane_of(item) == "shared", rank[split]
 
