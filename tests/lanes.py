@@ -59,9 +59,12 @@ def order(items: list) -> list:
     both = {module(i) for i in phase if is_alone(i)} & {module(i) for i in phase if not is_alone(i)}
 
     def key(item):
-        split = module(item) in both
-        rank = (0, 1) if is_alone(item) else (3, 2)  # (a module of one kind, of both kinds)
-        return lane_of(item) == "shared", rank[split]
+        both_kinds = module(item) in both
+        if is_alone(item):
+            rank = 1 if both_kinds else 0  # the last of the `alone` tests...
+        else:
+            rank = 2 if both_kinds else 3  # ...and their module's others right after
+        return lane_of(item) == "shared", rank
 
     return sorted(items, key=key)
 
@@ -72,16 +75,18 @@ def turn(alone: bool, keep: bool = False):
     yields the seconds it waited. A gate in front of the lock lets a waiting `alone` test
     in before the other lane's next test (flock alone would let a lane that releases and
     takes it again run first). keep (an `alone` test whose lane's next test is `alone`
-    too): hold the turn on after it, for that test; an ordinary test's turn gives back a
-    kept one first (as does end_kept_turn, where no test follows)."""
+    too): hold the turn on after it, for that test. An ordinary test's turn gives back a
+    kept one first (one kept for an `alone` test that did not come: skipped, deselected);
+    the last test's ends with the process."""
     global _kept
     path = os.environ.get(LOCK_ENV)
     if not path:
         yield 0.0
         return
     asked = time.monotonic()
-    if not alone:
-        end_kept_turn()
+    if _kept and not alone:
+        _release(_kept)
+        _kept = None
     files, _kept = _kept or _take(path, alone), None
     try:
         yield time.monotonic() - asked
@@ -90,13 +95,6 @@ def turn(alone: bool, keep: bool = False):
             _kept = files
         else:
             _release(files)
-
-
-def end_kept_turn() -> None:
-    global _kept
-    if _kept:
-        _release(_kept)
-        _kept = None
 
 
 def _take(path: str, alone: bool):

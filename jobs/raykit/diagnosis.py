@@ -54,7 +54,9 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
     supply = per_cpu * preprocess_cpus              # images/s preprocessing can deliver
     cpus_needed = math.ceil(demand / per_cpu) if measured else 0
     more_cpus = max(0, cpus_needed - math.floor(preprocess_cpus))
-    more_nodes = math.ceil(more_cpus / cpus_per_worker) if cpus_per_worker > 0 else 0
+    # a local cluster's nodes are processes on one machine: past its cores, nodes add none
+    beyond_host = host_cores is not None and cpus_needed > host_cores
+    more_nodes = math.ceil(more_cpus / cpus_per_worker) if cpus_per_worker > 0 and not beyond_host else 0
     waiting = wait_fraction > DATA_BOUND_WAIT_FRACTION
     if waiting and not measured:
         verdict = "data-bound-unmeasured"
@@ -67,9 +69,7 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
                 f"It could consume {demand:.1f} images/s; one CPU preprocesses "
                 f"{per_cpu:.1f} images/s, so it needs ~{cpus_needed} preprocessing CPUs "
                 f"(has {preprocess_cpus:g}): add {more_cpus} CPUs")
-        if host_cores is not None and cpus_needed > host_cores:
-            # a local cluster's nodes are processes on one machine: nodes add no cores
-            more_nodes = 0
+        if beyond_host:
             text += (f". That is more than this machine's {host_cores} cores, which every node of "
                      "this local cluster shares, so no number of local nodes would feed it; a "
                      "cloud mix would: `make plan PROFILE=<this summary>` sizes one (a values "
