@@ -255,6 +255,16 @@ def test_local_nodes_are_placed_by_labels_not_custom_resources():
                       "raykit-trainer-slots": "1", "raykit-preprocess": "true", "raykit-cores": "1"}
 
 
+def test_local_train_nodes_run_their_workers_first_and_preprocess_nodes_at_rays_default():
+    """Each worker type's raylet is told its workers' niceness (priority.py): a train
+    type's at the driver's 0, a preprocess type's at Ray's 15."""
+    types = build("local_multi").config["available_node_types"]
+    roles = load_example("local_multi")["workers"]
+    assert {roles[name]["role"] for name in roles} == {"train", "preprocess"}
+    for name, node in roles.items():
+        assert types[name]["node_config"]["worker_niceness"] == (0 if node["role"] == "train" else 15), name
+
+
 def test_every_rendered_label_is_one_ray_accepts():
     """Node type names become label values: the schema keeps them within Ray's rule."""
     from ray._private.label_utils import validate_node_labels

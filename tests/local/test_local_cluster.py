@@ -44,6 +44,9 @@ def test_tasks_spread_over_workers_and_trainer_lands_on_head(cluster_env):
     assert result["alive_nodes"] == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
     assert result["trainer_task_node"] == "127.0.0.2" == result["driver_node"]
     assert result["preprocess_task_nodes"] == ["127.0.0.3", "127.0.0.4"]
+    # on the shared cores the trainer comes first: its node's Ray workers at the driver's
+    # niceness, the preprocess nodes' at Ray's default (scripts/providers/local/priority.py)
+    assert result["trainer_task_niceness"] == 0 and result["preprocess_task_niceness"] == [15], result
 
 
 def test_hostile_args_reach_the_job_as_text(cluster_env, tmp_path):

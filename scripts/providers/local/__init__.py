@@ -15,6 +15,7 @@ Its concerns, a module each in this package:
   cpu_sets.py                which cores each node is pinned to
   cpu_quota.py               how much CPU time a node may use (cgroups)
   gpus.py                    which of this machine's GPUs each node trains on
+  priority.py                whose work comes first on shared cores: the trainers'
   autostop.py                the watchdog beside the head (autostop and job limits)
   names.py                   the names its modules share: node type, head address, marker
   values.py                  the rules on values files (this machine's memory, cores, quotas)

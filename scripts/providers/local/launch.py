@@ -26,7 +26,7 @@ from scripts.core.ray_cli import (
     use_auth_in_this_process,
 )
 from scripts.node.autostop import duration
-from scripts.providers.local import cpu_quota, cpu_sets, gpus
+from scripts.providers.local import cpu_quota, cpu_sets, gpus, priority
 from scripts.providers.local.names import HEAD_IP, MARKER, MIB, NAME, cluster_id
 from scripts.providers.local.processes import alive, cluster_processes, stop_processes
 from scripts.providers.local.render import head_labels
@@ -114,7 +114,7 @@ def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
         # places off a busy head, took seconds of a quarter-core preprocess node's start
         # (its warming came 5-8 s after the other node's). Its processes inherit this.
         "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-    })
+    } | priority.env(priority.worker_niceness(head["role"])))  # the autoscaler's nodes set their own
     head_cores, worker_cores = core_sets(values)
     env[cpu_sets.WORKER_CORES_ENV] = cpu_sets.to_text(worker_cores)
     env[gpus.WORKER_GPUS_ENV] = gpus.to_text(worker_gpus)

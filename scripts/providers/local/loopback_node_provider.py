@@ -19,6 +19,8 @@ the cluster's (RAYKIT_CGROUP; cpu_quota.py), removed when the node is terminated
 With a node_config `gpus`, a node takes that many of the GPUs in RAYKIT_WORKER_GPUS and
 its raylet runs with CUDA_VISIBLE_DEVICES naming them (gpus.py); every other node's names
 none. They go back to the pool when the node is terminated.
+Its node_config's `worker_niceness` is its raylet's RAY_worker_niceness: a train node's
+workers come first on the shared cores (priority.py).
 """
 
 import copy
@@ -39,7 +41,7 @@ from ray.autoscaler.tags import (
     TAG_RAY_USER_NODE_TYPE,
 )
 
-from scripts.providers.local import cpu_quota, cpu_sets, gpus
+from scripts.providers.local import cpu_quota, cpu_sets, gpus, priority
 from jobs.raykit.placement import CORES
 
 MAX_WORKERS = 250  # 127.0.0.3 .. 127.0.0.252; the local schema allows far fewer
@@ -139,6 +141,8 @@ class LoopbackNodeProvider(FakeMultiNodeProvider):
                     ray_constants.LABELS_ENVIRONMENT_VARIABLE: json.dumps(labels),
                     # its own GPUs, or none: Ray hands its tasks from this list
                     gpus.VISIBLE: gpus.to_text(given),
+                    # its Ray workers' priority on the shared cores (priority.py)
+                    **priority.env(node_config.get("worker_niceness", priority.PREPROCESS)),
                 },
             )
             with cpu_sets.pinned_to(cores), gpus.visible(given):

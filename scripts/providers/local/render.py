@@ -2,7 +2,7 @@
 resources, labels and cores), and the plan `make up DRY_RUN=1` prints."""
 
 from jobs.raykit import placement
-from scripts.providers.local import cpu_sets, gpus
+from scripts.providers.local import cpu_sets, gpus, priority
 from scripts.providers.local.names import HEAD_TYPE, MIB, PROVIDER_CLASS
 from scripts.providers.local.values import core_sets, cores
 
@@ -25,7 +25,8 @@ def template_context(cluster: str, values: dict) -> dict:
                                              preprocess=w["role"] == "preprocess"),
              # read by loopback_node_provider.py (Ray's schema leaves node_config alone)
              "node_config": {"cores": cores(w) if values["pin_cpus"] else None,
-                             "cpu_quota": w["cpu_quota"], "gpus": given[f"workers.{name}"]}}
+                             "cpu_quota": w["cpu_quota"], "gpus": given[f"workers.{name}"],
+                             "worker_niceness": priority.worker_niceness(w["role"])}}
             for name, w in values["workers"].items()
         ],
     }
