@@ -265,6 +265,15 @@ def test_local_train_nodes_run_their_workers_first_and_preprocess_nodes_at_rays_
         assert types[name]["node_config"]["worker_niceness"] == (0 if node["role"] == "train" else 15), name
 
 
+def test_the_local_plan_says_who_comes_first_on_shared_cores_and_not_on_pinned_ones():
+    from scripts.providers.local import render as local_render
+
+    shared, pinned = build("local"), build("local_single")
+    assert "the trainers' Ray workers first on them (nice 0, the preprocess nodes' 15)" in \
+        local_render.plan(shared.values, shared.config)[0]
+    assert "nice" not in local_render.plan(pinned.values, pinned.config)[0]
+
+
 def test_every_rendered_label_is_one_ray_accepts():
     """Node type names become label values: the schema keeps them within Ray's rule."""
     from ray._private.label_utils import validate_node_labels

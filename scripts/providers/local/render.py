@@ -58,7 +58,8 @@ def plan(values: dict, config: dict) -> list[str]:
     lines = ["simulated on this machine (loopback addresses), $0/h; "
              + (f"head on cores {cpu_sets.to_text(head_cores)}, workers on cores "
                 f"{cpu_sets.to_text(worker_cores) or '(none)'}" if head_cores is not None
-                else "every node sharing every core (pin_cpus: false)"),
+                else "every node sharing every core (pin_cpus: false), the trainers' Ray workers "
+                     f"first on them (nice {priority.TRAINER}, the preprocess nodes' {priority.PREPROCESS})"),
              f"  {HEAD_TYPE}: 1 x {head['cpus']} CPUs{on_cores(values, head)}, "
              + (f"{head['trainer_slots']} trainer slot(s){on_gpus(given['head'])}, " if head["role"] == "train"
                 else "coordinates (no Ray CPUs for work), ")
