@@ -261,9 +261,6 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "alone: times something the other lane's load would move (a start within "
         "5 s, a lease, a stall limit): in `make test-cluster`, the other lane waits meanwhile")
-    config.addinivalue_line(
-        "markers", "shared_lane: a cluster test that starts no local cluster (a one-CPU Ray of "
-        "its own): `make test-cluster` runs it in the shared cluster's lane, the shorter one")
 
 
 def adaptdl_replica_dirs() -> set[str]:

@@ -37,11 +37,8 @@ _kept = None  # the open (gate, lock) files of an exclusive turn kept for the la
 
 
 def lane_of(item) -> str:
-    """`shared`: the test runs on the session's shared local cluster, or is marked
-    `shared_lane` (a small Ray of its own, no cluster: it fills the shorter lane's gaps;
-    in the own lane it made that lane ~70 s the longer); `own`: any other."""
-    return ("shared" if "shared_local_cluster" in getattr(item, "fixturenames", ())
-            or item.get_closest_marker("shared_lane") is not None else "own")
+    """`shared`: the test runs on the session's shared local cluster; `own`: any other."""
+    return "shared" if "shared_local_cluster" in getattr(item, "fixturenames", ()) else "own"
 
 
 def is_alone(item) -> bool:

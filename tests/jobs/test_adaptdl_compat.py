@@ -333,7 +333,6 @@ def ray_one_cpu():
 
 
 @pytest.mark.cluster  # a Ray of its own: beside adaptdl-ray's suites it took 80 s, alone 6
-@pytest.mark.shared_lane  # no local cluster: the shorter lane takes it (tests/lanes.py)
 def test_in_a_real_ray_worker(ray_one_cpu):
     ray = ray_one_cpu
 
@@ -350,7 +349,6 @@ def test_in_a_real_ray_worker(ray_one_cpu):
 
 
 @pytest.mark.cluster  # a Ray of its own: beside adaptdl-ray's suites it took 80 s, alone 6
-@pytest.mark.shared_lane  # no local cluster: the shorter lane takes it (tests/lanes.py)
 def test_the_controller_actor_runs_the_fixed_failure_handling(ray_one_cpu):
     # Ray's actor class copies the methods at decoration: the fix must reach the actor itself
     ray = ray_one_cpu
@@ -382,7 +380,6 @@ def test_controller_cluster_check_on_a_cpu_only_node():
 
 
 @pytest.mark.cluster  # a Ray of its own: beside adaptdl-ray's suites it took 80 s, alone 6
-@pytest.mark.shared_lane  # no local cluster: the shorter lane takes it (tests/lanes.py)
 def test_spot_listener_takes_no_cpu_from_a_full_node(ray_one_cpu):
     ray = ray_one_cpu
     import adaptdl_ray.aws.controller as controller
