@@ -18,6 +18,7 @@ from pipeline import Preprocess, build_transform, decode_images, make_images  # 
 from raykit.measure import GpuUtilization, measured  # noqa: E402
 from raykit.summary import warnings_of  # noqa: E402
 from test_raykit import images_accounted_for, remedy_problems  # noqa: E402
+from scripts.benchmarks.bench_data import group_of  # noqa: E402
 
 
 def test_synthetic_images_shape_dtype_and_reproducibility():
@@ -323,6 +324,17 @@ def test_side_of_a_rounded_figure():
     assert side_of(0.050, 0.05, 0.0005) is None and side_of(1.000, 1.0, 0.0005) is None
 
 
+def test_bench_data_counts_only_the_pipelines_workers_as_workers():
+    """Ray titles its agents and Ray Data's actors ray::... as it does the workers: they
+    once counted as the transform's share of the cores (titles as psutil reads them)."""
+    assert group_of(["ray::IDLE", "", ""]) == "workers"
+    assert group_of(["ray::ReadRange->MapBatches(make_images+Preprocess)"]) == "workers"
+    for title in ("ray::_StatsActor.update_execution_metrics", "ray::_AutoscalingCoordinatorActor",
+                  "ray::DashboardAgent", "ray::RuntimeEnvAgent", "/venv/bin/python", ""):
+        assert group_of([title]) == "daemons", title
+    assert group_of([]) == "daemons"
+
+
 def test_make_bench_data_takes_its_flags_from_args():
     """`make bench-data ARGS=...` reaches the bench's flags (it once ran its defaults, ~10
     minutes at 16 cores, whatever ARGS said); a bad value is refused before anything runs."""
@@ -355,7 +367,7 @@ def test_bench_data_prints_all_three_rates_both_ratios_and_the_bytes_before_and_
                           run.stdout, re.M)
     assert int(tasks[0]) == 2 * 32 // 32 and float(tasks[1]) > 0  # 2 rounds of 32 images
     (shares,) = re.findall(r"^the cores' time during \(b\): Ray workers ([\d.]+)%, driver "
-                           r"([\d.]+)%, Ray daemons ([\d.]+)%, idle ([\d.]+)%$", run.stdout, re.M)
+                           r"([\d.]+)%, Ray daemons and actors ([\d.]+)%, idle ([\d.]+)%$", run.stdout, re.M)
     shares = [float(share) for share in shares]
     # the workers and the driver were seen working; Ray's daemons may take under one clock
     # tick (10 ms) of CPU in so short a run, so 0.0% is a measure, not a missing group
