@@ -52,8 +52,10 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
         # trainer.fit()'s call, which adds Ray Train's controller and workers' start
         "steady": run or None,
         "first_step_s": run.get("first_step_s"),
+        # (none where the step came before this fit: a finished run's summary, reported
+        # again by a run submitted on its --storage-path)
         "first_step_after_fit_s": (metrics["first_step_at"] - fit_began
-                                   if metrics.get("first_step_at") else None),
+                                   if (metrics.get("first_step_at") or 0) > fit_began else None),
         "ramp_s": run.get("ramp_s"),
         "steady_images_per_s": run.get("steady_images_per_s"),
         "preprocess_node_start_s": metrics.get("preprocess_node_start_s") or {},

@@ -62,8 +62,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="training-worker failures Ray Train recovers from before the job fails")
     p.add_argument("--storage-path", default="",
                    help="where Ray Train keeps the run's checkpoints; a path every training "
-                        "node can reach (or s3://...); empty: a fresh private temp dir, removed "
-                        "after the run")
+                        "node can reach (or s3://...); submitted again on it, the run resumes "
+                        "from its last checkpoint (a finished run reports its summary again); "
+                        "empty: a fresh private temp dir, removed after the run")
     p.add_argument("--results", default="",
                    help="also write the summary JSON to this path on the head (the kit "
                         "keeps a copy in build/results/ on every run)")
@@ -140,6 +141,16 @@ def train_loop(config: dict) -> None:
     import ray.train.torch
     import torch
 
+    rank = ray.train.get_context().get_world_rank()
+    finished = finished_summary(config["steps"])
+    if finished is not None:  # restarted after the run's last report: nothing is left to train
+        if rank == 0:
+            finished["restarts"] = next_attempt() - 1
+            print(f"restart {finished['restarts']}: the run had finished (step {finished['steps']} of "
+                  f"{config['steps']}); its summary is reported again, nothing trained", flush=True)
+        measure.report(finished)  # collective: every rank reports; rank 0's is kept
+        return
+
     steps = measure.TrainProfile()  # first: the first step is timed from here
     # the pipeline starts filling now, while the model is built and moved (feed.py)
     batches = feed.Feed("train", batch_size=config["batch_size"],
@@ -148,7 +159,6 @@ def train_loop(config: dict) -> None:
     device = steps.device
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    rank = ray.train.get_context().get_world_rank()
     resumed = load_checkpoint(model, optimizer)  # after a failure: the last checkpoint
     first_step = resumed["step"] if resumed else 0
     if rank == 0:
@@ -232,6 +242,25 @@ def save_checkpoint(model, optimizer, step: int, restarts: int) -> None:
         Path(tmp, "state.pt")))
 
 
+def finished_summary(total_steps: int) -> dict | None:
+    """The run's summary where its last checkpoint is the finished run's (the summary
+    alone, no state.pt) and covers `total_steps`: Ray Train restarted the workers after
+    the last report (a train node lost between that report and the run's end), or the run
+    was submitted again on the same --storage-path. None otherwise."""
+    import json
+
+    import ray.train
+
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as directory:
+        if Path(directory, "state.pt").exists():
+            return None
+        metrics = json.loads(Path(directory, "metrics.json").read_text())
+    return metrics if metrics.get("steps", 0) >= total_steps else None
+
+
 def load_checkpoint(model, optimizer) -> dict | None:
     """The last checkpoint's step and restart count, with model and optimizer restored;
     None on a first start."""
@@ -243,7 +272,7 @@ def load_checkpoint(model, optimizer) -> dict | None:
         return None
     with checkpoint.as_directory() as directory:
         path = Path(directory, "state.pt")
-        if not path.exists():  # the summary-only checkpoint of a finished run
+        if not path.exists():  # the summary of a finished run of fewer steps: start over
             return None
         state = torch.load(path, map_location="cpu", weights_only=True)
     getattr(model, "module", model).load_state_dict(state["model"])

@@ -15,7 +15,9 @@ from faults import finish, kill
 from test_chaos import raylet_trees
 
 CLUSTER = "local_multi"
-STEPS, BATCH, EVERY = 16, 16, 4
+# 20 steps: the node's kill (on the line of step 14) lands ~2 s before the run's last
+# report (at 16 a loaded machine's log lag let the run finish first, once in CI)
+STEPS, BATCH, EVERY = 20, 16, 4
 
 
 @pytest.mark.slow
@@ -64,10 +66,11 @@ def test_two_train_nodes_train_one_model_and_survive_losing_one(tmp_path, capsys
     assert s["workers"] == 2 and len(s["train_nodes"]) == 2
     assert {types[ip] for ip in s["train_nodes"]} == {"gpu_worker"} and victim not in s["train_nodes"]
     assert all(n["workers"] == 1 and n["images_per_s"] > 0 for n in s["train_nodes"].values())
-    assert s["steps"] == STEPS and s["restarts"] == 2 and s["resumed_from_step"] in (8, 12)
+    assert s["steps"] == STEPS and s["restarts"] == 2 and s["resumed_from_step"] in (8, 12, 16)
     # each restart resumed from the last checkpoint Ray Train had registered when the fault
-    # came (the one of the step just logged may still have been on its way)
-    assert re.search(r"restart 1: resuming from the checkpoint of step (4|8)\n", text), text[-3000:]
+    # came (the one of the step just logged may still have been on its way; where the line
+    # reached the test late, the run was a checkpoint further)
+    assert re.search(r"restart 1: resuming from the checkpoint of step (4|8|12)\n", text), text[-3000:]
     assert f"restart 2: resuming from the checkpoint of step {s['resumed_from_step']}" in text
     # DDP kept the two replicas bit for bit equal, across the restart too
     assert s["ranks_in_sync"] is True and "replicas         in sync" in text
