@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -274,6 +275,9 @@ def test_bench_of_adaptdl_stops_the_cluster_it_started_when_a_run_fails(tmp_path
     assert run.returncode == 2, run.stdout[-4000:] + run.stderr
     assert "Ray Train did not finish within --timeout 5 s" in run.stdout
     assert "error: bench: the fixed run failed on 'local'" in run.stderr
+    # Ray Train's run storage went too, though fit() never returned
+    (storage,) = re.findall(r"\(its storage (/tmp/raykit-mnist-fixed-\w+), removed at the end\)", run.stdout)
+    assert not Path(storage).exists()
     assert "tearing down 'local'" in run.stdout  # the bench started it: the bench stops it
     assert not marked(build_dir.resolve(), ["local"]) and not list(build_dir.glob("launched/*.json"))
 

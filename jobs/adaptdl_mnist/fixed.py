@@ -20,11 +20,10 @@ from model import Net
 
 
 def run(args, argv: list[str], replica: dict, controller_node: dict, start: float,
-        history_box) -> dict:
+        history_box, storage: str) -> dict:
     """Train; return the summary of rank 0's history, which it puts in `history_box`
-    after each epoch (Train V2 keeps a report's metrics only with a checkpoint)."""
-    import shutil
-
+    after each epoch (Train V2 keeps a report's metrics only with a checkpoint). `storage`:
+    Ray Train's run storage, this run's own (the caller makes and removes it)."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -33,7 +32,6 @@ def run(args, argv: list[str], replica: dict, controller_node: dict, start: floa
     use_gpu = replica["GPU"] > 0
     # "!<id>": any node but this one (Ray's built-in ray.io/node-id label)
     selector = None if use_gpu else {"ray.io/node-id": f"!{controller_node['NodeID']}"}
-    storage = tempfile.mkdtemp(prefix="raykit-mnist-fixed-")  # this run's own, removed after
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={"argv": argv, "start": start, "history_box": history_box},
@@ -44,10 +42,7 @@ def run(args, argv: list[str], replica: dict, controller_node: dict, start: floa
         run_config=RunConfig(name="adaptdl_mnist_fixed", storage_path=storage,
                              logging_config=cluster.train_logging()),
     )
-    try:
-        trainer.fit()
-    finally:
-        shutil.rmtree(storage, ignore_errors=True)
+    trainer.fit()
     import ray
     history = ray.get(history_box.get.remote())
     return summary.summarize(args, history["epochs"], history["generations"], trainer="fixed",

@@ -115,13 +115,33 @@ def train_fixed(args, argv: list[str], nodes: list, replica: dict, controller_no
     AdaptDL's replicas would go; the same summary, results file and RESULT line. Ray Train
     waits forever for workers it cannot place, so --timeout bounds it here too: fit() runs
     in a thread, and the job ends with an error when the thread has not finished by then
-    (the driver's exit ends the trainer and its workers)."""
+    (the driver's exit ends the trainer and its workers). Ray Train's run storage is this
+    run's own temp dir, removed here on every way out. Past the time limit its controller
+    may be starting still, and writes a marker there as it starts: the driver leaves Ray
+    first (which ends the controller), then removes the dir again."""
+    import shutil
+    import tempfile
+
+    storage = tempfile.mkdtemp(prefix="raykit-mnist-fixed-")
+    print(f"[launcher] Ray Train on {args.max_replicas} fixed worker(s), each {replica}, at "
+          f"global batch {args.batch_size} (its storage {storage}, removed at the end)", flush=True)
+    try:
+        code = run_fixed(args, argv, nodes, replica, controller_node, job_start, storage)
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
+    if code:  # fit() may still be running in its thread
+        ray.shutdown()
+        shutil.rmtree(storage, ignore_errors=True)
+    return code
+
+
+def run_fixed(args, argv: list[str], nodes: list, replica: dict, controller_node: dict,
+              job_start: float, storage: str) -> int:
+    """train_fixed's run: fit() in a thread, bounded by --timeout; 0, or 1 with the error."""
     import threading
 
     import fixed
 
-    print(f"[launcher] Ray Train on {args.max_replicas} fixed worker(s), each {replica}, at "
-          f"global batch {args.batch_size}", flush=True)
     warn_if_no_room(nodes, controller_node, replica)
     start = time.monotonic()
     outcome = {}
@@ -129,7 +149,7 @@ def train_fixed(args, argv: list[str], nodes: list, replica: dict, controller_no
     def train() -> None:
         try:
             outcome["summary"] = fixed.run(args, argv, replica, controller_node, job_start,
-                                           SummaryBox.remote())
+                                           SummaryBox.remote(), storage)
         except Exception as e:  # noqa: BLE001 (said below, with the workers' tracebacks above)
             outcome["error"] = e
 
