@@ -15,9 +15,9 @@ on fresh processes (their start, imports, Ray's pipeline start) and is reported 
 the cold round; each figure is the median of the warm rounds after it. Prints images/s
 and the ratios b/a (target >= 0.97) and b/c (target >= 1), the length of a Ray Data task,
 and where the cores' time went during (b): Ray's workers (the transform), the driver (the
-streaming executor and the iterator), Ray's daemons and its own actors, idle. The last line is b/a on the
-cores Ray's own processes leave to its workers. Absolute numbers vary with the host;
-compare ratios from one run.
+streaming executor and the iterator), Ray's daemons and its own actors, idle. The last
+line is b/a on the cores Ray's own processes leave to its workers. Absolute numbers vary
+with the host; compare ratios from one run.
 """
 
 import argparse
