@@ -14,16 +14,18 @@ What the kit gives it, and what the few raykit lines do:
 
 What it keeps: the labels are the images' folder names (cat/, dog/: one class each, as
 many classes as folders); checkpoints every --checkpoint-every steps and the final model
-(model.pt) go to --storage (Ray Train's run folder: an absolute directory every node can
-write, or s3://...; by default Ray's ~/ray_results on the head); a training worker that
-dies restarts from the last checkpoint (up to 3 times). `make submit` prints where the
-model is.
+(model.pt) go to --storage (an absolute directory every node can write, or s3://...; by
+default Ray's ~/ray_results on the head), in a folder of each run's own, so that no run
+resumes another's; a training worker that dies restarts from the last checkpoint (up to 3
+times). `make submit` prints where the model is.
 """
 
 import argparse
 import io
+import json
 import sys
 import time
+import uuid
 
 import numpy as np
 from raykit import autopilot, cluster, feed, measure, summary
@@ -105,7 +107,10 @@ def train_loop(config: dict) -> None:
     batches = feed.Feed("train", batch_size=config["batch_size"])  # Train's "train" dataset
     model = ray.train.torch.prepare_model(build_model(len(config["classes"])))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    done = resume(model, optimizer)  # after a restart: the last checkpoint's step, else 0
+    done, finished = resume(model, optimizer)  # after a restart: the last checkpoint's step, else 0
+    if finished:  # restarted after the final report (a node lost just then): nothing to train
+        measure.report(finished, saved(model, optimizer, done, final=True))
+        return
     step = done
     for epoch in range(config["epochs"]):
         if epoch:  # each pass a new read of the shard
@@ -128,35 +133,49 @@ def train_loop(config: dict) -> None:
         if config["steps"] and step >= config["steps"]:
             break
     metrics = steps.metrics(model, final_loss=float(loss.item()), resumed_from_step=done)
-    measure.report(metrics, saved(model, optimizer, step))  # the final model, with the summary
+    # the final model, with the summary
+    measure.report(metrics, saved(model, optimizer, step, final=True))
 
 
-def saved(model, optimizer, step: int):
+def saved(model, optimizer, step: int, final: bool = False):
     """What a checkpoint holds: the model's weights (model.pt, loadable without Ray), and
-    the optimizer and step a restarted worker resumes from (state.pt)."""
+    the optimizer and step a restarted worker resumes from (state.pt; final: the run's
+    end, its summary beside it)."""
     import torch
 
     def write(folder):
         weights = getattr(model, "module", model).state_dict()
         torch.save(weights, f"{folder}/model.pt")
-        torch.save({"optimizer": optimizer.state_dict(), "step": step}, f"{folder}/state.pt")
+        torch.save({"optimizer": optimizer.state_dict(), "step": step, "final": final},
+                   f"{folder}/state.pt")
     return write
 
 
-def resume(model, optimizer) -> int:
-    """Load the run's last checkpoint where Ray Train restarted this worker; its step."""
+def resume(model, optimizer) -> tuple[int, dict | None]:
+    """Load the run's last checkpoint where Ray Train restarted this worker: its step, and
+    the run's summary where that checkpoint was the final one (else None)."""
     import ray.train
     import torch
 
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
-        return 0
+        return 0, None
     with checkpoint.as_directory() as folder:
         getattr(model, "module", model).load_state_dict(torch.load(f"{folder}/model.pt"))
         state = torch.load(f"{folder}/state.pt")
+        finished = None
+        if state.get("final"):
+            with open(f"{folder}/metrics.json") as f:
+                finished = json.load(f)
     optimizer.load_state_dict(state["optimizer"])
-    print(f"resuming from the checkpoint of step {state['step']}", flush=True)
-    return state["step"]
+    print(f"resuming from the checkpoint of step {state['step']}"
+          + (": the run had finished; its summary is reported again" if finished else ""), flush=True)
+    return state["step"], finished
+
+
+def run_name() -> str:
+    """This run's folder under --storage: template-<date>_<time>-<4 hex>."""
+    return f"template-{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:4]}"
 
 
 def main(argv=None) -> int:
@@ -192,7 +211,9 @@ def main(argv=None) -> int:
         scaling_config=cluster.scaling_config(shape, workers),
         datasets={"train": dataset},
         dataset_config=DataConfig(execution_options=data_options),
-        run_config=RunConfig(name="template", storage_path=args.storage or None,
+        # a name of this run's own: one shared by every run would resume the last one's
+        # final model (Ray Train restores a run from its folder), whatever its data
+        run_config=RunConfig(name=run_name(), storage_path=args.storage or None,
                              failure_config=FailureConfig(max_failures=3),
                              logging_config=cluster.train_logging()))
     started = time.perf_counter()

@@ -98,6 +98,16 @@ def test_copied_template_trains_on_the_head_preprocesses_on_workers_and_plans(
     plan = make("plan", f"PROFILE={results}", env=cluster, timeout=120)
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert plan.stdout.startswith("profile: g5.xlarge trains ") and "\nchoice: " in plan.stdout
+    # submitted again on the same --storage, a run of its own: it resumes nothing of the
+    # first (one run name for all made the second load the first's final model and train
+    # one step; with other classes it failed to load)
+    again = make("submit", "CLUSTER=local", f"JOB={copied_template}",
+                 f"ARGS=--data {image_dir} --steps 2 --batch-size 8 --storage {tmp_path / 'runs'}",
+                 env=cluster, timeout=600)
+    assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-2000:]
+    assert "resuming" not in again.stdout and kept_summary(again.stdout)["steps"] == 2
+    runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert len(runs) == 2 and all(re.fullmatch(r"template-[\d-]+_[\d-]+-[0-9a-f]{4}", r) for r in runs), runs
 
 
 def test_a_job_requirement_missing_from_the_local_venv_is_one_line_before_submitting(
