@@ -82,7 +82,7 @@ def main(argv) -> int:
     status_ref = controller.create_job.remote(
         replica, port_offset, args.checkpoint_timeout, path=TRAIN_SCRIPT, argv=argv)
     try:
-        done, _ = ray.wait([status_ref], timeout=args.timeout)
+        done = wait_for(status_ref, args.timeout)
         if not done:
             print(f"[launcher] ERROR: the job did not finish within --timeout {args.timeout:.0f} s; "
                   "stopping it. A replica that cannot be placed or dies before it registers "
@@ -204,6 +204,20 @@ def warn_if_no_room(nodes: list, controller_node: dict, replica: dict) -> None:
               file=sys.stderr, flush=True)
 
 
+def wait_for(ref, timeout_s: float) -> bool:
+    """Whether `ref` is ready within timeout_s. A second at a time: `ray job stop` (make
+    submit's TIMEOUT, make stop) sends SIGTERM, which Ray's handler turns into SystemExit
+    in this thread, and SIGKILL 3 s later; a wait of the whole --timeout in Ray's C++ would
+    hold the exception, and the clean-up after it (the controller, the replicas' dirs),
+    until the kill."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        done, _ = ray.wait([ref], timeout=min(1.0, left))
+        if done:
+            return True
+    return False
+
+
 def adaptdl_job_id(controller) -> str | None:
     """The id adaptdl-ray gave the job (a process-wide random one, in the controller)."""
     try:
@@ -215,20 +229,24 @@ def adaptdl_job_id(controller) -> str | None:
 def remove_replica_dirs(job_id: str) -> None:
     """adaptdl-ray's replicas keep a checkpoint dir and a share dir in /tmp on their nodes,
     named after the job's id and their rank (/tmp/checkpoint-<id>-<rank>: the model and
-    optimizer, ~15 MB here), and never remove them. Remove this job's from every node."""
+    optimizer, ~15 MB here), and never remove them. Remove this job's from every node:
+    this one's first, here (a stopped job has 3 s: all of a local cluster's), then the
+    others' by a task on each."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    @ray.remote(num_cpus=0, max_retries=0)
     def remove() -> None:
         import glob
         import shutil
         for path in glob.glob(f"/tmp/checkpoint-{job_id}-*") + glob.glob(f"/tmp/share-{job_id}-*"):
             shutil.rmtree(path, ignore_errors=True)
 
+    remove()
+    here = ray.get_runtime_context().get_node_id()
+    elsewhere = ray.remote(num_cpus=0, max_retries=0)(remove)
     try:
-        ray.get([remove.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            node["NodeID"], soft=False)).remote() for node in ray.nodes() if node["Alive"]],
-            timeout=60)
+        ray.get([elsewhere.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node["NodeID"], soft=False)).remote() for node in ray.nodes()
+            if node["Alive"] and node["NodeID"] != here], timeout=60)
     except Exception as e:  # noqa: BLE001 (a node gone since: nothing more to remove there)
         print(f"[launcher] could not remove every replica's /tmp dirs: {type(e).__name__}",
               file=sys.stderr, flush=True)

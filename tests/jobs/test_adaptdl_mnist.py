@@ -247,12 +247,16 @@ def test_a_job_stopped_mid_way_leaves_nothing_behind(cluster):
     # connect to root" for a whole 35 s, then 75 s limit was held off its reducer port by
     # another program's connection: ports.py now picks ports no connection takes); 60000
     # samples take minutes, so the job is still mid-way when stopped
+    dirs_before = adaptdl_replica_dirs()
     run = make("submit", "CLUSTER=local", "JOB=adaptdl_mnist", "TIMEOUT=75",
                "ARGS=--train-samples 60000", env=env, timeout=300)
     assert run.returncode != 0
     assert "ran past its 75 s limit" in run.stdout + run.stderr
     assert "generation 0: 1 replica(s)" in run.stdout  # it was training when stopped
     assert no_job_processes_within(state, 30) == []
+    # in the 3 s between `ray job stop`'s SIGTERM and its SIGKILL, the launcher removed its
+    # replicas' dirs (left behind by every stopped run until 2026-11-28)
+    assert adaptdl_replica_dirs() <= dirs_before
 
 
 @pytest.mark.slow
