@@ -206,10 +206,10 @@ def warn_if_no_room(nodes: list, controller_node: dict, replica: dict) -> None:
 
 def wait_for(ref, timeout_s: float) -> bool:
     """Whether `ref` is ready within timeout_s. A second at a time: `ray job stop` (make
-    submit's TIMEOUT, make stop) sends SIGTERM, which Ray's handler turns into SystemExit
-    in this thread, and SIGKILL 3 s later; a wait of the whole --timeout in Ray's C++ would
-    hold the exception, and the clean-up after it (the controller, the replicas' dirs),
-    until the kill."""
+    submit's TIMEOUT, make stop-job) sends SIGTERM, which Ray's handler turns into
+    SystemExit in this thread, and SIGKILL 3 s later; a wait of the whole --timeout in
+    Ray's C++ would hold the exception, and the clean-up after it (the controller, the
+    replicas' dirs), until the kill."""
     deadline = time.monotonic() + timeout_s
     while (left := deadline - time.monotonic()) > 0:
         done, _ = ray.wait([ref], timeout=min(1.0, left))
