@@ -244,7 +244,7 @@ def save_checkpoint(model, optimizer, step: int, restarts: int) -> None:
 
 def finished_summary(total_steps: int) -> dict | None:
     """The run's summary where its last checkpoint is the finished run's (the summary
-    alone, no state.pt) and covers `total_steps`: Ray Train restarted the workers after
+    alone, no state.pt) of `total_steps` steps: Ray Train restarted the workers after
     the last report (a train node lost between that report and the run's end), or the run
     was submitted again on the same --storage-path. None otherwise."""
     import json
@@ -258,7 +258,7 @@ def finished_summary(total_steps: int) -> dict | None:
         if Path(directory, "state.pt").exists():
             return None
         metrics = json.loads(Path(directory, "metrics.json").read_text())
-    return metrics if metrics.get("steps", 0) >= total_steps else None
+    return metrics if metrics.get("steps") == total_steps else None
 
 
 def load_checkpoint(model, optimizer) -> dict | None:
@@ -272,7 +272,7 @@ def load_checkpoint(model, optimizer) -> dict | None:
         return None
     with checkpoint.as_directory() as directory:
         path = Path(directory, "state.pt")
-        if not path.exists():  # the summary of a finished run of fewer steps: start over
+        if not path.exists():  # the summary of a finished run of other steps: start over
             return None
         state = torch.load(path, map_location="cpu", weights_only=True)
     getattr(model, "module", model).load_state_dict(state["model"])
