@@ -249,15 +249,19 @@ def finished_summary(total_steps: int) -> dict | None:
     was submitted again on the same --storage-path. None otherwise."""
     import json
 
+    import pyarrow.fs
     import ray.train
 
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
         return None
-    with checkpoint.as_directory() as directory:
-        if Path(directory, "state.pt").exists():
-            return None
-        metrics = json.loads(Path(directory, "metrics.json").read_text())
+    # its two small files only: as_directory() would download the whole checkpoint from
+    # s3://, model and optimizer, which load_checkpoint then downloads again
+    fs, path = checkpoint.filesystem, checkpoint.path
+    if fs.get_file_info(f"{path}/state.pt").type != pyarrow.fs.FileType.NotFound:
+        return None
+    with fs.open_input_stream(f"{path}/metrics.json") as f:
+        metrics = json.loads(f.read().decode())
     return metrics if metrics.get("steps") == total_steps else None
 
 
