@@ -137,10 +137,12 @@ bench: $(STAMP) ## ViT job on each of CLUSTERS: $/100 steps table + JSON/CSV/PNG
 # The real-API-server tests (tests/kuberay/test_real_apiserver.py) need kube-apiserver
 # built once into ~/.cache/raykit (kube-testbed: ~7 minutes the first time, as root for
 # apt-get); where this machine cannot build it, make test says so in one line and skips
-# them, and under CI=true that is an error.
+# them, and under CI=true that is an error. The same holds for Debian's openssh-server, the
+# real sshd the tests of `ray dashboard`'s SSH tunnel run against (tests/ssh_testbed.py).
 REPORTS := build/test-reports
 test: $(STAMP) ## run every test (the local Ray cluster, AWS through moto, KubeRay against a real API server); prints the slowest
 	@$(PY) -m tests.kuberay.kube_testbed ensure
+	@$(PY) -m tests.ssh_testbed ensure
 	@rm -rf $(REPORTS) && mkdir -p $(REPORTS) && date +%s > $(REPORTS)/start
 	@echo "== test-offline and test-adaptdl side by side (each one's output when it ends), then test-cluster"
 	@export RAYKIT_TEST_REPORTS=$(REPORTS); \

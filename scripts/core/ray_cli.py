@@ -65,12 +65,14 @@ def free_ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in bound]
 
 
-def taken_by_others(ports: list[int], ours: list) -> list[int]:
-    """Those of `ports` that a process outside `ours` (psutil.Process objects) listens on.
-    A port free_ports() chose is free only until it returns: another program may bind it
-    before ours does, and `ray start` still succeeds with its dashboard elsewhere (it logs
-    "Failed to bind"), a tunnel's port would answer for another server. [] where this
-    system shows other processes' sockets to root only (macOS)."""
+def taken_by_others(ports: list[int], ours: list, also_ours=None) -> list[int]:
+    """Those of `ports` that a process outside `ours` (psutil.Process objects) listens on,
+    unless `also_ours(process)` says it is ours all the same (a process ours handed the
+    port to: OpenSSH's ControlPersist master). A port free_ports() chose is free only until
+    it returns: another program may bind it before ours does, and `ray start` still
+    succeeds with its dashboard elsewhere (it logs "Failed to bind"), a tunnel's port
+    would answer for another server. [] where this system shows other processes' sockets
+    to root only (macOS)."""
     import psutil
 
     pids = {p.pid for p in ours}
@@ -78,8 +80,16 @@ def taken_by_others(ports: list[int], ours: list) -> list[int]:
         sockets = psutil.net_connections(kind="tcp")
     except psutil.AccessDenied:
         return []
+
+    def others(pid) -> bool:
+        if pid in pids:
+            return False
+        try:
+            return not (also_ours and pid is not None and also_ours(psutil.Process(pid)))
+        except psutil.Error:  # gone since: it was not ours to keep
+            return True
     return sorted({s.laddr.port for s in sockets if s.status == psutil.CONN_LISTEN
-                   and s.laddr.port in ports and s.pid not in pids})
+                   and s.laddr.port in ports and others(s.pid)})
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

@@ -17,18 +17,21 @@ MAX_WAIT_S = 60
 
 
 @contextmanager
-def forwarded(command_for, what: str, hint: str, env: dict | None = None):
+def forwarded(command_for, what: str, hint: str, env: dict | None = None, also_ours=None):
     """Run `command_for(port)`, which forwards 127.0.0.1:`port`, in a session of its own;
     yield the port once the command listens on it; stop its whole process group after.
     `what` names it in errors, `hint` says what to check when it exits. A port another
     program took between choosing and binding (the command then fails, or is slower to
-    bind) is given up for a fresh one: the dashboard must never be another server's."""
+    bind) is given up for a fresh one: the dashboard must never be another server's.
+    `also_ours(process)`: whether a listener outside the command's process tree is the
+    command's all the same (`ray dashboard`'s SSH hands its port to a ControlPersist
+    master that leaves the tree; aws/day2.py)."""
     for _ in range(PORT_TRIES):
         port = free_port()
         tunnel = subprocess.Popen(command_for(port), env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
-            ours = listening(tunnel, port, what, hint)
+            ours = listening(tunnel, port, what, hint, also_ours)
         except BaseException:
             stop_group(tunnel)
             raise
@@ -46,9 +49,9 @@ def forwarded(command_for, what: str, hint: str, env: dict | None = None):
         stop_group(tunnel)
 
 
-def listening(tunnel: subprocess.Popen, port: int, what: str, hint: str) -> bool:
+def listening(tunnel: subprocess.Popen, port: int, what: str, hint: str, also_ours=None) -> bool:
     """Wait until `port` answers: True when the tunnel (or its child: `ray dashboard`'s
-    ssh) listens there, False when another program does."""
+    ssh, or a process `also_ours` claims) listens there, False when another program does."""
     deadline = time.monotonic() + MAX_WAIT_S
     while not port_open(port):
         if tunnel.poll() is not None:
@@ -63,7 +66,7 @@ def listening(tunnel: subprocess.Popen, port: int, what: str, hint: str) -> bool
         group = [psutil.Process(tunnel.pid), *psutil.Process(tunnel.pid).children(recursive=True)]
     except psutil.NoSuchProcess:
         return False  # it exited while another program answered on its port
-    return not taken_by_others([port], group)
+    return not taken_by_others([port], group, also_ours)
 
 
 def stop_group(proc: subprocess.Popen) -> None:

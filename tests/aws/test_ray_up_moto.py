@@ -51,6 +51,33 @@ def stand_in_autoscaler(endpoint: str, stop: threading.Event) -> None:
 
 
 def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_path):
+    """The tunnel to the head (`make dashboard`, `make submit`) runs Ray's `ray dashboard`
+    and the real OpenSSH client it starts, with Ray's ControlPersist master, against a real
+    sshd on loopback (tests/ssh_testbed.py): the kit once refused that master's listener
+    as another program's on every Linux client."""
+    from tests import ssh_testbed
+
+    why = ssh_testbed.why_unavailable()
+    if why:
+        pytest.skip(f"no test sshd: {why}")
+    with ssh_testbed.sshd(tmp_path / "sshd") as sshd:
+        try:
+            up_submit_status_and_down(moto_server, standin_head, tmp_path, sshd)
+        finally:
+            for master in rays_ssh_masters("hetero"):
+                master.kill()
+
+
+def rays_ssh_masters(cluster: str) -> list:
+    import psutil
+
+    from scripts.providers.aws.day2 import rays_ssh_master
+
+    is_master = rays_ssh_master(cluster)
+    return [p for p in psutil.process_iter() if is_master(p)]
+
+
+def up_submit_status_and_down(moto_server, standin_head, tmp_path, sshd):
     log = tmp_path / "remote-commands.log"
     env = dict(os.environ,
                AWS_ENDPOINT_URL=moto_server,
@@ -58,6 +85,7 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
                RAYKIT_BUILD_DIR=str(tmp_path / "build"),
                STANDIN_LOG=str(log),
                STANDIN_DASHBOARD_PORT=str(standin_head),  # where the stand-in ssh -L leads
+               STANDIN_SSHD=f"{sshd.port} {sshd.user} {sshd.key}",  # through the real OpenSSH
                RAYKIT_IAM_WAIT_S="0",  # moto's IAM has nothing to propagate
                PATH=f"{REPO / 'tests' / 'standins'}:{os.environ['PATH']}")
     dlami = publish_dlami(boto3.client("ec2", endpoint_url=moto_server, region_name="us-east-1"))
@@ -149,6 +177,7 @@ def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_pa
     assert run.returncode != 0 and "FAILED" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
     assert "summary kept in" in run.stdout  # the job ran on the head the tunnel leads to
     assert " -L " in log.read_text()
+    assert rays_ssh_masters("hetero"), "the forward ran with no ControlPersist master: not Ray's SSH"
     run = make("submit", "CLUSTER=hetero", "JOB=smoke", "ARGS=--tasks 2", env=env, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     import psutil

@@ -55,6 +55,31 @@ def is_running(record: dict) -> bool:
         return True
 
 
+def rays_ssh_master(cluster_name: str):
+    """Whether a process is the OpenSSH master Ray's SSH to this cluster runs. Ray's SSH runs
+    with ControlMaster=auto and ControlPersist=10s (its command_runner.py): OpenSSH binds
+    `ray dashboard`'s -L listener and then forks a detached master (`ssh: <ControlPath>
+    [mux]`, parent pid 1), or an earlier Ray SSH command's master binds it for the new
+    client. Either way the listener is outside the tunnel's process tree, and still its
+    own. The ControlPath's folder is Ray's own runner's, for this cluster and this user;
+    with ExitOnForwardFailure=yes (Ray's too), a port another program took makes the
+    forward fail, never land on that program."""
+    import psutil
+    from ray.autoscaler._private.command_runner import SSHCommandRunner
+
+    control_dir = SSHCommandRunner(log_prefix="", node_id=None, provider=None, auth_config={"ssh_user": ""},
+                                   cluster_name=cluster_name, process_runner=None,
+                                   use_internal_ip=False).ssh_control_path
+
+    def is_master(process) -> bool:
+        try:
+            title = " ".join(process.cmdline()).strip()
+        except psutil.Error:
+            return False
+        return bool(control_dir) and title.startswith(f"ssh: {control_dir}/") and title.endswith("[mux]")
+    return is_master
+
+
 @contextmanager
 def job_address(record: dict):
     """`ray dashboard` keeps an SSH port-forward to the head's dashboard open while we
@@ -63,5 +88,6 @@ def job_address(record: dict):
         return [ray_cli(), "dashboard", "--port", str(port), str(state.config_path(record["cluster"]))]
 
     with tunnel.forwarded(command, "ray dashboard", "is the cluster up (`make status`) and "
-                          "your SSH key in place?", env=ray_env()) as port:
+                          "your SSH key in place?", env=ray_env(),
+                          also_ours=rays_ssh_master(record["cluster_name"])) as port:
         yield f"http://127.0.0.1:{port}", "python", None
