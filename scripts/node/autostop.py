@@ -41,6 +41,8 @@ local provider's teardown. Like everything in scripts/node/, this file needs not
 kit: `make up` on AWS ships scripts/node/ alone to the nodes.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import os

@@ -26,6 +26,8 @@ start, at boot: the image pull and setup come first); a raylet seen, then none: 
 IDLE. Like everything in scripts/node/, this file needs nothing of the kit.
 """
 
+from __future__ import annotations
+
 import argparse
 import os
 import subprocess

@@ -15,6 +15,8 @@ It needs only the standard library and Ray. Tests serve a stand-in metadata endp
 loopback (--imds) and watch a node of the local cluster (--node-ip).
 """
 
+from __future__ import annotations
+
 import argparse
 import datetime
 import json

@@ -4,8 +4,12 @@ it on every AWS host."""
 
 import base64
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from conftest import REPO
 from scripts.providers.aws import render as aws_render
@@ -116,6 +120,32 @@ def test_this_host_without_ray_has_no_raylet_and_the_program_runs_standalone():
                          capture_output=True, text=True, timeout=30, cwd="/",
                          env={"PATH": os.environ["PATH"]})
     assert run.returncode == 0 and "--grace-minutes" in run.stdout
+
+
+# The oldest host Python docs/aws.md allows an AMI of one's own (Ubuntu 20.04's); the node
+# programs run under the host's or Ray's container's python3, never the kit's.
+OLDEST_HOST_PYTHON = "3.8"
+
+
+def oldest_host_python() -> str | None:
+    """A python3.8 interpreter itself (pyenv's, not its shim, which needs a version chosen)."""
+    found = sorted((Path.home() / ".pyenv" / "versions").glob(f"{OLDEST_HOST_PYTHON}.*/bin/python{OLDEST_HOST_PYTHON}"))
+    return str(found[-1]) if found else shutil.which(f"python{OLDEST_HOST_PYTHON}")
+
+
+@pytest.mark.parametrize("program", sorted(p.name for p in (REPO / "scripts" / "node").glob("*.py")))
+def test_every_node_program_runs_under_the_oldest_host_python(program):
+    """An annotation such as `int | None` is evaluated when its `def` runs: under a host's
+    older python3 the dead-man raised TypeError at import, and systemd restarted it for
+    ever with no switch armed."""
+    python = oldest_host_python()
+    if python is None:
+        pytest.skip(f"no python{OLDEST_HOST_PYTHON} on this machine")
+    run = subprocess.run([python, str(REPO / "scripts" / "node" / program), "--help"],
+                         capture_output=True, text=True, timeout=60, cwd="/",
+                         env={"PATH": os.environ["PATH"]})
+    assert run.returncode == 0, run.stderr[-400:]
+    assert run.stdout.startswith("usage:")
 
 
 def test_every_aws_node_starts_the_switch_at_boot_and_powering_off_terminates():
