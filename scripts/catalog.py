@@ -12,6 +12,7 @@ import json
 import math
 from dataclasses import dataclass
 
+from scripts.core.inputs import strict_json
 from scripts.core.paths import VALUES_DIRS
 
 RAY_VERSION = "2.60.0"
@@ -271,9 +272,9 @@ def fetched_prices(region: str) -> dict | None:
         if not path.is_file():
             continue
         try:
-            found = json.loads(path.read_text())
+            found = strict_json(path.read_text())
             problem = price_list_problem(found, region)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
             problem = f"not JSON ({str(e)[:80]})"
         if problem:
             raise KitError(f"{path}: {problem}; run `make prices CLUSTER=...` for {region} again, "

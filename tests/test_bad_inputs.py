@@ -462,6 +462,65 @@ def test_malformed_values_files_are_refused(monkeypatch, capsys, name, data, mes
     assert not os.path.exists("/tmp/raykit-pwned")
 
 
+def number_keys(rule: dict, root: dict, values, key: str = ""):
+    """Every dotted key of `values`' schema that takes a number, walked through $ref and
+    into each named map entry (workers) the values file has: where a non-finite one could
+    hide."""
+    from scripts.core.values import resolve
+
+    rule = resolve(rule, root)
+    kinds = rule.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "number" in kinds or "integer" in kinds:
+        yield key
+    children = dict.fromkeys(rule.get("properties", {}))
+    if isinstance(rule.get("additionalProperties"), dict) and isinstance(values, dict):
+        children |= dict.fromkeys(set(values) - set(children))
+    for name in children:
+        sub = rule.get("properties", {}).get(name) or rule["additionalProperties"]
+        yield from number_keys(sub, root, (values or {}).get(name) if isinstance(values, dict) else None,
+                               f"{key}.{name}" if key else name)
+
+
+def put(values: dict, dotted: str, value) -> None:
+    """set_path, making the maps on the way (a key left to its default)."""
+    *parents, last = dotted.split(".")
+    for key in parents:
+        values = values.setdefault(key, {})
+    values[last] = value
+
+
+NOT_FINITE = [(float("nan"), ".nan"), (float("inf"), ".inf"), (float("-inf"), "-.inf")]
+
+
+@pytest.mark.parametrize("cluster", ["local", "hetero", "k8s_hetero"])
+def test_no_number_of_a_values_file_may_be_nan_or_infinite(monkeypatch, capsys, cluster):
+    """Every bound holds for NaN (a comparison with it is False): `.nan` validated as a
+    cpu_quota, a stall limit or the autopilot's $/h ceiling, and failed mid-launch or
+    switched the check off. Every key the schema reads as a number, each in YAML's three
+    spellings, is one line naming the key."""
+    from scripts.core.values import load_schema
+    from scripts.core.paths import REPO as KIT_REPO
+
+    base = load_example(cluster)
+    schema = load_schema(KIT_REPO / "cluster_templates" / "schema" / f"{base['provider']}.schema.yaml")
+    keys = sorted(set(number_keys(schema, schema, base)))
+    assert {"stall_minutes", "autopilot.cooldown_s", "autopilot.max_usd_per_hour"} <= set(keys)
+    for i, key in enumerate(keys):
+        number, spelled = NOT_FINITE[i % 3]
+        values = load_example(cluster)
+        put(values, key, number)
+        line = kit_error(monkeypatch, capsys, cluster, yaml.safe_dump(values).encode())
+        assert f"{key}: {spelled} is not a number; write a finite one" in line, (key, line)
+
+
+def test_a_non_finite_number_where_no_rule_reads_one_is_refused_too(monkeypatch, capsys):
+    values = load_example("hetero")
+    values["aws"]["tags"] = {"team": float("nan")}
+    line = kit_error(monkeypatch, capsys, "hetero", yaml.safe_dump(values).encode())
+    assert "aws.tags.team: .nan is not a number; write a finite one" in line
+
+
 def test_a_key_typed_wrong_is_said_once(monkeypatch, capsys):
     """Its did-you-mean, not also "'cpus' is required" for the key it was meant to be."""
     line = kit_error(monkeypatch, capsys, "local", b"cluster_name: a\nprovider: local\nhead: {cpsu: 1}\n")

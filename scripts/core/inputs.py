@@ -7,6 +7,7 @@ cluster_templates/ and jobs/; ARGS is split as a POSIX shell would split it; TIM
 positive, finite number of seconds.
 """
 
+import argparse
 import json
 import math
 import re
@@ -180,6 +181,28 @@ def json_text(value, indent: int | None = 2) -> str:
     return json.dumps(finite(value), indent=indent, allow_nan=False)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse for the kit's commands and benchmarks: a mistake in their flags (ARGS) is
+    one `error:` line naming where to look (a KitError), never argparse's usage dump and
+    its exit."""
+
+    def __init__(self, *args, see: str, prefix: str = "ARGS: ", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.see, self.prefix = see, prefix
+
+    def error(self, message):
+        raise KitError(f"{self.prefix}{message}; see `{self.see}`")
+
+
+def strict_json(text: str | bytes):
+    """JSON as a standard reader takes it: Python's json also takes NaN, Infinity and
+    -Infinity, which no JSON the kit, kubectl or AWS writes holds, and which every bound
+    check passes (a comparison with NaN is False). ValueError for them, as for bad JSON."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not a JSON number")
+    return json.loads(text, parse_constant=refuse)
+
+
 def read_json(variable: str, path_text: str, hint: str, max_bytes: int = 1 << 20):
     """The JSON in the file a Make variable names (PROFILE, FROM): a regular file of at
     most max_bytes, strict JSON (no NaN or Infinity); anything else is one error line
@@ -190,8 +213,7 @@ def read_json(variable: str, path_text: str, hint: str, max_bytes: int = 1 << 20
     if path.stat().st_size > max_bytes:
         raise KitError(f"{variable}={short(path_text)}: over {max_bytes} bytes; {hint}")
     try:
-        return json.loads(path.read_text(encoding="utf-8"),
-                          parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+        return strict_json(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise KitError(f"{variable}={short(path_text)}: cannot be read ({e.strerror}); "
                        f"{hint}") from None

@@ -19,6 +19,7 @@ from pathlib import Path
 import jsonschema
 
 from scripts.core.errors import KitError, short
+from scripts.core.inputs import strict_json
 from scripts.core.paths import LAUNCHED
 
 MAX_RECORD_BYTES = 16 * 1024
@@ -84,7 +85,7 @@ def load(cluster: str, record_schemas: dict[str, dict]) -> dict | None:
             raise ValueError("not a regular file")
         if kind.st_size > MAX_RECORD_BYTES:
             raise ValueError(f"{kind.st_size} bytes")
-        record = json.loads(path.read_bytes())
+        record = strict_json(path.read_bytes())
     except (OSError, ValueError) as e:
         raise KitError(f"{where} is corrupt ({short(str(e), 80)}); {fix}") from None
     if not isinstance(record, dict) or record.get("cluster") != cluster \

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from scripts.core import charts
 from scripts.core.errors import KitError, short
-from scripts.core.inputs import job_dir, job_requirements, json_text, shown
+from scripts.core.inputs import job_dir, job_requirements, json_text, shown, strict_json
 from scripts.core.paths import JOB_LIBRARY
 from scripts.core.ray_cli import use_auth_in_this_process
 from scripts.core.state import write_atomic
@@ -318,8 +318,8 @@ def result_line(output: str) -> dict:
     if not lines:
         raise KitError("the job printed no RESULT line")
     try:
-        return json.loads(lines[-1][len(RESULT_PREFIX):])
-    except ValueError:
+        return strict_json(lines[-1][len(RESULT_PREFIX):])
+    except (ValueError, RecursionError):
         raise KitError("the job's RESULT line is not JSON") from None
 
 

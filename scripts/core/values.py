@@ -8,6 +8,7 @@ integers (5.0 and true are not). Defaults live in the schema (`default:`), nowhe
 
 import copy
 import difflib
+import math
 import unicodedata
 from pathlib import Path
 
@@ -135,10 +136,26 @@ def _strict_int(checker, instance) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
+def _finite_number(checker, instance) -> bool:
+    """YAML's .nan, .inf and -.inf are floats, and every bound passes NaN (a comparison
+    with it is False): a number here is a finite one."""
+    return (isinstance(instance, (int, float)) and not isinstance(instance, bool)
+            and (isinstance(instance, int) or math.isfinite(instance)))
+
+
 StrictValidator = jsonschema.validators.extend(
     jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_int),
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {"integer": _strict_int, "number": _finite_number}),
 )
+
+
+def not_finite(value) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def yaml_spelling(value: float) -> str:
+    return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
 
 
 def load_schema(path: Path) -> dict:
@@ -172,13 +189,18 @@ def short_problem(problem: str, limit: int = 600) -> str:
 def schema_problems(values: dict, schema: dict) -> list[str]:
     """Every violation as 'dotted.key: what is wrong; how to fix', a key typed wrong said
     once: its did-you-mean, not also the required key it was meant to be."""
-    problems, meant = [], set()
+    problems, meant, said_not_finite = [], set(), set()
     # by key; at one key an unknown key first, so that its did-you-mean is known
     for error in sorted(StrictValidator(schema).iter_errors(values),
                         key=lambda e: (list(map(str, e.path)), e.validator != "additionalProperties")):
         key = ".".join(str(p) for p in error.path) or "(top level)"
         rule = error.schema if isinstance(error.schema, dict) else {}
-        if error.validator == "additionalProperties":
+        if not_finite(error.instance):
+            if key not in said_not_finite:  # one line, whichever rules it failed
+                said_not_finite.add(key)
+                problems.append(f"{key}: {yaml_spelling(error.instance)} is not a number; write a "
+                                "finite one" + (f" ({rule['description']})" if "description" in rule else ""))
+        elif error.validator == "additionalProperties":
             allowed = list(rule.get("properties", {}))
             for extra in sorted(set(error.instance) - set(allowed)):
                 where = f"{key}.{extra}" if error.path else extra
@@ -210,7 +232,22 @@ def schema_problems(values: dict, schema: dict) -> list[str]:
             problems.append(f"{key}: {short(error.instance)} is out of range; set {word} {bound}")
         else:
             problems.append(f"{key}: {short(error.message, 120)}")
+    # where no rule reads a number (a free-form map): a non-finite one is still no value
+    problems += [f"{key}: {yaml_spelling(v)} is not a number; write a finite one"
+                 for key, v in numbers_in(values) if not_finite(v) and key not in said_not_finite]
     return problems
+
+
+def numbers_in(value, key: str = ""):
+    """(dotted key, number) for every float in a parsed file."""
+    if isinstance(value, float):
+        yield key or "(top level)", value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from numbers_in(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):  # the path as the schema's errors spell it
+            yield from numbers_in(v, f"{key}.{i}" if key else str(i))
 
 
 def with_defaults(values, rule: dict, root: dict):

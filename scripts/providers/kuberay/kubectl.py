@@ -2,13 +2,13 @@
 command line for a cluster's context and namespace, one error line where it fails, and
 the few reads both make."""
 
-import json
 import os
 import shutil
 import subprocess
 import time
 
 from scripts.core.errors import KitError, short
+from scripts.core.inputs import strict_json
 
 POLL_S = 5.0  # between two looks at pods or a RayJob; RAYKIT_KUBECTL_POLL_S overrides it (tests)
 DELETE_WAIT_S = 300  # for the operator to remove every pod of a deleted RayCluster
@@ -51,8 +51,8 @@ def json_object(text: str, command: str) -> dict:
     """What kubectl printed where JSON was asked for, as an object; anything else (a
     plugin's or a wrapper's text, a list, nothing) is one error line naming the command."""
     try:
-        found = json.loads(text)
-    except ValueError:
+        found = strict_json(text)
+    except (ValueError, RecursionError):
         found = None
     if not isinstance(found, dict):
         raise KitError(f"`{short(command, 80)[1:-1]}` printed no JSON object where it was asked "
