@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline import BATCHES_PER_TASK, normalize_on_device
+from pipeline import BATCHES_PER_TASK, normalize_on_device, preprocessing_problems
 from raykit import autopilot, cluster, feed, measure, summary
 
 MODEL_PRESETS = {
@@ -69,15 +69,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also write the summary JSON to this path on the head (the kit "
                         "keeps a copy in build/results/ on every run)")
     args = p.parse_args(argv)
-    problems = []
-    for name in ("steps", "batch_size", "image_size", "blur_kernel", "log_every", "prefetch_batches",
-                 "batches_per_task"):
+    problems = preprocessing_problems(args.batch_size, args.image_size, args.blur_count,
+                                      args.blur_kernel, args.batches_per_task)
+    for name in ("steps", "log_every", "prefetch_batches"):
         if getattr(args, name) < 1:
             problems.append(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)})")
-    if args.image_size % 16:
-        problems.append(f"--image-size must be a multiple of the ViT patch size 16 (got {args.image_size})")
-    if args.blur_kernel % 2 == 0:
-        problems.append(f"--blur-kernel must be odd (got {args.blur_kernel})")
     if args.light_after_steps < 0 or (args.light_after_steps and args.data != "synthetic"):
         problems.append(f"--light-after-steps must be 0 (off) or a step of a synthetic run "
                         f"(got {args.light_after_steps}{' with --data' if args.data != 'synthetic' else ''})")
@@ -92,8 +88,6 @@ def parse_args(argv=None) -> argparse.Namespace:
             problems.append("--phases goes alone with synthetic images: drop --light-after-steps and --data")
         else:
             args.steps, args.heavy = sum(n for _, n in phases), heavy_steps(phases)
-    if not 0 <= args.blur_count <= 50:
-        problems.append(f"--blur-count must be between 0 and 50 (got {args.blur_count})")
     if args.workers < 0:
         problems.append(f"--workers must be 0 (auto) or more (got {args.workers})")
     for name in ("checkpoint_every", "max_failures"):

@@ -24,6 +24,26 @@ IMAGE_EXTENSIONS = ["jpg", "jpeg", "png"]
 # b/a 0.91 at 1 batch, 0.98 at 4 on 2 cores). Each batch leaves its task as soon as it is
 # made (BatchStage), so a longer task delays no batch.
 BATCHES_PER_TASK = 4
+PATCH = 16               # the ViT's patch size: an image side is a multiple of it
+MAX_IMAGE_SIZE = 1024    # a side past this is no training image (a batch of 16 at 1024px is 50 MB)
+MAX_BLUR_COUNT = 50
+
+
+def preprocessing_problems(batch_size: int, image_size: int, blur_count: int, blur_kernel: int,
+                           batches_per_task: int) -> list[str]:
+    """What is wrong with the preprocessing's flags, one phrase each: the job refuses them,
+    and so does `make bench-data`, which measures the same pipeline."""
+    problems = [f"--{name} must be at least 1 (got {value})" for name, value in
+                (("batch-size", batch_size), ("image-size", image_size), ("blur-kernel", blur_kernel),
+                 ("batches-per-task", batches_per_task)) if value < 1]
+    if image_size >= 1 and (image_size % PATCH or image_size > MAX_IMAGE_SIZE):
+        problems.append(f"--image-size must be a multiple of the ViT patch size {PATCH}, at most "
+                        f"{MAX_IMAGE_SIZE} (got {image_size})")
+    if blur_kernel >= 1 and blur_kernel % 2 == 0:
+        problems.append(f"--blur-kernel must be odd (got {blur_kernel})")
+    if not 0 <= blur_count <= MAX_BLUR_COUNT:
+        problems.append(f"--blur-count must be between 0 and {MAX_BLUR_COUNT} (got {blur_count})")
+    return problems
 
 
 def make_images(batch: dict, image_size: int, num_classes: int = NUM_CLASSES) -> dict:

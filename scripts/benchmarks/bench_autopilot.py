@@ -24,7 +24,6 @@ million images. Saved in build/bench/<time>-autopilot/: rows.json, rows.csv and 
 autopilot run's timeline (autopilot.png).
 """
 
-import argparse
 import copy
 import csv
 import os
@@ -38,7 +37,7 @@ from scripts.commands.checked import checked
 from scripts.commands.jobs import run_once
 from scripts.core import charts, roles
 from scripts.core.errors import KitError, command_exit
-from scripts.core.inputs import check_name, json_text, split_args
+from scripts.core.inputs import OneLineParser, check_name, json_text, split_args
 from scripts.core.paths import BENCH
 from scripts.kit import raise_keyboard_interrupt
 from scripts.pricing.bench_table import new_run_dir
@@ -102,13 +101,13 @@ def table(rows: list[dict]) -> list[str]:
 
 def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # `kill`: the teardown still runs
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(see="python -m scripts.benchmarks.bench_autopilot --help", prefix="",
+                      description=__doc__.split("\n\n")[0])
     # CLUSTER as the user gave it; the Makefile's own default (local) is not an autopilot mix
     given = os.environ.get("KIT_CLUSTER_ORIGIN", "command line") != "file"
     p.add_argument("--cluster", default=(given and os.environ.get("KIT_CLUSTER")) or "local_autopilot")
     p.add_argument("--args", default=os.environ.get("KIT_ARGS") or DEFAULT_ARGS, help="the job's flags")
-    a = p.parse_args(argv)
-    return command_exit(lambda: run(a))
+    return command_exit(lambda: run(p.parse_args(argv)))
 
 
 def run(a) -> int:

@@ -34,11 +34,12 @@ import psutil
 
 JOB_DIR = Path(__file__).resolve().parents[2] / "jobs" / "vit_synthetic"
 sys.path[:0] = [str(JOB_DIR), str(JOB_DIR.parent)]  # the job's pipeline, and raykit it imports
-from pipeline import BATCHES_PER_TASK, Preprocess, build_dataset, make_images  # noqa: E402
+from pipeline import (BATCHES_PER_TASK, Preprocess, build_dataset, make_images,  # noqa: E402
+                      preprocessing_problems)
 from raykit.feed import Feed, pace_executor_loop  # noqa: E402
 
-from scripts.core.errors import KitError  # noqa: E402
-from scripts.core.inputs import split_args  # noqa: E402
+from scripts.core.errors import KitError, command_exit  # noqa: E402
+from scripts.core.inputs import OneLineParser, split_args  # noqa: E402
 
 ARGS = None  # the parsed flags, in each process of the limit's pool
 STAGE = None  # the job's preprocessing stage, built once per process of the pool
@@ -219,8 +220,11 @@ ENGINES = {"a": Limit, "b": RayData, "c": Loader,
            "d": lambda args, cores: RayData(args, cores, ship="float32")}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The flags, checked as the ViT job checks the same ones (pipeline.py's rules): a
+    pipeline the job would refuse is not measured. A mistake is one KitError line."""
+    p = OneLineParser(see="make bench-data ARGS=--help", prog="make bench-data ARGS=...",
+                      description=__doc__.split("\n\n")[0])
     p.add_argument("--waves", type=int, default=8,
                    help="waves of tasks on every core per round (the round's images: waves x "
                         "cores x batch-size x batches-per-task)")
@@ -232,14 +236,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blur-kernel", type=int, default=11)
     p.add_argument("--batches-per-task", type=int, default=BATCHES_PER_TASK,
                    help=f"batches each Ray Data task makes (the job's default: {BATCHES_PER_TASK})")
-    # `make bench-data ARGS="--rounds 5"`: ARGS as a shell splits it (KIT_ARGS, from make)
-    args = p.parse_args(split_args(os.environ.get("KIT_ARGS", "")) if argv is None else argv)
+    args = p.parse_args(argv)
+    problems = preprocessing_problems(args.batch_size, args.image_size, args.blur_count,
+                                      args.blur_kernel, args.batches_per_task)
+    problems += [f"--{name} must be at least 1 (got {value})"
+                 for name, value in (("waves", args.waves), ("rounds", args.rounds)) if value < 1]
+    if args.images < 0 or (args.batch_size >= 1 and args.images % args.batch_size):
+        problems.append(f"--images must be 0 (by --waves) or a positive multiple of --batch-size "
+                        f"(got {args.images})")
+    if problems:
+        raise KitError(f"ARGS: {'; '.join(problems)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_exit(lambda: measure(parse(
+        # `make bench-data ARGS="--rounds 5"`: ARGS as a shell splits it (KIT_ARGS, from make)
+        split_args(os.environ.get("KIT_ARGS", "")) if argv is None else argv)))
+
+
+def measure(args: argparse.Namespace) -> int:
     cores = os.cpu_count()
     args.images = args.images or args.waves * cores * args.batch_size * args.batches_per_task
-    if args.images % args.batch_size or args.images < args.batch_size or args.rounds < 1 \
-            or args.batches_per_task < 1 or args.waves < 1:
-        p.error("--images must be a positive multiple of --batch-size; --waves, --rounds and "
-                "--batches-per-task at least 1")
     if any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
         # malloc reads these once, at process start: run again with them set
         os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]],
@@ -295,7 +313,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(None if len(sys.argv) == 1 else sys.argv[1:]))
-    except KitError as e:  # ARGS that do not split
-        sys.exit(f"error: {e}")
+    sys.exit(main(None if len(sys.argv) == 1 else sys.argv[1:]))

@@ -9,7 +9,6 @@ holds the pipeline's start-up, is left out by the job itself. The cluster is the
 one, or one started for the runs and torn down after (commands/jobs.running_or_started).
 """
 
-import argparse
 import os
 import signal
 import sys
@@ -17,7 +16,7 @@ import sys
 from scripts.commands.checked import checked
 from scripts.commands.jobs import running_or_started, submit_to
 from scripts.core.errors import KitError, command_exit
-from scripts.core.inputs import check_name, split_args
+from scripts.core.inputs import OneLineParser, check_name, split_args
 from scripts.kit import raise_keyboard_interrupt
 
 CASES = {"224px": "--blur-count 1", "64px": "--blur-count 1 --image-size 64"}
@@ -27,11 +26,12 @@ TARGET_MAX_WAIT_S = 1.0
 
 def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # `kill`: the teardown still runs
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(see="python -m scripts.benchmarks.bench_wait --help", prefix="",
+                      description=__doc__.split("\n\n")[0])
     p.add_argument("--cluster", default=os.environ.get("KIT_CLUSTER") or "local")
     p.add_argument("--steps", type=int, default=80, help="training steps per case")
-    args = p.parse_args(argv)
-    return command_exit(lambda: run(args))  # bad input or a failed run: as the kit's commands exit
+    # bad input or a failed run: as the kit's commands exit
+    return command_exit(lambda: run(p.parse_args(argv)))
 
 
 def run(args) -> int:

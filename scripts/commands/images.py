@@ -7,12 +7,11 @@ several times larger and slower to decode). Files go under DIR/<class>/<n>.jpg; 
 takes the folder as the label. Seeded: the same flags write the same bytes.
 """
 
-import argparse
 import os
 from pathlib import Path
 
 from scripts.core.errors import KitError, short
-from scripts.core.inputs import split_args
+from scripts.core.inputs import OneLineParser, split_args
 from scripts.core.paths import BUILD, REPO
 
 DEFAULT_DIR = BUILD / "images"
@@ -20,13 +19,8 @@ MAX_COUNT = 100_000
 CLASSES = 10
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise KitError(f"ARGS: {message}; see `make images ARGS=--help`")
-
-
-def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="make images ARGS=...", description=__doc__.split("\n\n")[0])
+def parser() -> OneLineParser:
+    p = OneLineParser(see="make images ARGS=--help", prog="make images ARGS=...", description=__doc__.split("\n\n")[0])
     p.add_argument("--count", type=int, default=512, help=f"images to write (1-{MAX_COUNT})")
     p.add_argument("--size", type=int, default=256, help="width and height in pixels (32-1024)")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality (50-100)")

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 
 from scripts import catalog
 from scripts.core.errors import KitError, short
-from scripts.core.inputs import read_json
+from scripts.core.inputs import OneLineParser, read_json
 from scripts.pricing.formulas import usd_per_million_images
 from scripts.core.tables import text_table
 
@@ -407,13 +407,8 @@ def cheaper_mix_of_types(chosen: Option, profile: Profile, region: str) -> Optio
 
 # --- inputs ---------------------------------------------------------------------------
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, never argparse's usage dump and exit
-        raise KitError(f"ARGS: {message}; see `make plan ARGS=--help`")
-
-
-def parser() -> Parser:
-    p = Parser(prog="make plan", add_help=False, description=__doc__.split("\n\n")[0])
+def parser() -> OneLineParser:
+    p = OneLineParser(see="make plan ARGS=--help", prog="make plan", add_help=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--gpu-instance", help="the GPU instance the profile was measured on or is "
                    "for (default: g5.xlarge)")
     p.add_argument("--trainer-images-per-s", type=float,

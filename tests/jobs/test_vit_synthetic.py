@@ -354,9 +354,31 @@ def test_make_bench_data_takes_its_flags_from_args():
     """`make bench-data ARGS=...` reaches the bench's flags (it once ran its defaults, ~10
     minutes at 16 cores, whatever ARGS said); a bad value is refused before anything runs."""
     run = make("bench-data", "ARGS=--rounds 0", timeout=120)
-    assert run.returncode == 2 and "error: --images must be" in run.stderr and "--rounds" in run.stderr, run.stderr
+    assert run.returncode == 2 and run.stderr.startswith("error: ARGS: --rounds must be at least 1 (got 0)\n"), run.stderr
     run = make("bench-data", "ARGS=--help", timeout=120)
     assert run.returncode == 0 and "--waves WAVES" in run.stdout
+    run = make("bench-data", "ARGS=--rounds '3", timeout=120)
+    assert run.returncode == 2 and run.stderr.startswith("error: ARGS=") and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("flags,said", [
+    (["--batch-size", "0"], "--batch-size must be at least 1 (got 0)"),
+    (["--image-size", "0"], "--image-size must be at least 1 (got 0)"),
+    (["--image-size", "100000"], "--image-size must be a multiple of the ViT patch size 16, at most 1024"),
+    (["--blur-kernel", "4"], "--blur-kernel must be odd (got 4)"),
+    (["--blur-count", "-1"], "--blur-count must be between 0 and 50 (got -1)"),
+    (["--images", "17"], "--images must be 0 (by --waves) or a positive multiple of --batch-size"),
+    (["--rounds", "x"], "argument --rounds: invalid int value: 'x'; see `make bench-data ARGS=--help`"),
+    (["--round", "3", "--wat"], "unrecognized arguments: --wat"),
+])
+def test_bench_data_refuses_what_the_job_refuses_in_one_line(capsys, flags, said):
+    """Before anything starts: argparse's usage dump, a ZeroDivisionError and pipelines
+    the ViT job itself would refuse all reached the bench."""
+    from scripts.benchmarks import bench_data
+
+    assert bench_data.main(flags) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ARGS: ") and err.count("\n") == 1 and said in err, err
 
 
 def test_bench_data_prints_all_three_rates_both_ratios_and_the_bytes_before_and_after():
