@@ -51,7 +51,8 @@ import time
 import traceback
 
 from scripts.commands import container_image, day2, images, jobs, lifecycle, priceperf
-from scripts.core.errors import KitError, command_exit, network_error
+from scripts.core.errors import KitError, cloud_error, command_exit
+from scripts.core.inputs import OneLineParser
 from scripts.core.paths import LOGS
 from scripts.core.state import make_dir
 
@@ -74,14 +75,10 @@ COMMANDS = {
 }
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise KitError(f"{message}; see `python -m scripts.kit --help`")
-
-
 def parse(argv) -> argparse.Namespace:
     env = os.environ
-    p = Parser(prog="kit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(see="python -m scripts.kit --help", prefix="", prog="kit", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("command", choices=COMMANDS)
     p.add_argument("--cluster", default=env.get("KIT_CLUSTER") or "local",
                    help="a values file in cluster_templates/ (CLUSTER)")
@@ -142,9 +139,9 @@ def main(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as e:  # a bug in the kit, not the user's input; or the network's
-        network = network_error(e)
-        if network:
-            print(f"error: {network}", file=sys.stderr)
+        refused = cloud_error(e)
+        if refused:
+            print(f"error: {refused}", file=sys.stderr)
             return 2
         where = internal_error(e)
         print(f"error: internal error in the kit ({type(e).__name__}), not in your input; "

@@ -47,12 +47,14 @@ def not_running(cluster: str) -> str:
             f"CLUSTER={cluster}` then `make up CLUSTER={cluster}`")
 
 
-def network_error(error: Exception) -> str | None:
-    """The one line for a cloud API that could not be reached, or answered with something
+def cloud_error(error: Exception) -> str | None:
+    """The one line for a cloud API that could not be reached, that answered with something
     that is not its answer (a proxy's or a login portal's HTML page: botocore's
-    ResponseParserError, which is no ClientError and no BotoCoreError); None for any other
-    error. Wherever in the kit an AWS call meets one, the CLI prints this, not an internal
-    error. botocore is only looked at where something imported it."""
+    ResponseParserError, which is no ClientError and no BotoCoreError), or that refused a
+    call (a ClientError: AccessDenied or UnauthorizedOperation for a least-privilege user or
+    an organisation's SCP, throttling past botocore's retries); None for any other error.
+    Wherever in the kit an AWS call meets one, the CLI prints this, not an internal error.
+    botocore is only looked at where something imported it."""
     import sys
 
     parsers, exceptions = sys.modules.get("botocore.parsers"), sys.modules.get("botocore.exceptions")
@@ -64,7 +66,33 @@ def network_error(error: Exception) -> str | None:
                                          exceptions.SSLError)):
         return (f"AWS's API could not be reached ({type(error).__name__}: {one_line(str(error), 160)}); "
                 "check this machine's network and its HTTPS_PROXY, then try again")
+    if exceptions and isinstance(error, exceptions.ClientError):
+        return aws_refusal(error)
     return None
+
+
+CREDENTIALS_REJECTED = {"AuthFailure", "InvalidClientTokenId", "UnrecognizedClientException",
+                        "ExpiredToken", "ExpiredTokenException", "SignatureDoesNotMatch",
+                        "InvalidAccessKeyId", "RequestExpired"}
+THROTTLED = {"Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException",
+             "RequestThrottled", "SlowDown"}
+
+
+def aws_refusal(error) -> str:
+    """A botocore ClientError as one line naming the operation, AWS's code and the fix."""
+    info = error.response.get("Error", {}) if isinstance(getattr(error, "response", None), dict) else {}
+    code, message = str(info.get("Code") or "unknown"), one_line(str(info.get("Message") or ""), 200)
+    operation = str(getattr(error, "operation_name", None) or "a call")
+    said = f"{code}: {message}" if message else code
+    if code in CREDENTIALS_REJECTED:
+        return (f"AWS rejected the credentials at {operation} ({said}); check them with `aws sts "
+                "get-caller-identity` (SSO: `aws sso login`), and this machine's clock")
+    if code in THROTTLED:
+        return (f"AWS throttled {operation} past botocore's retries ({said}); wait a minute and "
+                "try again (AWS_MAX_ATTEMPTS raises the retries)")
+    return (f"AWS refused {operation} ({said}); your identity needs the rights docs/aws.md lists "
+            "(`make render` writes them as build/clusters/<CLUSTER>.user-policy.json), or an "
+            "organisation's policy (SCP) forbids it")
 
 
 def one_line(text: str, limit: int = 600) -> str:

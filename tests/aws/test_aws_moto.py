@@ -1301,3 +1301,34 @@ def test_the_profiles_dry_run_launches_in_the_named_groups_vpc(hetero_values):
             "IamInstanceProfile": {"Name": "p"}, "SubnetId": "subnet-b1"})
         assert wait_until_usable(ec2, "p", values, limit_s=1, poll_s=0.1) is True
         stub.assert_no_pending_responses()
+
+
+def test_an_aws_refusal_is_one_line_naming_the_call_and_the_rights(monkeypatch, capsys, home, hetero_values):
+    """A least-privilege user's first failure (AccessDenied or UnauthorizedOperation on a
+    call the kit makes itself, here CreateSecurityGroup) read "internal error in the kit
+    (ClientError), not in your input". moto enforces the user's IAM policy, as AWS would."""
+    import json
+
+    from moto.core.authorization import enable_iam_authentication
+
+    from scripts import kit
+
+    with mock_aws():
+        iam = boto3.client("iam", region_name="us-east-1")
+        iam.create_user(UserName="least-privilege")
+        iam.put_user_policy(UserName="least-privilege", PolicyName="read-only", PolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "ec2:Describe*", "Resource": "*"}]}))
+        key = iam.create_access_key(UserName="least-privilege")["AccessKey"]
+        subnet = boto3.client("ec2", region_name="us-east-1").describe_subnets()["Subnets"][0]["SubnetId"]
+        hetero_values["aws"] |= {"subnet_ids": [subnet], "ssh_cidr": "203.0.113.9/32"}
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+        monkeypatch.delenv("AWS_SESSION_TOKEN")  # the user's long-term key, no session
+        monkeypatch.setitem(kit.COMMANDS, "validate", lambda a: aws_launch.create_ssh_group(
+            boto3.session.Session().client("ec2", region_name="us-east-1"), hetero_values))
+        with enable_iam_authentication():
+            code = kit.main(["validate", "--cluster", "hetero"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith("error: AWS refused CreateSecurityGroup ("), err
+    assert "docs/aws.md" in err and "user-policy.json" in err and "internal error" not in err
