@@ -1125,6 +1125,53 @@ def test_down_terminates_a_node_someone_stopped(monkeypatch, capsys):
     assert aws_teardown.cluster_instances(ec2, record, ["pending", "running", "stopping", "stopped"]) == []
 
 
+@mock_aws
+def test_down_after_an_up_refused_before_any_instance_runs_no_ray_down(monkeypatch, capsys):
+    """A first `make up` refused at CreateSecurityGroup keeps its record. `ray down`
+    bootstraps the config again: refused too, `make down` failed on every rerun; allowed,
+    Ray made its own group (SSH from anywhere, no kit tag) that PURGE cannot find and the
+    next `make up` refused. With no instance of the cluster, `ray down` is not run."""
+    from scripts.core import state
+    from scripts.providers import aws
+
+    def ray_down(args, keep_output=False):
+        raise AssertionError(f"`ray {' '.join(args)}` ran with no instance to end")
+
+    monkeypatch.setattr(aws_teardown, "run_ray", ray_down)
+    monkeypatch.setattr(aws_teardown, "require_credentials", lambda: None)
+    record = {"cluster": "refused_test", "provider": "aws", "cluster_name": "refused-test", "region": "us-east-1",
+              "min_workers": {}, "ready_timeout_s": 600, "security_group": "ray-refused-test",
+              "ray_key_pair": False, "ray_role": False}
+    state.save("refused_test", record, "cluster_name: refused-test\nprovider:\n  type: aws\n  region: us-east-1\n")
+    try:
+        said = aws.down("refused_test", record)
+    finally:
+        state.forget("refused_test")
+    assert said == "AWS cluster 'refused_test': every instance terminated"
+    assert "`ray down` is not needed" in capsys.readouterr().out
+    groups = boto3.client("ec2", region_name="us-east-1").describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": ["ray-refused-test"]}])["SecurityGroups"]
+    assert groups == []
+
+
+def test_a_world_open_group_without_the_kits_tag_is_to_be_deleted_by_hand(hetero_values):
+    """PURGE deletes only the kit's own (tagged) group: the refusal of Ray's own group
+    names the way that works."""
+    from scripts.core.errors import KitError
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        subnet = ec2.describe_subnets()["Subnets"][0]
+        group = ec2.create_security_group(GroupName="ray-hetero", Description="Ray's own",
+                                          VpcId=subnet["VpcId"])["GroupId"]
+        ec2.authorize_security_group_ingress(GroupId=group, IpPermissions=[{
+            "IpProtocol": "tcp", "FromPort": 22, "ToPort": 22, "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}])
+        hetero_values["aws"] |= {"subnet_ids": [subnet["SubnetId"]], "ssh_cidr": "203.0.113.9/32"}
+        with pytest.raises(KitError, match=f"exists with SSH open to 0.0.0.0/0, not 203.0.113.9/32; delete it "
+                                           rf"\(not the kit's: no ray-kit-cluster tag\).*{group}"):
+            aws_launch.create_ssh_group(ec2, hetero_values)
+
+
 def test_workers_read_the_data_buckets_with_credentials_of_their_own_and_nothing_else(home, hetero_values):
     """aws.data_buckets: the workers launch with a read-only profile of their own (Ray
     Data's read tasks run there, and pyarrow ships no credentials to them). With what a
@@ -1332,3 +1379,24 @@ def test_an_aws_refusal_is_one_line_naming_the_call_and_the_rights(monkeypatch, 
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("error: AWS refused CreateSecurityGroup ("), err
     assert "docs/aws.md" in err and "user-policy.json" in err and "internal error" not in err
+
+
+@mock_aws
+def test_status_names_a_stopped_node_whose_disks_bill(monkeypatch, capsys):
+    """EC2 stops an EBS-backed node at a retirement event: no safeguard runs on it, and
+    `make status` said nothing of it."""
+    from scripts.providers.aws import day2 as aws_day2
+
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    tags = [{"ResourceType": "instance", "Tags": [{"Key": "ray-cluster-name", "Value": "status-test"}]}]
+    ids = [i["InstanceId"] for i in ec2.run_instances(ImageId=image, MinCount=2, MaxCount=2, InstanceType="c5.large",
+                                                      TagSpecifications=tags)["Instances"]]
+    monkeypatch.setattr(aws_day2, "run_ray", lambda args: 0)
+    record = {"cluster": "status_test", "cluster_name": "status-test", "region": "us-east-1"}
+    assert aws_day2.status(record) == 0 and "stopped" not in capsys.readouterr().out
+    ec2.stop_instances(InstanceIds=ids[1:])
+    assert aws_day2.status(record) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"warning: 1 instance(s) of 'status_test' are stopped ({ids[1]})"), out
+    assert "their disks bill until `make down CLUSTER=status_test`" in out

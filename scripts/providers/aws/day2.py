@@ -18,7 +18,30 @@ def same_cluster(values: dict, record: dict) -> bool:
 
 
 def status(record: dict) -> int:
+    stopped = stopped_note(record)
+    if stopped:
+        print(stopped, flush=True)
     return run_ray(["exec", str(state.config_path(record["cluster"])), "ray status"])
+
+
+def stopped_note(record: dict) -> str | None:
+    """The line for instances of the cluster that EC2 or someone stopped (a retirement, a
+    console stop): no safeguard runs on a stopped node, and its disks bill until `make
+    down`. None when there are none, or when the account cannot be asked (`ray status`
+    then says what it can)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        ec2 = boto3.client("ec2", region_name=record["region"])
+        stopped = cluster_instances(ec2, record, ["stopping", "stopped"])
+    except (BotoCoreError, ClientError):
+        return None
+    if not stopped:
+        return None
+    return (f"warning: {len(stopped)} instance(s) of '{record['cluster']}' are stopped "
+            f"({', '.join(stopped[:5])}): nothing runs on them and no safeguard ends them, and "
+            f"their disks bill until `make down CLUSTER={record['cluster']}`")
 
 
 def dashboard(record: dict) -> int:

@@ -194,9 +194,15 @@ def create_ssh_group(ec2, values: dict) -> str:
         ssh_sources = {r["CidrIp"] for p in group["IpPermissions"] if p.get("FromPort") == 22
                        for r in p.get("IpRanges", [])}
         if ssh_sources != {aws["ssh_cidr"]}:
+            ours = {"Key": KIT_TAG, "Value": values["cluster_name"]} in group.get("Tags", [])
+            # PURGE deletes only a group carrying the kit's tag: Ray's own (made by a bare
+            # `ray up` or `ray down`) must go by hand
+            fix = ("`make down CLUSTER=... PURGE=1`" if ours else
+                   f"delete it (not the kit's: no {KIT_TAG} tag) in the EC2 console or with `aws ec2 "
+                   f"delete-security-group --group-id {group['GroupId']}`")
             raise KitError(f"security group {name} ({group['GroupId']}) exists with SSH open to "
                            f"{', '.join(sorted(ssh_sources)) or 'nobody'}, not {aws['ssh_cidr']}; "
-                           f"`make down CLUSTER=... PURGE=1` (or delete it), then `make up` again")
+                           f"{fix}, then `make up` again")
         return group["GroupId"]
     group_id = ec2.create_security_group(
         GroupName=name, VpcId=vpc, Description=f"Ray cluster {values['cluster_name']} (ray-kit)",

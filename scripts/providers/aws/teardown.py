@@ -26,13 +26,20 @@ def down(cluster: str, record: dict | None, purge: bool = False) -> str:
                        f"then delete {state.record_path(cluster)}")
     require_own_names(cluster, record)
     require_credentials()
-    code = run_ray(["down", "-y", str(state.config_path(cluster))])
-    if code != 0:
-        raise KitError(f"`ray down` failed (exit {code}); the record is kept: run "
-                       f"`make down CLUSTER={cluster}` again")
     import boto3
 
     ec2 = boto3.client("ec2", region_name=record["region"])
+    # `ray down` bootstraps the config again, and so creates Ray's own security group
+    # (SSH open to the world, without the kit's tag) where `make up` was refused before
+    # making one: with no instance to end, it is not run at all.
+    if cluster_instances(ec2, record, states=BILLING):
+        code = run_ray(["down", "-y", str(state.config_path(cluster))])
+        if code != 0:
+            raise KitError(f"`ray down` failed (exit {code}); the record is kept: run "
+                           f"`make down CLUSTER={cluster}` again")
+    else:
+        print(f"no instance tagged {TAG_CLUSTER}={record['cluster_name']} runs or is stopped: "
+              "`ray down` is not needed", flush=True)
     # `ray down` terminates pending and running nodes only: a node someone stopped (its
     # disks bill) would be left, and `make down` fail on every rerun. The record's
     # names were checked as this cluster's own above.
@@ -41,7 +48,9 @@ def down(cluster: str, record: dict | None, purge: bool = False) -> str:
         ec2.terminate_instances(InstanceIds=stopped)
         print(f"terminated {len(stopped)} stopped instance(s) `ray down` leaves: {', '.join(stopped[:5])}",
               flush=True)
-    left = cluster_instances(ec2, record, states=["pending", "running", "stopping", "stopped"])
+    # DescribeInstances is eventually consistent: an instance just terminated may still
+    # read as stopped for a moment, and is no longer one to name
+    left = [i for i in cluster_instances(ec2, record, states=BILLING) if i not in stopped]
     if left:
         raise KitError(f"`ray down` returned, but {len(left)} instance(s) tagged "
                        f"{TAG_CLUSTER}={record['cluster_name']} still run ({', '.join(left[:5])}); "
@@ -85,6 +94,10 @@ def require_own_names(cluster: str, record: dict) -> None:
         raise KitError(f"{state.record_path(cluster)} names what is not cluster {name}'s ("
                        f"{'; '.join(stray)[:200]}); nothing was stopped: move the files away and "
                        f"stop '{cluster}' from the EC2 console (instances tagged {TAG_CLUSTER}={name})")
+
+
+# the states in which an instance (or its disks) bills and `make down` must end it
+BILLING = ["pending", "running", "stopping", "stopped"]
 
 
 def cluster_instances(ec2, record: dict, states: list[str]) -> list[str]:
