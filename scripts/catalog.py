@@ -304,19 +304,37 @@ def price_list_problem(found, region: str) -> str | None:
     return None
 
 
+TABLE_AS_OF = "2026-11-01"  # when this file's prices were read (YYYY-MM-DD: compared as text)
+
+
+def newest_fetched(region: str) -> dict | None:
+    """The price list `make prices` fetched for the region where it is the newest source:
+    read on or after this table's date (a user runs `make prices` to refresh stale
+    prices, and a list read today outranks the table); None where the table is newer or
+    none was fetched."""
+    fetched = fetched_prices(region)
+    return fetched if fetched and fetched["fetched"] >= TABLE_AS_OF else None
+
+
 def instance_usd_per_hour(instance_type: str, region: str) -> float | None:
-    """The type's on-demand $/h in the region: this table's, else a fetched price list's."""
-    price = INSTANCE_TYPES[instance_type].usd_per_hour.get(region)
-    if price is None and (fetched := fetched_prices(region)):
-        price = fetched["usd_per_hour"].get(instance_type)
-    return price
+    """The type's on-demand $/h in the region, from the newest source that prices it: a
+    fetched price list (newest_fetched), else this table, else an older fetched list."""
+    for fetched in (newest_fetched(region), None, fetched_prices(region)):
+        price = (fetched["usd_per_hour"] if fetched else INSTANCE_TYPES[instance_type].usd_per_hour).get(
+            instance_type if fetched else region)
+        if price is not None:
+            return price
+    return None
 
 
 def ebs_usd_per_gb_month(region: str, volume_type: str) -> float | None:
-    if region in EBS_USD_PER_GB_MONTH:
-        return EBS_USD_PER_GB_MONTH[region][volume_type]
-    fetched = fetched_prices(region)
-    return fetched["ebs_usd_per_gb_month"].get(volume_type) if fetched else None
+    """A volume type's $/GB-month in the region, from the newest source, as instance prices."""
+    for fetched in (newest_fetched(region), None, fetched_prices(region)):
+        price = (fetched["ebs_usd_per_gb_month"].get(volume_type) if fetched
+                 else EBS_USD_PER_GB_MONTH.get(region, {}).get(volume_type))
+        if price is not None:
+            return price
+    return None
 
 
 def priced_regions() -> list[str]:
@@ -326,7 +344,7 @@ def priced_regions() -> list[str]:
 
 def price_source(region: str) -> str:
     """Where a region's prices come from, for the tables that print them."""
-    if region in PRICED_REGIONS:
+    if region in PRICED_REGIONS and not newest_fetched(region):
         return "scripts/catalog.py, as of 2026-11"
     fetched = fetched_prices(region)
     return (f"AWS's price list, read {fetched['fetched']} by `make prices`" if fetched

@@ -6,6 +6,7 @@ error line each."""
 
 import datetime
 import json
+from pathlib import Path
 
 import boto3
 import pytest
@@ -49,7 +50,8 @@ def stubbed_pricing(prices: dict, ebs: dict, extra: dict | None = None):
             found.append(product(extra[name], "Hrs"))
         expect({"instanceType": name, "regionCode": REGION, **price_list.INSTANCE_FILTERS}, found)
     for volume in catalog.EBS_VOLUME_TYPES:
-        expect({"productFamily": "Storage", "volumeApiName": volume, "regionCode": REGION},
+        expect({"productFamily": "Storage", "volumeApiName": volume, "regionCode": REGION,
+                "locationType": "AWS Region"},
                [product(ebs[volume], "GB-Mo")] if volume in ebs else [])
     stub.activate()
     return client, stub
@@ -98,6 +100,36 @@ def test_a_regions_prices_are_read_from_awss_price_list_and_price_the_mix(euw):
     run = make("plan", "ARGS=--region eu-west-1 --gpu-instance g6.xlarge --trainer-images-per-s 300 "
                        "--cpu-images-per-s 10")
     assert run.returncode == 2 and "error: plan: g6.xlarge has no price in eu-west-1" in run.stderr, run.stderr
+
+
+def test_every_filter_pins_the_region_itself_not_its_local_zones():
+    """The price list holds Local Zones', Wavelength's and Outposts' products too."""
+    client, stub = stubbed_pricing(PRICES, EBS)  # the stub checks each call's filters
+    price_list.fetch(REGION, client)
+    stub.assert_no_pending_responses()
+    assert price_list.INSTANCE_FILTERS["locationType"] == "AWS Region"
+
+
+@pytest.mark.parametrize("fetched,wins", [(datetime.date.today().isoformat(), True), ("2025-06-01", False)])
+def test_a_price_list_fetched_for_a_region_the_table_prices_wins_when_newer(fetched, wins):
+    """`make prices` in us-east-1 fetched AWS's list, wrote it, and then showed the hand-kept
+    table's prices, labelled as such: the newest source wins, named with its date."""
+    table = catalog.INSTANCE_TYPES["g5.xlarge"].usd_per_hour["us-east-1"]
+    listed = {"region": "us-east-1", "source": price_list.SOURCE, "fetched": fetched,
+              "usd_per_hour": {"g5.xlarge": 1.5}, "ebs_usd_per_gb_month": {"gp3": 0.1}}
+    path = price_list.write(listed)
+    try:
+        assert catalog.instance_usd_per_hour("g5.xlarge", "us-east-1") == (1.5 if wins else table)
+        assert catalog.ebs_usd_per_gb_month("us-east-1", "gp3") == (0.1 if wins else 0.08)
+        # a type the list lacks keeps the table's price
+        assert catalog.instance_usd_per_hour("c5.4xlarge", "us-east-1") == \
+            catalog.INSTANCE_TYPES["c5.4xlarge"].usd_per_hour["us-east-1"]
+        source = catalog.price_source("us-east-1")
+        assert source == (f"AWS's price list, read {fetched} by `make prices`" if wins
+                          else "scripts/catalog.py, as of 2026-11")
+    finally:
+        Path(path).unlink()
+        catalog.fetched_prices.cache_clear()
 
 
 def test_a_type_the_region_does_not_offer_leaves_the_mix_unpriced(euw):

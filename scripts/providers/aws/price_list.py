@@ -19,8 +19,10 @@ from scripts.core.errors import KitError, short
 
 PRICING_ENDPOINT_REGION = "us-east-1"
 SOURCE = "AWS Price List Query API (pricing:GetProducts), on-demand, Linux, shared tenancy"
+# locationType pins the region itself: the price list also holds its Local Zones',
+# Wavelength zones' and Outposts' products, which may share the region's code
 INSTANCE_FILTERS = {"operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA",
-                    "capacitystatus": "Used"}
+                    "capacitystatus": "Used", "locationType": "AWS Region"}
 
 
 def fetch(region: str, pricing) -> tuple[dict, list[str]]:
@@ -31,7 +33,7 @@ def fetch(region: str, pricing) -> tuple[dict, list[str]]:
     asked = [("usd_per_hour", name, {"instanceType": name, "regionCode": region, **INSTANCE_FILTERS}, "Hrs")
              for name in sorted(catalog.INSTANCE_TYPES)]
     asked += [("ebs_usd_per_gb_month", volume, {"productFamily": "Storage", "volumeApiName": volume,
-                                                "regionCode": region}, "GB-Mo")
+                                                "regionCode": region, "locationType": "AWS Region"}, "GB-Mo")
               for volume in catalog.EBS_VOLUME_TYPES]
     for table, name, filters, unit in asked:
         found = on_demand(pricing, filters, unit)
