@@ -22,8 +22,9 @@ class CapacityRefused(KitError):
 
 
 class NoAccount(KitError):
-    """The cloud cannot be asked: no credentials on this machine. `make up` stops at it; a
-    dry run goes on with what it can say offline, and says so."""
+    """The cloud cannot be asked: no credentials on this machine, or AWS refuses the ones
+    here (expired SSO, a deleted key). `make up` stops at it; a dry run goes on with what
+    it can say offline, and says so."""
 
 
 def command_exit(body) -> int:

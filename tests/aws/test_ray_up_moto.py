@@ -259,6 +259,34 @@ def test_a_dry_run_without_credentials_says_what_it_can_offline(tmp_path):
     assert not (tmp_path / "build" / "launched" / "hetero.json").exists()
 
 
+def test_a_dry_run_with_credentials_aws_refuses_falls_back_to_the_offline_plan(moto_server, tmp_path):
+    """Expired SSO or a deleted key: the dry run stopped at "AWS rejected the credentials"
+    where no credentials at all gave the offline plan. moto refuses an unknown key as AWS
+    does (its IAM checks on); `make up` itself still stops at the line."""
+    import urllib.request
+
+    env = dict(os.environ, AWS_ENDPOINT_URL=moto_server, HOME=str(tmp_path),
+               RAYKIT_BUILD_DIR=str(tmp_path / "build"), AWS_ACCESS_KEY_ID="AKIAEXPIREDKEY000000")
+
+    def checks_after(requests: str) -> str:  # moto's switch: IAM checked after this many requests
+        asked = urllib.request.Request(f"{moto_server}/moto-api/reset-auth", data=requests.encode(),
+                                       method="POST", headers={"Content-Type": "text/plain"})
+        with urllib.request.urlopen(asked) as answer:
+            return json.loads(answer.read())["PREVIOUS_INITIAL_NO_AUTH_ACTION_COUNT"]
+
+    previous = checks_after("0")
+    try:
+        run = make("up", "CLUSTER=hetero", "DRY_RUN=1", env=env, timeout=120)
+        up = make("up", "CLUSTER=hetero", env=env, timeout=120)
+    finally:
+        checks_after(previous)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("dry run offline (AWS rejected the credentials (An error occurred "
+                                 "(InvalidClientTokenId)"), run.stdout
+    assert "total ~$2.40/h with min_workers" in run.stdout
+    assert up.returncode == 2 and up.stderr.startswith("error: AWS rejected the credentials"), up.stderr
+
+
 def test_dry_run_says_what_would_launch_and_launches_nothing(moto_server, tmp_path):
     env = dict(os.environ, AWS_ENDPOINT_URL=moto_server, HOME=str(tmp_path),
                RAYKIT_BUILD_DIR=str(tmp_path / "build"))

@@ -274,8 +274,9 @@ def caller_account(sts) -> str:
         raise KitError(f"could not reach AWS ({short(str(e), 160)[1:-1]}); check your "
                        "network and AWS_ENDPOINT_URL") from None
     except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as e:
-        raise KitError(f"AWS rejected the credentials ({short(str(e), 160)[1:-1]}); check "
-                       "`aws sts get-caller-identity`") from None
+        # expired SSO (TokenRetrievalError, UnauthorizedSSOTokenError), a bad or old key
+        raise NoAccount(f"AWS rejected the credentials ({short(str(e), 160)[1:-1]}); check "
+                        "`aws sts get-caller-identity` (SSO: `aws sso login`)") from None
 
 
 def cluster_name_problems(ec2, cluster_name: str, region: str) -> list[str]:
