@@ -376,3 +376,30 @@ def test_a_job_holds_the_local_cluster_up_and_then_it_stops_itself(autostop_clus
     assert not (build_dir / "launched" / f"{name}.json").exists()  # its record is cleared
     status = make("status", f"CLUSTER={name}", env=env, timeout=60)
     assert status.returncode != 0 and f"cluster '{name}' is not up" in status.stderr
+
+
+@mock_aws
+def test_the_teardown_deletes_the_clusters_hung_head_alarm_with_the_rights_the_head_has():
+    """A cluster that ended itself left its alarm ($0.10 a month) until the user's next
+    `make up` or `make down`, maybe never. The head's role may delete that alarm alone,
+    and the two programs name it alike."""
+    from scripts.node.autostop import delete_head_alarm, head_alarm_name
+    from scripts.providers.aws import iam, names
+    from conftest import load_example
+
+    assert head_alarm_name("hetero") == names.head_alarm_name("hetero")
+    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
+    for cluster in ("hetero", "other"):
+        cloudwatch.put_metric_alarm(AlarmName=names.head_alarm_name(cluster), MetricName="StatusCheckFailed",
+                                    Namespace="AWS/EC2", Statistic="Maximum", Period=60, EvaluationPeriods=15,
+                                    Threshold=1, ComparisonOperator="GreaterThanOrEqualToThreshold")
+    assert delete_head_alarm(cloudwatch, "hetero") == "autostop: deleted the alarm raykit-hetero-head-hung"
+    assert [a["AlarmName"] for a in cloudwatch.describe_alarms()["MetricAlarms"]] == ["raykit-other-head-hung"]
+    (right,) = [s for s in iam.head_policy(load_example("hetero"))["Statement"]
+                if s["Action"] == "cloudwatch:DeleteAlarms"]
+    assert right["Resource"] == "arn:aws:cloudwatch:us-east-1:*:alarm:raykit-hetero-head-hung"
+
+    class Refused:
+        def delete_alarms(self, **kwargs):
+            raise RuntimeError("AccessDenied")
+    assert "stays (RuntimeError); the next `make up` or `make down` deletes it" in delete_head_alarm(Refused(), "x")

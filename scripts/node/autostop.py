@@ -288,10 +288,30 @@ def teardown_aws(ec2, cluster_name: str, stop_ray=stop_ray_here, attempts: int =
     return terminated
 
 
+def head_alarm_name(cluster_name: str) -> str:
+    """The hung-head alarm `make up` set (aws/names.py's head_alarm_name, restated: this
+    file runs alone on the head; a test holds the two alike)."""
+    return f"raykit-{cluster_name}-head-hung"
+
+
+def delete_head_alarm(cloudwatch, cluster_name: str) -> str:
+    """The cluster's hung-head alarm ($0.10 a month) ends with it: the head deletes its own
+    before terminating (the kit's head role may, on that alarm alone). Best effort: a
+    profile of the user's own without the right leaves it to the next `make up` or
+    `make down`, which delete it too."""
+    try:
+        cloudwatch.delete_alarms(AlarmNames=[head_alarm_name(cluster_name)])
+        return f"autostop: deleted the alarm {head_alarm_name(cluster_name)}"
+    except Exception as e:  # noqa: BLE001 (no right, throttled: the next up/down deletes it)
+        return (f"autostop: the alarm {head_alarm_name(cluster_name)} stays ({type(e).__name__}); "
+                "the next `make up` or `make down` deletes it")
+
+
 def aws_teardown(cluster_name: str, region: str):
     def teardown() -> None:
         import boto3
 
+        print(delete_head_alarm(boto3.client("cloudwatch", region_name=region), cluster_name), flush=True)
         ids = teardown_aws(boto3.client("ec2", region_name=region), cluster_name)
         print(f"autostop: terminated {', '.join(ids) or 'nothing'}", flush=True)
     return teardown

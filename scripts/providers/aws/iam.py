@@ -7,7 +7,8 @@ import os
 import time
 
 from scripts.core.errors import KitError
-from scripts.providers.aws.names import KIT_TAG, head_profile_name, placement_group_name, worker_profile_name
+from scripts.providers.aws.names import (KIT_TAG, head_alarm_name, head_profile_name, placement_group_name,
+                                         worker_profile_name)
 
 def head_policy(values: dict) -> dict:
     """A least-privilege IAM policy for the head's instance profile (aws.iam_instance_profile).
@@ -44,6 +45,9 @@ def head_policy(values: dict) -> dict:
          "Action": ["ec2:CreateTags", "ec2:TerminateInstances"],
          "Resource": f"{arn}:*:instance/*",
          "Condition": {"StringEquals": {f"ec2:ResourceTag/{KIT_TAG}": name}}},
+        # the watchdog's teardown ends the cluster's hung-head alarm with it
+        {"Sid": "DeleteTheClustersHungHeadAlarm", "Effect": "Allow", "Action": "cloudwatch:DeleteAlarms",
+         "Resource": f"arn:aws:cloudwatch:{region}:*:alarm:{head_alarm_name(name)}"},
     ]
     if placement_group_name(values):
         # Train workers launch into the cluster's placement group (aws.placement_group).
