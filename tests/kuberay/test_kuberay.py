@@ -308,7 +308,9 @@ def kube(tmp_path):
                               capture_output=True, text=True, timeout=120)
 
     def logged():
-        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        """Every call that reaches the API server (`kubectl config` reads a local file)."""
+        entries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        return [e for e in entries if e["args"][:1] != ["config"]]
 
     kit.calls = lambda: [entry["args"] for entry in logged()]
     kit.logged, kit.env, kit.tmp = logged, env, tmp_path
@@ -760,3 +762,100 @@ def test_whatever_kubectl_prints_where_json_was_asked_is_an_object_or_one_error_
     with pytest.raises(KitError, match=r"^`kubectl get pods -o json` printed no JSON object"):
         json_object(printed, "kubectl get pods -o json")
     assert json_object('{"items": []}', "kubectl get pods -o json") == {"items": []}
+
+
+# --- the context a launch is pinned to, and the submitter as KubeRay runs it ---------------
+
+def kubeconfig(path, current: str, servers: dict) -> str:
+    path.write_text(json.dumps({
+        "kind": "Config", "current-context": current,
+        "contexts": [{"name": c, "context": {"cluster": f"{c}-cluster", "user": "u"}} for c in servers],
+        "clusters": [{"name": f"{c}-cluster", "cluster": {"server": s}} for c, s in servers.items()]}))
+    return str(path)
+
+
+def test_a_launch_is_pinned_to_its_context_whatever_kubectls_current_one_becomes(kube):
+    """Both example files leave kubernetes.context null: after `kubectl config use-context`,
+    `make down` read NotFound in the other context, said the cluster was deleted, forgot it,
+    and it billed on; `make up` there started a second one."""
+    config = kube.tmp / "kubeconfig"
+    env = {"KUBECONFIG": kubeconfig(config, "staging", {"staging": "https://staging.example",
+                                                         "prod": "https://prod.example"})}
+    assert kube("up", "--cluster", "k8s_hetero", **env).returncode == 0
+    record = json.loads((kube.tmp / "build" / "launched" / "k8s_hetero.json").read_text())
+    assert (record["context"], record["server"]) == ("staging", "https://staging.example")
+    kubeconfig(config, "prod", {"staging": "https://staging.example", "prod": "https://prod.example"})
+    before = len(kube.logged())
+    status = kube("status", "--cluster", "k8s_hetero", **env)
+    assert status.returncode == 0 and "k8s-hetero-head" in status.stdout
+    down = kube("down", "--cluster", "k8s_hetero", **env)
+    assert down.returncode == 0, down.stderr
+    assert {e["context"] for e in kube.logged()[before:]} == {"staging"}  # never the current one
+    assert not list((kube.tmp / "kube").glob("ray.RayCluster.*"))
+
+
+def test_a_context_that_now_points_elsewhere_or_is_gone_is_refused_and_the_record_kept(kube):
+    config = kube.tmp / "kubeconfig"
+    env = {"KUBECONFIG": kubeconfig(config, "eks", {"eks": "https://a.example"})}
+    assert kube("up", "--cluster", "k8s_hetero", **env).returncode == 0
+    kubeconfig(config, "eks", {"eks": "https://b.example"})  # update-kubeconfig for another cluster
+    before = len(kube.logged())
+    for command in ("down", "status", "dashboard"):
+        refused = kube(command, "--cluster", "k8s_hetero", **env)
+        assert refused.returncode == 2 and refused.stderr.startswith(
+            "error: the kubectl context 'eks' now points at 'https://b.example', not 'https://a.example' "
+            "where 'k8s_hetero' was launched"), refused.stderr
+    assert len(kube.logged()) == before  # nothing reached any API server
+    kubeconfig(config, "other", {"other": "https://a.example"})
+    gone = kube("down", "--cluster", "k8s_hetero", **env)
+    assert gone.returncode == 2 and "the kubectl context 'eks' that 'k8s_hetero' was launched in is no " \
+                                    "longer in your kubeconfig" in gone.stderr
+    assert (kube.tmp / "build" / "launched" / "k8s_hetero.json").exists()
+    kubeconfig(config, "other", {"eks": "https://a.example", "other": "https://a.example"})
+    assert kube("down", "--cluster", "k8s_hetero", **env).returncode == 0
+
+
+def test_a_submitter_retried_by_its_job_is_streamed_by_pod_and_its_summary_kept_once(kube):
+    """The submitter's log WebSocket closed (kuberay#4921): its pod failed after a step, the
+    Job started another, which prints the job's log again from its start. The kit stopped
+    at the first pod's end, said SUCCEEDED and kept no summary."""
+    run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", "--args", "--steps 2", "--timeout", "900",
+               STANDIN_SUBMITTER="restart")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count("step 1/2 loss 2.301") == 1 and run.stdout.count("step 2/2 loss 2.254") == 1
+    assert run.stdout.count("submitted successfully") == 1
+    followed = [c[-1] for c in kube.calls() if c[2:4] == ["logs", "--follow"]]
+    assert followed[0] == "pod/k8s-hetero-sub00" and "pod/k8s-hetero-sub01" in followed
+    kept = list((kube.tmp / "build" / "results").glob("k8s-hetero-q8w3z.json"))
+    assert kept and json.loads(kept[0].read_text())["result"] == {"job": "smoke", "steps": 2}
+
+
+def test_a_submitter_that_never_runs_fails_the_run_in_ready_timeout_with_the_jobs_reason(kube):
+    """A namespace quota sized to the RayCluster refuses the submitter pod: the Job records
+    FailedCreate, the RayJob stays Running, and the cluster billed to activeDeadlineSeconds
+    (6 h) before the kit said its pods 'never ran'."""
+    run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", "--timeout", "900",
+               STANDIN_SUBMITTER="never", RAYKIT_READY_TIMEOUT_S="2")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert ("RayJob k8s-hetero: its submitter never ran within 2 s (ready_timeout_minutes): FailedCreate: "
+            "Error creating: pods \"k8s-hetero-sub00\" is forbidden: exceeded quota") in run.stdout
+    assert not list((kube.tmp / "kube").glob("ray.*"))  # the RayJob deleted, its cluster with it
+
+
+def test_a_rayjob_the_operator_deletes_at_its_end_keeps_its_summary(kube):
+    """DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true: the RayJob vanished at Complete, `get
+    rayjob` raised NotFound and `make run` exited non-zero without the summary it had read."""
+    run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", "--args", "--steps 2", "--timeout", "900",
+               STANDIN_OPERATOR_DELETES="1")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "RayJob k8s-hetero was deleted by the KubeRay operator" in run.stdout
+    kept = list((kube.tmp / "build" / "results").glob("k8s-hetero-q8w3z.json"))
+    assert kept and json.loads(kept[0].read_text())["result"] == {"job": "smoke", "steps": 2}
+
+
+def test_no_operator_reconciling_the_namespace_is_said_not_waited_on_for_ever(kube):
+    run = kube("run", "--cluster", "k8s_hetero", "--job", "smoke", "--timeout", "900",
+               STANDIN_NO_OPERATOR="1", RAYKIT_NO_OPERATOR_S="1")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "no KubeRay operator reconciles RayJobs in namespace ray" in run.stderr
+    assert not list((kube.tmp / "kube").glob("ray.RayJob.*"))

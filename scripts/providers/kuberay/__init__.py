@@ -58,6 +58,8 @@ RECORD_SCHEMA = {
         "name": {"type": "string", "pattern": "^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"},
         "namespace": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
         "context": {"type": ["string", "null"], "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:/@-]{0,252}$"},
+        # the API server the context pointed at when `up` ran (kubectl.pinned_target)
+        "server": {"type": "string", "maxLength": 2000},
         "launch_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
         "expected_pods": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
         "ready_timeout_minutes": {"type": "integer", "minimum": 1, "maximum": 120},

@@ -15,14 +15,82 @@ DELETE_WAIT_S = 300  # for the operator to remove every pod of a deleted RayClus
 MANAGED_BY = {"app.kubernetes.io/managed-by": "raykit"}  # on everything the kit applies
 
 
-def kubectl(record: dict, *args: str) -> list[str]:
-    """The kubectl command line for the record's (or values') context and namespace."""
+def kubectl_binary() -> str:
     found = shutil.which("kubectl")
     if found is None:
         raise KitError("kubectl is not on PATH; install it (https://kubernetes.io/docs/tasks/tools/) "
                        "and point it at the cluster running the KubeRay operator")
+    return found
+
+
+def kubectl(record: dict, *args: str) -> list[str]:
+    """The kubectl command line for the record's (or values') context and namespace. A
+    record's context is pinned (pinned_target): checked, once a process, to point still
+    at the API server `make up` launched on."""
+    check_pinned(record)
     context = ["--context", record["context"]] if record.get("context") else []
-    return [found, *context, "--namespace", record["namespace"], *args]
+    return [kubectl_binary(), *context, "--namespace", record["namespace"], *args]
+
+
+# --- the context a launch is pinned to ------------------------------------------------
+# A record without its context would follow kubectl's current one: a `make down` after
+# `kubectl config use-context` read NotFound there, said the cluster was deleted and
+# forgot it while it billed on; a `make up` there started a second one.
+
+def kubeconfig() -> dict:
+    """kubectl's merged kubeconfig ($KUBECONFIG or ~/.kube/config), as it reads it; no API call."""
+    result = subprocess.run([kubectl_binary(), "config", "view", "-o", "json"], capture_output=True,
+                            text=True, timeout=60)
+    if result.returncode != 0:
+        raise KitError(f"`kubectl config view` failed: {kubectl_error(result)}; check $KUBECONFIG")
+    return json_object(result.stdout, "kubectl config view -o json")
+
+
+def context_server(config: dict, context: str) -> str | None:
+    """The API server URL `context` points at in `config`; None where it is not there."""
+    entries = lambda key: [e for e in config.get(key) or [] if isinstance(e, dict)]  # noqa: E731
+    found = [c.get("context") or {} for c in entries("contexts") if c.get("name") == context]
+    if not found or not isinstance(found[0], dict):
+        return None
+    server = [c.get("cluster") or {} for c in entries("clusters") if c.get("name") == found[0].get("cluster")]
+    return str(server[0].get("server")) if server and isinstance(server[0], dict) and server[0].get("server") else None
+
+
+def pinned_target(values: dict) -> dict:
+    """target(values) with its context resolved (the values' own, else kubectl's current one,
+    read now) and the server it points at: what `up` records and `run` uses throughout, so
+    that no later change of kubectl's current context moves the kit to another cluster."""
+    where, config = target(values), kubeconfig()
+    context = where["context"] or config.get("current-context")
+    if not context:
+        raise KitError("kubectl has no current context; `kubectl config use-context NAME` (`kubectl "
+                       "config get-contexts` lists them), or set kubernetes.context")
+    server = context_server(config, context)
+    if server is None:
+        raise KitError(f"kubernetes.context: {short(context, 80)} is not a context of your kubeconfig "
+                       "(`kubectl config get-contexts` lists them)")
+    return where | {"context": context, "server": server}
+
+
+_PINNED_OK: set[tuple[str, str]] = set()
+
+
+def check_pinned(record: dict) -> None:
+    """A record's context still names the API server it was launched on: refused (one line)
+    where the context is gone or points elsewhere, before any call reaches another cluster."""
+    if not record.get("server") or (record["context"], record["server"]) in _PINNED_OK:
+        return
+    what = f"'{record['cluster']}'" if record.get("cluster") else "this cluster"
+    now = context_server(kubeconfig(), record["context"])
+    if now is None:
+        raise KitError(f"the kubectl context {short(record['context'], 80)} that {what} was launched "
+                       f"in is no longer in your kubeconfig; restore it (for EKS: `aws eks "
+                       f"update-kubeconfig --name <cluster> --alias {record['context']}`) and try again")
+    if now != record["server"]:
+        raise KitError(f"the kubectl context {short(record['context'], 80)} now points at {short(now, 80)}, "
+                       f"not {short(record['server'], 80)} where {what} was launched; point it back "
+                       "(or restore the kubeconfig) and try again: nothing was done")
+    _PINNED_OK.add((record["context"], record["server"]))
 
 
 def run_kubectl(record: dict, *args: str, stdin: str | None = None, check: bool = True,

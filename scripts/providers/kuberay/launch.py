@@ -22,6 +22,7 @@ from scripts.providers.kuberay.kubectl import (
     pods,
     poll_s,
     print_events,
+    pinned_target,
     require_rights,
     run_kubectl,
     target,
@@ -103,7 +104,7 @@ def require_watchdog_binding(values: dict) -> None:
 def up(cluster: str, config_text: str, values: dict) -> dict:
     """Record, apply the RayCluster with a launch id of its own, wait until its head and
     min_workers pods are Ready. On any failure, Ctrl-C included, delete it again."""
-    record = target(values) | {
+    record = pinned_target(values) | {
         "cluster": cluster, "provider": NAME, "name": values["cluster_name"],
         "launch_id": secrets.token_hex(8),
         "expected_pods": {HEAD_TYPE: 1} | {n: w["min_workers"] for n, w in values["workers"].items()},

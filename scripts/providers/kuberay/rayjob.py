@@ -12,6 +12,7 @@ deletes the RayJob at once (the operator then deletes its cluster).
 import base64
 import fnmatch
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -25,6 +26,7 @@ from scripts.core.paths import JOB_LIBRARY, RESULTS
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.providers.kuberay import crd, watchdog
 from scripts.providers.kuberay import kubectl as kube
+from scripts.providers.kuberay.launch import ready_timeout_s
 
 FILES_MOUNT = "/home/ray/raykit-job"  # in the submitter pod: the job's folder and the library
 MAX_FILES_BYTES = 900 * 1024  # a ConfigMap holds 1 MiB at most, its keys and paths included
@@ -176,7 +178,7 @@ def run(built, job: str, args: list[str], timeout_s: float, verbose: bool,
     """Apply the ConfigMap and the RayJob, follow the job to its end, keep its summary,
     delete the RayJob (and with it what the operator has not deleted yet)."""
     config_map, ray_job = resources(built, job, args, timeout_s, verbose, job_packages, job_files, env_vars)
-    where = kube.target(built.values)
+    where = kube.pinned_target(built.values)  # the one cluster, whatever kubectl's current context becomes
     name = ray_job["metadata"]["name"]
     kube.require_rights(where, ["rayjobs.ray.io", "configmaps"])
     if kube.exists(where, "rayjob", name):
@@ -202,7 +204,7 @@ def run(built, job: str, args: list[str], timeout_s: float, verbose: bool,
         own(where, config_map, created)
         print(f"RayJob {name} created in namespace {where['namespace']} (the operator deletes its "
               f"cluster when the job ends, or after {timeout_s:g} s)", flush=True)
-        code, summary, job_id = follow(where, name, verbose)
+        code, summary, job_id = follow(where, name, verbose, ready_timeout_s(built.values))
         if summary is not None:
             submit.keep_result(RESULTS, job_id, job, args, code, summary)
         return code, summary
@@ -221,28 +223,124 @@ def own(where: dict, config_map: dict, ray_job: dict) -> None:
                         "-p", json.dumps({"metadata": {"ownerReferences": owner}}))
 
 
-def follow(where: dict, name: str, verbose: bool) -> tuple[int, dict | None, str]:
+# Without an operator reconciling the namespace (none installed, crash-looping, or watching
+# other namespaces) a RayJob never gets a status: said within this, not waited on for ever.
+NO_OPERATOR_S = 120
+
+
+class Submitter:
+    """The RayJob's submitter pods, as the Job controller makes them: each prints `ray job
+    submit`'s lines and then the job's log. A retried pod (the log stream cut, backoffLimit
+    2) prints the job's log again from its start, and kubectl's stream of a pod can end
+    before the pod does (the API server, log rotation): each pod is followed by name, the
+    newest first, and a line already printed as often as now is not printed again."""
+
+    def __init__(self, where: dict, name: str, verbose: bool):
+        self.where, self.name, self.verbose = where, name, verbose
+        self.printed: dict[str, int] = {}  # each line, as often as it was printed
+        self.results: list[str] = []
+        self.read_to_end: set[str] = set()  # pods that had ended before their log was read
+        self.colour = submit.colour_wanted()
+
+    def pods(self) -> list[dict]:
+        """The Job's pods, oldest first (the Job controller labels them job-name)."""
+        found = kube.get_json(self.where, "pods", "-l", f"job-name={self.name}").get("items", [])
+        return sorted(found, key=lambda p: (p.get("metadata", {}).get("creationTimestamp") or "",
+                                            p.get("metadata", {}).get("name", "")))
+
+    @property
+    def heard(self) -> bool:
+        return bool(self.printed)
+
+    def follow_newest(self) -> None:
+        """Stream the newest pod that has a log not yet read to its end."""
+        pods = [p for p in self.pods() if p.get("status", {}).get("phase") in ("Running", "Succeeded", "Failed")]
+        if not pods or pods[-1]["metadata"]["name"] in self.read_to_end:
+            return
+        pod = pods[-1]
+        ended = pod["status"]["phase"] in ("Succeeded", "Failed")
+        if self.stream(pod["metadata"]["name"]) and ended:
+            self.read_to_end.add(pod["metadata"]["name"])
+
+    def stream(self, pod: str) -> bool:
+        """One pod's log, followed until kubectl's stream ends; whether it printed a line
+        (a pod not yet on a node answers 204: nothing, exit 0; kube-apiserver's pod-log
+        handler). kubectl's own complaints while the container starts are not the job's."""
+        command = kube.kubectl(self.where, "logs", "--follow", f"pod/{pod}")
+        this_pod: dict[str, int] = {}
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as proc:
+            for line in proc.stdout:
+                this_pod[line] = this_pod.get(line, 0) + 1
+                if this_pod[line] <= self.printed.get(line, 0):
+                    continue  # printed already, from an earlier pod or stream
+                self.printed[line] = this_pod[line]
+                print(submit.for_a_person(line, self.name, self.verbose, self.colour), end="", flush=True)
+                if line.startswith(submit.RESULT_PREFIX):
+                    self.results.append(line)
+        return bool(this_pod)
+
+    def why_not_running(self) -> str:
+        """Why no submitter pod ran: the Job's events (a quota's or an admission policy's
+        FailedCreate) and each pod's scheduling (Unschedulable), in a few words."""
+        reasons = []
+        for event in kube.get_json(self.where, "events").get("items", []):
+            about = event.get("involvedObject") if isinstance(event.get("involvedObject"), dict) else {}
+            if about.get("kind") == "Job" and about.get("name") == self.name and event.get("type") == "Warning":
+                reasons.append(f"{event.get('reason')}: {str(event.get('message', ''))[:240]}")
+        for pod in self.pods():
+            for condition in pod.get("status", {}).get("conditions", []):
+                if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                    reasons.append(f"pod {pod['metadata']['name']} {condition.get('reason', 'unscheduled')}: "
+                                   f"{str(condition.get('message', ''))[:240]}")
+        return "; ".join(reasons[-2:]) or "no pod of its Job was created, and no event says why"
+
+
+def follow(where: dict, name: str, verbose: bool, ready_timeout_s: float) -> tuple[int, dict | None, str]:
     """Wait for the submitter, stream its log (the job's), then read how the job ended:
-    (exit code, summary or None, the job's submission id)."""
-    seen, shown, logs = [], None, False
+    (exit code, summary or None, the job's submission id). Gives up (KitError) where no
+    operator answers within NO_OPERATOR_S, or no submitter pod runs within ready_timeout_s
+    of the RayJob's Running (a quota, a LimitRange, an admission policy, a full node: the
+    Job controller records it on the Job, and the RayJob stays Running to its deadline)."""
+    submitter, shown, status, found = Submitter(where, name, verbose), None, {}, {}
+    started, running_since = time.monotonic(), None
     while True:
-        found = kube.get_json(where, "rayjob", name)
-        status = found.get("status", {})
-        line = f"RayJob {name}: {status.get('jobDeploymentStatus') or 'New'}" + (
+        answer = kube.run_kubectl(where, "get", "rayjob", name, "-o", "json", check=False)
+        if answer.returncode != 0 and kube.missing(answer) and status.get("jobDeploymentStatus"):
+            # DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true: the operator deletes it at its end
+            print(f"RayJob {name} was deleted by the KubeRay operator (its "
+                  "DELETE_RAYJOB_CR_AFTER_JOB_FINISHES) once it finished; what its log said is kept", flush=True)
+            submitter.follow_newest()
+            code = 0 if submitter.results and status.get("jobStatus") != "FAILED" else 1
+            return code, result_of(submitter, code == 0, name), status.get("jobId", name)
+        if answer.returncode != 0:
+            raise KitError(f"`kubectl get rayjob {name}` failed: {kube.kubectl_error(answer)}")
+        found = kube.json_object(answer.stdout, f"kubectl get rayjob {name} -o json")
+        status = found.get("status") or {}
+        deployment = status.get("jobDeploymentStatus")
+        line = f"RayJob {name}: {deployment or 'New'}" + (
             f", job {status['jobStatus']}" if status.get("jobStatus") else "")
         if line != shown:
             print(line, flush=True)
             shown = line
-        if not logs and status.get("jobDeploymentStatus") in ("Running", "Complete", "Failed"):
-            logs = stream(where, name, seen, verbose)  # False: no submitter pod yet, again
-        if status.get("jobDeploymentStatus") in FINISHED:
+        if not deployment and time.monotonic() - started > no_operator_s():
+            raise KitError(f"RayJob {name} has no status after {no_operator_s():g} s: no KubeRay operator "
+                           f"reconciles RayJobs in namespace {where['namespace']} (not installed, crash-"
+                           "looping, or watching other namespaces: its watchNamespace); `kubectl get pods "
+                           "-A -l app.kubernetes.io/name=kuberay-operator`")
+        if deployment in ("Running", "Complete", "Failed"):
+            running_since = running_since or time.monotonic()
+            submitter.follow_newest()
+        if deployment in FINISHED:
+            submitter.follow_newest()  # the newest pod, read to its end
             break
+        if deployment == "Running" and not submitter.heard and time.monotonic() - running_since > ready_timeout_s:
+            print(f"RayJob {name}: its submitter never ran within {ready_timeout_s:g} s "
+                  f"(ready_timeout_minutes): {submitter.why_not_running()}", flush=True)
+            return 1, None, status.get("jobId", name)
         time.sleep(kube.poll_s())
-    try:
-        summary = submit.result_line("".join(seen))
-    except KitError:
-        summary = None
-    if status.get("jobStatus") == "SUCCEEDED":
+    succeeded = status.get("jobStatus") == "SUCCEEDED"
+    summary = result_of(submitter, succeeded, name)
+    if succeeded:
         return 0, summary, status.get("jobId", name)
     print(f"RayJob {name} {ending(found)}", flush=True)
     if status.get("rayClusterName") and status.get("jobStatus", "") in NOT_STARTED:
@@ -250,6 +348,22 @@ def follow(where: dict, name: str, verbose: bool) -> tuple[int, dict | None, str
         cluster = where | {"name": status["rayClusterName"]}
         kube.print_events(cluster, [p["metadata"]["name"] for p in kube.pods(cluster)])
     return 1, summary, status.get("jobId", name)
+
+
+def result_of(submitter: Submitter, succeeded: bool, name: str) -> dict | None:
+    """The job's summary from its RESULT line; a job that succeeded without one says so."""
+    try:
+        return submit.result_line("".join(submitter.results))
+    except KitError:
+        if succeeded:
+            print(f"RayJob {name}: the job SUCCEEDED, but no log of its submitter held its RESULT "
+                  "line (the log was cut, or the job printed none): no summary kept", flush=True)
+        return None
+
+
+def no_operator_s() -> float:
+    text = os.environ.get("RAYKIT_NO_OPERATOR_S", "")  # tests shorten it
+    return float(text) if text.isdigit() else NO_OPERATOR_S
 
 
 def ending(ray_job: dict) -> str:
@@ -270,24 +384,6 @@ def ending(ray_job: dict) -> str:
         return (f"ran past its limit, activeDeadlineSeconds {spec.get('activeDeadlineSeconds')} s "
                 "(TIMEOUT), and the operator stopped it")
     return f"{status.get('reason') or status.get('jobStatus') or 'failed'}: {message}"
-
-
-def stream(where: dict, name: str, seen: list[str], verbose: bool) -> bool:
-    """The submitter Job's log, followed to its end (it ends with the job); False where
-    kubectl could not follow it: its pod not yet started, where kubectl fails, or not yet on
-    a node, where the API server answers 204 No Content and kubectl prints nothing and exits
-    0 (kube-apiserver's pod-log handler; seen on the kit's 1.20 testbed): a submitter always
-    prints (`ray job submit`'s own lines), so an empty log is one not yet there."""
-    command = kube.kubectl(where, "logs", "--follow", f"job/{name}")
-    colour = submit.colour_wanted()
-    printed = 0
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        for line in proc.stdout:
-            printed += 1
-            print(submit.for_a_person(line, name, verbose, colour), end="", flush=True)
-            if line.startswith(submit.RESULT_PREFIX):
-                seen.append(line)
-    return proc.returncode == 0 and printed > 0
 
 
 def delete(where: dict, name: str, config_map: str) -> str:

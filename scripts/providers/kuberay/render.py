@@ -122,7 +122,7 @@ def pod_lines(values: dict) -> list[str]:
 def role_for(values: dict) -> dict:
     """A namespaced Role with what the kit's kubectl calls need, and nothing more: the
     RayCluster and RayJob of this values file, their pods (read, logs, port-forward, exec
-    for `make attach`), events, the head service, the submitter Job, the job-files
+    for `make attach`; the submitter Job's pods, by its job-name label), events, the head service, the job-files
     ConfigMap and Ray's token Secret by name. Discovery, `kubectl version` and `auth
     can-i` need no Role. Bind it to the users or CI identity that run the kit."""
     name = values["cluster_name"]
@@ -143,7 +143,6 @@ def role_for(values: dict) -> dict:
             rule([""], ["secrets"], ["get"], [name]),
             rule([""], ["configmaps"], ["create"]),
             rule([""], ["configmaps"], ["get", "patch", "delete"], [f"{name}-job-files"]),
-            rule(["batch"], ["jobs"], ["get"], [name]),
             rule(["rbac.authorization.k8s.io"], ["rolebindings"], ["get"], [watchdog.rbac_name(values)]),
         ],
     }
