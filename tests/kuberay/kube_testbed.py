@@ -207,8 +207,8 @@ def free_ports(count: int) -> list[int]:
 
 class Testbed:
     """etcd, kube-apiserver (RBAC, static tokens: an admin and USER, its default admission
-    plugins, an audit log of pod-log reads) and the controller manager's garbage collector
-    and ServiceAccount controllers, in `folder`; stop() ends exactly the processes it started."""
+    plugins, an audit log of pod-log reads) and the controller manager's garbage collector,
+    ServiceAccount and ResourceQuota controllers, in `folder`; stop() ends exactly the processes it started."""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -258,7 +258,7 @@ class Testbed:
         # cluster) needs: each namespace's `default` account and each account's token
         self.spawn("kube-controller-manager", [
             str(self.bin / "kube-controller-manager"), f"--kubeconfig={self.folder / 'admin.kubeconfig'}",
-            "--controllers=garbagecollector,serviceaccount,serviceaccount-token",
+            "--controllers=garbagecollector,serviceaccount,serviceaccount-token,resourcequota",
             f"--service-account-private-key-file={f / 'sa.key'}",
             "--leader-elect=false", "--port=0", "--secure-port=0"])
         for crd in sorted(CRD_DIR.glob("ray.io_*.yaml")):

@@ -116,15 +116,21 @@ class PlayedOperator(threading.Thread):
       head Service and its token Secret;
     - a RayJob: the finalizer, a RayCluster of its own; then Running with the submitter, a
       batch Job built from submitterPodTemplate (rayjob_controller.go createNewK8sJob)
-      and, as no Job controller runs here, its pod, never scheduled: its log is a pod's not
-      yet on a node (204 No Content, nothing printed, kubectl exits 0); after RUNNING_TICKS,
-      Complete, its cluster deleted; a RayJob being deleted loses its finalizer."""
+      and, as no Job controller runs here, its pod (played Running, then Succeeded, as a
+      kubelet would report it; never on a node, so its log is 204 No Content: nothing
+      printed, kubectl exits 0), or, where the API server refuses the pod (a quota), the
+      Job controller's FailedCreate event on the Job; Complete only once the submitter's
+      pod finished (rayjob_controller.go: the Job's end, then the Ray job's), its cluster
+      deleted, and the RayJob too where the operator runs with
+      DELETE_RAYJOB_CR_AFTER_JOB_FINISHES (delete_at_complete); a RayJob being deleted
+      loses its finalizer."""
 
     def __init__(self, testbed):
         super().__init__(daemon=True)
         self.bed, self.stopped = testbed, threading.Event()
         self.ticks: dict[str, int] = {}
         self.running_since: dict[str, int] = {}
+        self.delete_at_complete = False
 
     def run(self):
         while not self.stopped.wait(0.2):
@@ -205,13 +211,20 @@ class PlayedOperator(threading.Thread):
                 self.start_submitter(job, cluster)
                 self.running_since[uid] = tick
                 status = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING", "jobId": name}
-            elif state == "Running" and tick >= self.running_since.get(uid, 0) + RUNNING_TICKS:
+            elif state == "Running":
+                pod = self.submitter_pod(job, cluster, tick - self.running_since.get(uid, tick))
+                if pod is None or pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+                    continue  # K8sJobMode: Complete only once the submitter finished
                 try:
                     api("DELETE", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters/{cluster}")
                 except RuntimeError as e:
                     if not str(e).startswith("404"):
                         raise
                 status = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
+                if self.delete_at_complete:  # within the same reconcile: no poll of the kit's sees Complete
+                    api("PATCH", f"{jobs}/{name}", {"metadata": {"finalizers": None}}, MERGE)
+                    api("DELETE", f"{jobs}/{name}")
+                    continue
             else:
                 continue
             api("PATCH", f"{jobs}/{name}/status", {"status": status}, MERGE)
@@ -235,14 +248,46 @@ class PlayedOperator(threading.Thread):
                 "apiVersion": "ray.io/v1", "kind": "RayJob", "name": meta["name"], "uid": meta["uid"],
                 "controller": True, "blockOwnerDeletion": True}]},
             "spec": {"backoffLimit": 2, "template": template}})
-        submitter = self.bed.api("GET", f"{ns}/{meta['name']}")  # with the selector labels the API server added
-        self.ensure(f"/api/v1/namespaces/{NAMESPACE}/pods", {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"{meta['name']}-submitter", "labels": submitter["spec"]["template"]["metadata"]["labels"],
-                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
-                                              "uid": submitter["metadata"]["uid"], "controller": True,
-                                              "blockOwnerDeletion": True}]},
-            "spec": submitter["spec"]["template"]["spec"]})
+
+    def submitter_pod(self, job: dict, cluster: str, ticks_running: int) -> dict | None:
+        """The Job controller's and the kubelet's part: the Job's pod made (or, refused by
+        the API server, a FailedCreate event on the Job, as the Job controller records
+        it), then Running, then Succeeded after RUNNING_TICKS. None while it has none."""
+        meta, api = job["metadata"], self.bed.api
+        pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        name = f"{meta['name']}-submitter"
+        try:
+            pod = api("GET", f"{pods}/{name}")
+        except RuntimeError as e:
+            if not str(e).startswith("404"):
+                raise
+            submitter = api("GET", f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{meta['name']}")
+            try:  # with the selector labels the API server added to the Job's template
+                pod = api("POST", pods, {
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "labels": submitter["spec"]["template"]["metadata"]["labels"],
+                                 "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+                                                      "uid": submitter["metadata"]["uid"], "controller": True,
+                                                      "blockOwnerDeletion": True}]},
+                    "spec": submitter["spec"]["template"]["spec"]})
+            except RuntimeError as refused:
+                said = str(refused)[4:]
+                try:  # the API server's Status: its message is what the Job controller records
+                    said = json.loads(said).get("message", said)
+                except ValueError:
+                    pass
+                self.ensure(f"/api/v1/namespaces/{NAMESPACE}/events", {
+                    "apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "FailedCreate",
+                    "metadata": {"name": f"{meta['name']}.failedcreate"},
+                    "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+                                       "namespace": NAMESPACE, "uid": submitter["metadata"]["uid"]},
+                    "message": f"Error creating: {said[:300]}", "source": {"component": "job-controller"}})
+                return None
+        phase = (pod.get("status") or {}).get("phase")
+        wanted = "Succeeded" if ticks_running >= RUNNING_TICKS else "Running"
+        if phase != wanted and phase not in ("Succeeded", "Failed"):
+            pod = api("PATCH", f"{pods}/{name}/status", {"status": {"phase": wanted}}, MERGE)
+        return pod
 
 
 def ready(pod: dict) -> bool:
@@ -324,6 +369,9 @@ def test_run_deletes_its_finalized_rayjob_with_the_roles_rights(testbed, kit):
     run = kit("run", "--cluster", CLUSTER, "--job", "smoke", "--timeout", "900")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "RayJob k8s-hetero: Complete, job SUCCEEDED" in run.stdout
+    # no kubelet serves the submitter's log here: a success without its RESULT line is said
+    assert ("RayJob k8s-hetero: the job SUCCEEDED, but no log of its submitter held its RESULT line "
+            "(the log was cut, or the job printed none): no summary kept") in run.stdout
     assert "Forbidden" not in run.stdout + run.stderr
     assert f"RayJob {NAME} deleted; none of its cluster {NAME}-" in run.stdout
     # Issue 45's problem 1: the submitter's pod is not on a node, so its log is 204 No
@@ -420,3 +468,65 @@ def test_an_idle_clusters_watchdog_may_delete_it_and_nothing_else(testbed, kit, 
     finally:
         testbed.api("DELETE", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters/other-team")
         wait_until(lambda: ours(testbed, f"/api/v1/namespaces/{NAMESPACE}/pods") == [])
+
+
+def test_a_submitter_a_quota_refuses_fails_the_run_within_ready_timeout_with_the_quotas_words(testbed, kit):
+    """A namespace quota sized to the RayCluster (as docs/kubernetes.md recommends) refuses
+    the submitter's pod: the API server's own quota admission here, the Job controller's
+    FailedCreate on the Job played. The RayJob stays Running; the kit fails in
+    ready_timeout_minutes with the quota's words and deletes it, instead of billing to
+    activeDeadlineSeconds."""
+    quotas = f"/api/v1/namespaces/{NAMESPACE}/resourcequotas"
+    testbed.api("POST", quotas, {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "ray-quota"},
+                                 "spec": {"hard": {"count/pods": "3"}}})  # the head and two workers
+    try:
+        wait_until(lambda: testbed.api("GET", f"{quotas}/ray-quota").get("status", {}).get("hard"))
+        run = kit("run", "--cluster", CLUSTER, "--job", "smoke", "--timeout", "900", RAYKIT_READY_TIMEOUT_S="20")
+    finally:
+        testbed.api("DELETE", f"{quotas}/ray-quota")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "RayJob k8s-hetero: its submitter never ran within 20 s (ready_timeout_minutes): FailedCreate: " \
+           "Error creating: pods \"k8s-hetero-submitter\" is forbidden: exceeded quota: ray-quota" in run.stdout
+    assert ours(testbed, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs") == []
+    wait_until(lambda: ours(testbed, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters") == [])
+
+
+def test_a_rayjob_the_operator_deletes_at_complete_ends_the_run_without_an_error(testbed, kit):
+    """DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true: the next `get rayjob` is NotFound; the run
+    said `kubectl get rayjob ... failed: NotFound` and exited non-zero."""
+    operator = next(t for t in threading.enumerate() if isinstance(t, PlayedOperator))
+    operator.delete_at_complete = True
+    try:
+        run = kit("run", "--cluster", CLUSTER, "--job", "smoke", "--timeout", "900")
+    finally:
+        operator.delete_at_complete = False
+    assert "NotFound" not in run.stdout + run.stderr and "Traceback" not in run.stderr, run.stdout + run.stderr
+    assert "RayJob k8s-hetero was deleted by the KubeRay operator" in run.stdout
+    assert run.returncode == 1  # no kubelet serves its log here: no RESULT read, no success claimed
+    wait_until(lambda: ours(testbed, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs") == [])
+
+
+def test_a_cluster_is_reached_in_its_own_context_after_kubectl_switched_to_another(testbed, kit, tmp_path):
+    """Its record pins the context and its server: after `use-context` to another cluster
+    (unreachable here) status and down still reach this one, as its Role's user; the
+    recorded context pointed at another server is refused before any call."""
+    config = json.loads(testbed.kubeconfig.read_text())
+    config["clusters"].append({"name": "staging", "cluster": {"server": "https://127.0.0.1:1"}})
+    config["contexts"].append({"name": "staging", "context": {"cluster": "staging", "user": "user"}})
+    mine = tmp_path / "kubeconfig"
+    mine.write_text(json.dumps(config))
+    up = kit("up", "--cluster", CLUSTER, KUBECONFIG=str(mine))
+    assert up.returncode == 0, up.stdout + up.stderr
+    record = json.loads((tmp_path / "build" / "launched" / f"{CLUSTER}.json").read_text())
+    assert (record["context"], record["server"]) == ("user", testbed.server)
+    mine.write_text(json.dumps(config | {"current-context": "staging"}))
+    status = kit("status", "--cluster", CLUSTER, KUBECONFIG=str(mine))
+    assert status.returncode == 0 and f"{NAME}-head" in status.stdout, status.stderr
+    moved = copy.deepcopy(config)
+    moved["contexts"][-2:] = [{"name": "user", "context": {"cluster": "staging", "user": "user"}}]
+    (tmp_path / "moved").write_text(json.dumps(moved))
+    refused = kit("down", "--cluster", CLUSTER, KUBECONFIG=str(tmp_path / "moved"))
+    assert refused.returncode == 2 and "now points at 'https://127.0.0.1:1'" in refused.stderr, refused.stderr
+    down = kit("down", "--cluster", CLUSTER, KUBECONFIG=str(mine))
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert ours(testbed, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters") == []
