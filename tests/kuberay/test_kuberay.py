@@ -81,7 +81,16 @@ def test_the_jobs_selectors_match_the_rendered_groups(cluster):
 def test_values_land_where_kuberay_reads_them():
     spec = build("k8s_multi").config["spec"]
     head, (gpu, cpu) = spec["headGroupSpec"], spec["workerGroupSpecs"]
-    assert spec["autoscalerOptions"] == {"version": "v2", "upscalingMode": "Default", "idleTimeoutSeconds": 600}
+    assert spec["autoscalerOptions"] == {"version": "v2", "upscalingMode": "Default", "idleTimeoutSeconds": 600,
+                                         "resources": {  # local disk too: a quota on it refuses the head
+                                             "requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "256Mi"},
+                                             "limits": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}}}
+    # no node autoscaler may evict a pod mid-job (the head's eviction ends the cluster)
+    for template in [head["template"], gpu["template"], cpu["template"]]:
+        assert template["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true",
+                                                       "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+    (watchdog_sidecar,) = [c for c in head["template"]["spec"]["containers"] if c["name"] != "ray-head"]
+    assert watchdog_sidecar["resources"]["requests"]["ephemeral-storage"] == "256Mi"
     assert spec["enableInTreeAutoscaling"] is True and spec["authOptions"] == {"mode": "token"}
     assert head["resources"] == {"CPU": "0"}  # a coordinating head: Ray schedules nothing there
     # GPUs and CPUs from the container's limits; the group's resources: only its own, which
@@ -410,8 +419,11 @@ def test_an_earlier_clusters_refusal_of_the_same_name_is_not_this_ones(kube):
     assert up.returncode == 0, up.stderr
 
 
-def test_a_stuck_pod_fails_up_with_its_events_and_deletes_what_was_applied(kube):
-    up = kube("up", "--cluster", "k8s_hetero", STANDIN_POD_STATE="ImagePullBackOff")
+@pytest.mark.parametrize("state", ["ImagePullBackOff", "InitImagePullBackOff"])
+def test_a_stuck_pod_fails_up_with_its_events_and_deletes_what_was_applied(kube, state):
+    """InitImagePullBackOff: KubeRay's wait-gcs-ready init container pulls the worker's
+    image first; its back-off was not read, and `up` waited its whole time-out."""
+    up = kube("up", "--cluster", "k8s_hetero", STANDIN_POD_STATE=state)
     assert up.returncode == 2
     assert "is stuck in ImagePullBackOff" in up.stderr and len(up.stderr.splitlines()) == 1
     assert "RayCluster k8s-hetero deleted" in up.stdout
@@ -859,3 +871,12 @@ def test_no_operator_reconciling_the_namespace_is_said_not_waited_on_for_ever(ku
     assert run.returncode == 2, run.stdout + run.stderr
     assert "no KubeRay operator reconciles RayJobs in namespace ray" in run.stderr
     assert not list((kube.tmp / "kube").glob("ray.RayJob.*"))
+
+
+def test_up_with_no_operator_reconciling_the_namespace_says_so_soon(kube):
+    """CRDs present, no operator (uninstalled, crash-looping, another watchNamespace): `up`
+    printed "pods ready: headgroup 0/1" for ready_timeout_minutes and blamed the pods."""
+    up = kube("up", "--cluster", "k8s_hetero", STANDIN_NO_OPERATOR="1", RAYKIT_NO_OPERATOR_S="1")
+    assert up.returncode == 2, up.stdout + up.stderr
+    assert "no KubeRay operator reconciles RayClusters in namespace ray" in up.stderr
+    assert not (kube.tmp / "kube" / "ray.RayCluster.k8s-hetero.json").exists()  # deleted again

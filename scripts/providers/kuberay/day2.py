@@ -11,6 +11,7 @@ from scripts.providers.kuberay import crd
 from scripts.providers.kuberay.kubectl import get_json, kubectl, missing, pods, run_kubectl
 from scripts.providers.kuberay.launch import group_of
 from scripts.providers.kuberay.names import DASHBOARD_PORT, HEAD_TYPE, NAME
+from scripts.providers.kuberay.teardown import ours
 
 
 def same_cluster(values: dict, record: dict) -> bool:
@@ -30,7 +31,9 @@ def is_running(record: dict) -> bool:
 
 
 def require_running(record: dict) -> None:
-    if not is_running(record):
+    """The recorded RayCluster runs, and is the one `make up` launched (its launch id): one
+    of the same name that is someone else's never receives a job or a shell."""
+    if ours(record) is None:
         raise KitError(gone(record))
 
 

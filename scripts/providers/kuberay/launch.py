@@ -149,8 +149,11 @@ STUCK = ("ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "
 
 
 def stuck(pod: dict) -> str | None:
-    """Why a pod cannot start without someone's help, or None."""
-    for status in pod.get("status", {}).get("containerStatuses", []):
+    """Why a pod cannot start without someone's help, or None. KubeRay gives every worker
+    a `wait-gcs-ready` init container with the worker's own image (v1.7.0 common/pod.go):
+    an image that cannot be pulled shows there first."""
+    status = pod.get("status", {})
+    for status in status.get("initContainerStatuses", []) + status.get("containerStatuses", []):
         reason = status.get("state", {}).get("waiting", {}).get("reason")
         if reason in STUCK:
             return reason
@@ -199,8 +202,19 @@ def operator_refusal(record: dict, uid: str | None) -> str | None:
     return None
 
 
+# Without an operator reconciling the namespace a RayCluster gets no status and no pod:
+# said within this, not after ready_timeout_minutes of "pods ready: 0/1"
+NO_OPERATOR_S = 120
+
+
+def no_operator_s() -> float:
+    text = os.environ.get("RAYKIT_NO_OPERATOR_S", "")  # tests shorten it
+    return float(text) if text.isdigit() else NO_OPERATOR_S
+
+
 def wait_until_ready(record: dict) -> None:
-    deadline = time.monotonic() + ready_timeout_s(record)
+    started = time.monotonic()
+    deadline = started + ready_timeout_s(record)
     shown = None
     cluster = ours(record)
     uid = ((cluster or {}).get("metadata") or {}).get("uid")
@@ -216,6 +230,11 @@ def wait_until_ready(record: dict) -> None:
             shown = line
         if all(counts[g] >= n for g, n in record["expected_pods"].items()):
             return
+        if not current and time.monotonic() - started > no_operator_s() and not (ours(record) or {}).get("status"):
+            raise KitError(f"RayCluster {record['name']} has no status and no pod after {no_operator_s():g} s: "
+                           f"no KubeRay operator reconciles RayClusters in namespace {record['namespace']} "
+                           "(not installed, crash-looping, or watching other namespaces: its "
+                           "watchNamespace); `kubectl get pods -A -l app.kubernetes.io/name=kuberay-operator`")
         blocked = [(p["metadata"]["name"], stuck(p)) for p in current if stuck(p)]
         if blocked or time.monotonic() > deadline:
             print_events(record, [p["metadata"]["name"] for p in current])

@@ -391,7 +391,16 @@ def delete(where: dict, name: str, config_map: str) -> str:
     status = kube.run_kubectl(where, "get", "rayjob", name, "-o", "json", check=False)
     cluster = (kube.json_object(status.stdout, f"kubectl get rayjob {name} -o json").get("status") or {}
                ).get("rayClusterName") if status.returncode == 0 else None
-    kube.delete(where, "rayjob", name)
+    try:
+        kube.delete(where, "rayjob", name)
+    except KitError as e:
+        if cluster is None:
+            raise
+        # its finalizer goes only with a running operator, and the RayJob's cluster's name
+        # (<name>-<5 random>) is beyond the Role, which may delete `name` alone
+        raise KitError(f"{e}; its RayCluster {cluster} still runs and bills: the KubeRay operator removes "
+                       f"the RayJob's finalizer, and the namespace's admin can delete the cluster "
+                       f"(`kubectl -n {where['namespace']} delete raycluster {cluster}`)") from None
     kube.delete(where, "configmap", config_map)
     if cluster:
         kube.wait_until_no_pods(where, cluster, f"RayJob {name}")

@@ -21,6 +21,18 @@ SHM_VOLUME = "dshm"  # Ray's object store lives in /dev/shm: the container defau
 # (CPU torch); Ray's logs and spilled objects beside them.
 EPHEMERAL = {True: ("12Gi", "40Gi"), False: ("4Gi", "20Gi")}
 
+# Node autoscalers consolidate, drift or expire nodes by evicting their pods: the head's
+# eviction ends the Ray cluster and its job (no GCS fault tolerance), and a worker's its
+# tasks. Ray's autoscaler removes idle workers itself, and their empty nodes then go.
+POD_ANNOTATIONS = {"karpenter.sh/do-not-disrupt": "true",
+                   "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+
+# The operator's autoscaler sidecar, as KubeRay sizes it by default (v1.7.0 common/pod.go:
+# 500m, 512Mi), with local disk asked for too: a namespace quota on ephemeral-storage
+# refuses a pod any container of which leaves it out (values.HEAD_NEIGHBOURS counts it)
+AUTOSCALER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "256Mi"},
+                        "limits": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}}
+
 
 def template_context(cluster: str, values: dict) -> dict:
     head = values["head"]
@@ -31,6 +43,8 @@ def template_context(cluster: str, values: dict) -> dict:
         "image_pull_secrets": [{"name": s} for s in kube["image_pull_secrets"]],
         "resource_labels": MANAGED_BY | {"raykit.dev/cluster": values["cluster_name"]},
         "pod_labels": MANAGED_BY,
+        "pod_annotations": POD_ANNOTATIONS,
+        "autoscaler_resources": AUTOSCALER_RESOURCES,
         "ray_version": catalog.RAY_VERSION,
         "idle_timeout_s": values["idle_timeout_minutes"] * 60,
         # a coordinating head offers Ray no CPU: no task or training worker lands there

@@ -46,7 +46,10 @@ def container(values: dict, dashboard_port: int) -> dict:
         "env": [{"name": "RAY_AUTH_MODE", "value": "token"},
                 {"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": {
                     "name": values["cluster_name"], "key": "auth_token"}}}],
-        "resources": {"requests": RESOURCES, "limits": RESOURCES},
+        # local disk asked for too: a namespace quota on ephemeral-storage refuses a pod
+        # any container of which leaves it out
+        "resources": {"requests": RESOURCES | {"ephemeral-storage": "256Mi"},
+                      "limits": RESOURCES | {"ephemeral-storage": "1Gi"}},
         "securityContext": {"allowPrivilegeEscalation": False},
     }
 
