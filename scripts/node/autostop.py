@@ -329,19 +329,12 @@ def delete_raycluster(api: str, namespace: str, name: str, account_dir: str,
     it never gives up: the watchdog is what stops the bill, and its pod is not restarted
     (the head's restartPolicy). True once it is deleted or gone; False once `attempts`
     (where given) all failed."""
-    url = (f"{api}/apis/ray.io/v1/namespaces/{urllib.parse.quote(namespace, safe='')}"
-           f"/rayclusters/{urllib.parse.quote(name, safe='')}")
-    body = json.dumps({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}).encode()
     tried, wait_s = 0, retry_s
     while attempts is None or tried < attempts:
         tried += 1
         try:
-            token = open(os.path.join(account_dir, "token")).read().strip()  # re-read: kubelet rotates it
-            context = ssl.create_default_context(cafile=os.path.join(account_dir, "ca.crt"))
-            request = urllib.request.Request(url, data=body, method="DELETE", headers={
-                "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
-            with urllib.request.urlopen(request, context=context, timeout=30):
-                return True
+            send_delete(api, namespace, name, account_dir)
+            return True
         except urllib.error.HTTPError as e:
             if e.code == 404:
                 print(f"autostop: RayCluster {namespace}/{name} is gone already", flush=True)
@@ -358,6 +351,40 @@ def delete_raycluster(api: str, namespace: str, name: str, account_dir: str,
     print(f"autostop: could not delete RayCluster {namespace}/{name}: its pods bill until "
           "`make down`", flush=True)
     return False
+
+
+def send_delete(api: str, namespace: str, name: str, account_dir: str, dry_run: bool = False) -> None:
+    """One DELETE of the RayCluster with the pod's token (re-read each time: the kubelet
+    rotates it), over TLS checked against the cluster's CA; dry_run: authorized, admitted
+    and answered as a delete would be, and nothing deleted (dryRun=All)."""
+    url = (f"{api}/apis/ray.io/v1/namespaces/{urllib.parse.quote(namespace, safe='')}"
+           f"/rayclusters/{urllib.parse.quote(name, safe='')}" + ("?dryRun=All" if dry_run else ""))
+    body = json.dumps({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}).encode()
+    token = open(os.path.join(account_dir, "token")).read().strip()
+    context = ssl.create_default_context(cafile=os.path.join(account_dir, "ca.crt"))
+    request = urllib.request.Request(url, data=body, method="DELETE", headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, context=context, timeout=30):
+        pass
+
+
+RIGHT_OK, RIGHT_REFUSED = "autostop: may delete", "autostop: cannot delete"  # `make up`/`status` read them
+
+
+def delete_right(api: str, namespace: str, name: str, account_dir: str) -> str:
+    """The one line that says, at start, whether the teardown's DELETE would go through:
+    a dry-run DELETE proves the token, the CA, the way to the API server (an egress
+    NetworkPolicy) and the RBAC (a Role edited since, a webhook) together."""
+    try:
+        send_delete(api, namespace, name, account_dir, dry_run=True)
+        return f"{RIGHT_OK} RayCluster {namespace}/{name} (a dry-run DELETE was allowed)"
+    except urllib.error.HTTPError as e:
+        why = f"HTTP {e.code} {e.reason}"
+    except (OSError, ssl.SSLError, KeyError) as e:
+        why = f"{type(e).__name__}: {str(e)[:160]}"
+    return (f"{RIGHT_REFUSED} RayCluster {namespace}/{name} ({why}): after autostop_minutes with no job "
+            "it bills on until `make down`; check the watchdog's RoleBinding and any NetworkPolicy "
+            "that keeps the head pod from the API server")
 
 
 def in_cluster_api() -> str:
@@ -407,6 +434,8 @@ def main(argv=None) -> int:
     p.add_argument("--heartbeat", help="a file touched every poll (aws: the head's dead-man "
                    "switch reads it)")
     a = p.parse_args(argv)
+    if a.kuberay and a.minutes:
+        print(delete_right(in_cluster_api(), *a.kuberay, a.service_account_dir), flush=True)
     teardown = aws_teardown(*a.aws) if a.aws else kuberay_teardown(*a.kuberay, a.service_account_dir)
     return run(a.address, a.minutes, teardown, a.heartbeat)
 

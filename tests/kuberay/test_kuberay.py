@@ -83,14 +83,14 @@ def test_values_land_where_kuberay_reads_them():
     head, (gpu, cpu) = spec["headGroupSpec"], spec["workerGroupSpecs"]
     assert spec["autoscalerOptions"] == {"version": "v2", "upscalingMode": "Default", "idleTimeoutSeconds": 600,
                                          "resources": {  # local disk too: a quota on it refuses the head
-                                             "requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "256Mi"},
+                                             "requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"},
                                              "limits": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}}}
     # no node autoscaler may evict a pod mid-job (the head's eviction ends the cluster)
     for template in [head["template"], gpu["template"], cpu["template"]]:
         assert template["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true",
                                                        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
     (watchdog_sidecar,) = [c for c in head["template"]["spec"]["containers"] if c["name"] != "ray-head"]
-    assert watchdog_sidecar["resources"]["requests"]["ephemeral-storage"] == "256Mi"
+    assert watchdog_sidecar["resources"]["requests"]["ephemeral-storage"] == "1Gi"
     assert spec["enableInTreeAutoscaling"] is True and spec["authOptions"] == {"mode": "token"}
     assert head["resources"] == {"CPU": "0"}  # a coordinating head: Ray schedules nothing there
     # GPUs and CPUs from the container's limits; the group's resources: only its own, which
@@ -880,3 +880,17 @@ def test_up_with_no_operator_reconciling_the_namespace_says_so_soon(kube):
     assert up.returncode == 2, up.stdout + up.stderr
     assert "no KubeRay operator reconciles RayClusters in namespace ray" in up.stderr
     assert not (kube.tmp / "kube" / "ray.RayCluster.k8s-hetero.json").exists()  # deleted again
+
+
+@pytest.mark.parametrize("right,said", [
+    ("", "the watchdog may delete RayCluster ray/k8s-hetero (a dry-run DELETE was allowed)"),
+    ("refused", "warning: the watchdog cannot delete RayCluster ray/k8s-hetero (HTTP 403 Forbidden)"),
+])
+def test_up_and_status_say_whether_the_watchdog_may_delete_its_cluster(kube, right, said):
+    """A default-deny egress NetworkPolicy or a webhook made every DELETE fail, visible only
+    in a container log nobody reads: the watchdog's dry-run DELETE at its start is shown."""
+    up = kube("up", "--cluster", "k8s_hetero", STANDIN_WATCHDOG_RIGHT=right)
+    assert up.returncode == 0 and said in up.stdout, up.stdout + up.stderr
+    status = kube("status", "--cluster", "k8s_hetero", STANDIN_WATCHDOG_RIGHT=right)
+    assert status.returncode == 0 and said in status.stdout
+    assert kube("down", "--cluster", "k8s_hetero").returncode == 0

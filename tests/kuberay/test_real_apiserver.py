@@ -73,7 +73,7 @@ def testbed(tmp_path_factory):
 @pytest.fixture
 def kit(testbed, tmp_path):
     env = dict(os.environ, RAYKIT_BUILD_DIR=str(tmp_path / "build"), KUBECONFIG=str(testbed.kubeconfig),
-               RAYKIT_KUBECTL_POLL_S="0.2",
+               RAYKIT_KUBECTL_POLL_S="0.2", RAYKIT_WATCHDOG_WAIT_S="1",  # no kubelet serves its log
                PATH=f"{testbed.bin}:{REPO / '.venv' / 'bin'}:{os.environ['PATH']}")
 
     def run(*args, **extra):
@@ -457,6 +457,13 @@ def test_an_idle_clusters_watchdog_may_delete_it_and_nothing_else(testbed, kit, 
                  {"name": "ray-head", "image": "rayproject/ray:2.60.0"}]}}}}}
     testbed.api("POST", f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters", other)
     try:
+        # the watchdog's first line: a dry-run DELETE proves its right, and deletes nothing
+        assert autostop.delete_right(testbed.server, NAMESPACE, NAME, str(account)) == (
+            f"autostop: may delete RayCluster {NAMESPACE}/{NAME} (a dry-run DELETE was allowed)")
+        assert NAME in ours(testbed, f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters")
+        assert autostop.delete_right(testbed.server, NAMESPACE, "other-team", str(account)).startswith(
+            f"autostop: cannot delete RayCluster {NAMESPACE}/other-team (HTTP 403 Forbidden): after "
+            "autostop_minutes with no job it bills on until `make down`")
         assert not autostop.delete_raycluster(testbed.server, NAMESPACE, "other-team", str(account),
                                               attempts=1, retry_s=0)
         assert "deleting failed (HTTP 403 Forbidden)" in capsys.readouterr().out  # not a TLS error

@@ -194,7 +194,10 @@ def test_an_idle_kuberay_cluster_is_deleted_by_its_own_watchdog(api, standin_hea
     assert done.returncode == 0, done.stdout + done.stderr
     assert "autostop: the cluster stops after 3 s with no job" in done.stdout
     assert "RayCluster ray/k8s-hetero deleted; its pods go with it" in done.stdout
-    assert [p["path"] for p in api.seen] == ["/apis/ray.io/v1/namespaces/ray/rayclusters/k8s-hetero"]
+    # first a dry run, proving the right to delete at the watchdog's start, then the DELETE
+    assert "autostop: may delete RayCluster ray/k8s-hetero (a dry-run DELETE was allowed)" in done.stdout
+    assert [p["path"] for p in api.seen] == ["/apis/ray.io/v1/namespaces/ray/rayclusters/k8s-hetero?dryRun=All",
+                                             "/apis/ray.io/v1/namespaces/ray/rayclusters/k8s-hetero"]
 
 
 def test_a_watchdog_that_exits_is_restarted_in_its_container():

@@ -9,7 +9,7 @@ from scripts.core import tunnel
 from scripts.core.errors import KitError, not_running
 from scripts.providers.kuberay import crd
 from scripts.providers.kuberay.kubectl import get_json, kubectl, missing, pods, run_kubectl
-from scripts.providers.kuberay.launch import group_of
+from scripts.providers.kuberay.launch import group_of, watchdog_said
 from scripts.providers.kuberay.names import DASHBOARD_PORT, HEAD_TYPE, NAME
 from scripts.providers.kuberay.teardown import ours
 
@@ -61,6 +61,8 @@ def status(record: dict) -> int:
                  ("get", "pods", "-l", f"ray.io/cluster={record['name']}", "-o", "wide")):
         result = run_kubectl(record, *args)
         print(result.stdout, end="", flush=True)
+    if record.get("watchdog_minutes"):
+        print(watchdog_said(record), flush=True)
     return 0
 
 

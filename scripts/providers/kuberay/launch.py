@@ -12,6 +12,7 @@ import yaml
 from scripts.core import state
 from scripts.core.errors import KitError, short
 from scripts.core.signals import signals_deferred
+from scripts.node import autostop
 from scripts.providers.kuberay import crd, watchdog
 from scripts.providers.kuberay.kubectl import (
     exists,
@@ -123,6 +124,8 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
         run_kubectl(record, "apply", "-f", "-", stdin=json.dumps(resource))
         print(f"applied RayCluster {record['name']} in namespace {record['namespace']}", flush=True)
         wait_until_ready(record)
+        if record["watchdog_minutes"]:
+            print(watchdog_said(record, wait_s=watchdog_wait_s()), flush=True)
     except BaseException:
         with signals_deferred():
             try:
@@ -131,6 +134,33 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
                 print(f"could not delete RayCluster {record['name']}: {e}", flush=True)
         raise
     return record
+
+
+WATCHDOG_WAIT_S = 60  # for the watchdog's first line: its start, then one dry-run DELETE
+
+
+def watchdog_wait_s() -> float:
+    text = os.environ.get("RAYKIT_WATCHDOG_WAIT_S", "")  # tests shorten it
+    return float(text) if text.isdigit() else WATCHDOG_WAIT_S
+
+
+def watchdog_said(record: dict, wait_s: float = 0) -> str:
+    """What the head's watchdog found at its start: whether its DELETE of the cluster
+    would go through (autostop.delete_right's dry run), as a line for `up` and `status`;
+    a refusal is a warning: after autostop_minutes with no job the cluster would bill on."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        heads = [p["metadata"]["name"] for p in pods(record) if group_of(p) == HEAD_TYPE]
+        log = run_kubectl(record, "logs", heads[0], "-c", watchdog.NAME, "--tail=200",
+                          check=False).stdout if heads else ""
+        said = [line for line in log.splitlines() if line.startswith((autostop.RIGHT_OK, autostop.RIGHT_REFUSED))]
+        if said:
+            return ("warning: the watchdog " if said[-1].startswith(autostop.RIGHT_REFUSED) else
+                    "the watchdog ") + said[-1].removeprefix("autostop: ")
+        if time.monotonic() >= deadline:
+            return ("the watchdog has not said yet whether it may delete the cluster (its first "
+                    "line, a dry-run DELETE); `make status` shows it")
+        time.sleep(poll_s())
 
 
 def group_of(pod: dict) -> str:

@@ -30,8 +30,8 @@ POD_ANNOTATIONS = {"karpenter.sh/do-not-disrupt": "true",
 # The operator's autoscaler sidecar, as KubeRay sizes it by default (v1.7.0 common/pod.go:
 # 500m, 512Mi), with local disk asked for too: a namespace quota on ephemeral-storage
 # refuses a pod any container of which leaves it out (values.HEAD_NEIGHBOURS counts it)
-AUTOSCALER_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "256Mi"},
-                        "limits": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}}
+AUTOSCALER_RESOURCES = {kind: {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
+                        for kind in ("requests", "limits")}
 
 
 def template_context(cluster: str, values: dict) -> dict:

@@ -48,7 +48,7 @@ def container(values: dict, dashboard_port: int) -> dict:
                     "name": values["cluster_name"], "key": "auth_token"}}}],
         # local disk asked for too: a namespace quota on ephemeral-storage refuses a pod
         # any container of which leaves it out
-        "resources": {"requests": RESOURCES | {"ephemeral-storage": "256Mi"},
+        "resources": {"requests": RESOURCES | {"ephemeral-storage": "1Gi"},
                       "limits": RESOURCES | {"ephemeral-storage": "1Gi"}},
         "securityContext": {"allowPrivilegeEscalation": False},
     }
