@@ -18,9 +18,11 @@ cluster down and exits:
   kuberay  its own RayCluster deleted (the garbage collector then deletes every pod,
            the watchdog's own head pod too, and the node groups scale their nodes
            down). The watchdog is a container of the head pod, which runs as the
-           ServiceAccount `<name>-raykit` (watchdog.py): the operator binds its
-           autoscaler's Role to it, and the namespace's admin, once, a Role that may
-           delete this one RayCluster and nothing else (`make render` writes both)
+           values' kubernetes.service_account, else the ServiceAccount `<name>` the
+           operator makes (watchdog.py): the operator binds its autoscaler's Role to
+           it, and the namespace's admin, once, a Role that may delete this one
+           RayCluster and nothing else (`make render` writes it); a dry-run DELETE at
+           start says in one line whether that right holds (delete_right)
 
 While the job API cannot be reached, the jobs' supervisors are looked for among the
 processes here (Ray's detached JobSupervisor actors outlive the dashboard, and so do the

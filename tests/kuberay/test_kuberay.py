@@ -562,6 +562,9 @@ def test_a_pod_that_never_schedules_times_up_out_with_its_events(kube):
     assert up.returncode == 2 and "not ready within 20 min" in up.stderr
     assert ("event Pod/k8s-hetero-head-00000: FailedScheduling: 0/3 nodes are available: "
             "3 Insufficient nvidia.com/gpu.") in up.stdout
+    # Karpenter keeps a GPU node whose GPUs never registered: said, not "the autoscaler removes it"
+    assert "without a running NVIDIA device plugin a GPU node never advertises them, and Karpenter " \
+           "keeps a node it launched for them, billing: `kubectl get nodeclaims`" in up.stderr
     assert not (kube.tmp / "kube" / "ray.RayCluster.k8s-hetero.json").exists()
 
 

@@ -189,11 +189,12 @@ def poll_s() -> float:
     return float(text) if text.replace(".", "", 1).isdigit() else POLL_S
 
 
-def print_events(record: dict, pod_names: list[str], last: int = 20) -> None:
-    """The last events of the cluster's pods and of the RayCluster itself."""
+def print_events(record: dict, pod_names: list[str], last: int = 20) -> list[dict]:
+    """The last events of the cluster's pods and of the RayCluster itself, printed; returned."""
     events = get_json(record, "events").get("items", [])
     ours = [e for e in events if e.get("involvedObject", {}).get("name") in {*pod_names, record["name"]}]
     ours.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
     for e in ours[-last:]:
         print(f"  event {e['involvedObject'].get('kind', '?')}/{e['involvedObject'].get('name')}: "
               f"{e.get('reason', '?')}: {short(e.get('message', ''), 200)[1:-1]}", flush=True)
+    return ours

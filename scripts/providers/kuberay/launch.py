@@ -190,6 +190,17 @@ def stuck(pod: dict) -> str | None:
     return None
 
 
+def gpu_never_came(events: list[dict]) -> str:
+    """What to say where pods waited for GPUs no node offered: a node autoscaler may have
+    launched a GPU node whose GPUs never registered (no NVIDIA device plugin), and
+    Karpenter keeps such a node, uninitialised and billing (aws/karpenter-provider-aws#1914)."""
+    if not any("nvidia.com/gpu" in str(e.get("message", "")) or e.get("reason") == "Nominated" for e in events):
+        return ""
+    return ("; no node offered the GPUs asked for: without a running NVIDIA device plugin a GPU node never "
+            "advertises them, and Karpenter keeps a node it launched for them, billing: `kubectl get "
+            "nodeclaims` shows it, deleting its NodeClaim ends it (docs/kubernetes.md)")
+
+
 def ready_timeout_s(record: dict) -> float:
     """ready_timeout_minutes; RAYKIT_READY_TIMEOUT_S (tests) shortens it."""
     text = os.environ.get("RAYKIT_READY_TIMEOUT_S", "")
@@ -267,9 +278,9 @@ def wait_until_ready(record: dict) -> None:
                            "watchNamespace); `kubectl get pods -A -l app.kubernetes.io/name=kuberay-operator`")
         blocked = [(p["metadata"]["name"], stuck(p)) for p in current if stuck(p)]
         if blocked or time.monotonic() > deadline:
-            print_events(record, [p["metadata"]["name"] for p in current])
+            events = print_events(record, [p["metadata"]["name"] for p in current])
             why = (f"pod {blocked[0][0]} is stuck in {blocked[0][1]}" if blocked else
                    f"not ready within {record['ready_timeout_minutes']} min")
             raise KitError(f"RayCluster {record['name']}: {why}; the pods' events are above "
-                           "(`kubectl describe pod` says more)")
+                           f"(`kubectl describe pod` says more){gpu_never_came(events)}")
         time.sleep(poll_s())
