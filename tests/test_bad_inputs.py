@@ -16,7 +16,7 @@ import yaml
 from conftest import REPO, USER_VALUES, load_example, make
 from scripts import kit
 from scripts.commands import checked as entrance
-from scripts.build import build_text
+from scripts.build import build, build_text
 
 
 def set_path(values: dict, dotted: str, value) -> None:
@@ -1081,3 +1081,41 @@ def test_make_cost_of_a_mix_it_cannot_price_exits_non_zero(monkeypatch, capsys):
     assert out.startswith("no list prices for eu-west-1") and "cannot be priced" in err
     monkeypatch.undo()
     assert kit.main(["cost", "--cluster", "hetero"]) == 0
+
+
+@pytest.mark.parametrize("args,said", [
+    (["--storage", "runs/a"], "'runs/a' as the job's storage is a relative path"),
+    (["--storage-path=ckpt"], "'ckpt' as the job's storage is a relative path"),
+])
+def test_a_relative_storage_is_refused_before_any_job_is_uploaded(args, said):
+    """pyarrow refuses a path with no scheme: the run failed on the cluster, after the upload
+    and its packages' install."""
+    from scripts.core.submit import storage_problems
+
+    (problem,) = storage_problems(args)
+    assert problem.startswith("ARGS: ") and said in problem
+    assert storage_problems(["--storage", "/shared/runs"]) == storage_problems(["--storage", "s3://b/p"]) == []
+
+
+def test_aws_storage_the_nodes_cannot_write_is_refused_before_submit(tmp_path, monkeypatch):
+    """A bucket in aws.data_buckets is read-only to the nodes (the run failed at its first
+    checkpoint), and a node's own disk is not the other train node's."""
+    from scripts.core import state
+    from scripts.providers import aws
+
+    monkeypatch.setattr(state, "LAUNCHED", tmp_path)
+    record = {"cluster": "multi_g5", "data_buckets": ["imagenet"]}
+    state.config_path("multi_g5").write_text(yaml.safe_dump(build("multi_g5").config))
+    assert aws.train_nodes(record) == 2
+    (written,) = aws.job_problems(record, "template", ["--data", "s3://imagenet/train", "--storage", "s3://imagenet/runs"])
+    assert "may not write bucket imagenet (aws.data_buckets are read-only" in written
+    (local,) = aws.job_problems(record, "template", ["--storage", "/home/ray/runs"])
+    assert "trains on 2 nodes: each would checkpoint apart" in local
+    state.config_path("multi_g5").write_text(yaml.safe_dump(build("hetero").config))
+    assert aws.job_problems(record, "template", ["--storage", "/home/ray/runs"]) == []  # one train node
+
+
+def test_the_templates_own_flags_refuse_relative_paths_before_ray():
+    run = subprocess.run([sys.executable, "main.py", "--data", "images", "--storage", "/x"], cwd=REPO / "jobs" / "template",
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO / "jobs")))
+    assert run.returncode == 2 and "--data must be an absolute path or s3://... (got 'images')" in run.stderr, run.stderr

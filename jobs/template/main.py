@@ -54,6 +54,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("steps", "checkpoint_every"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be 0 or more")
+    # pyarrow refuses a path with no scheme, and the driver's working directory is a temp folder
+    for name, value in (("data", args.data), ("storage", args.storage)):
+        if value and not (value.startswith("/") or "://" in value):
+            p.error(f"--{name} must be an absolute path or s3://... (got {value!r})")
     return args
 
 

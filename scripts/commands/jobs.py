@@ -53,7 +53,7 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
     `env_vars`: the job's prices and autopilot settings where the caller built the values
     (`make run`, a bench's variant); else read from the record's values file."""
     provider = PROVIDERS[record["provider"]]
-    problems = provider.job_problems(record, job, args)
+    problems = submit.storage_problems(args) + provider.job_problems(record, job, args)
     if problems:  # before the job runs: its tasks would fail on the nodes
         raise KitError("; ".join(problems))
     if timeout is None and provider.DEFAULT_JOB_TIMEOUT_S:

@@ -312,6 +312,34 @@ def exit_code(client, submission_id: str) -> int:
     return info.driver_exit_code or 1
 
 
+# The flags by which the kit's jobs name where Ray Train keeps checkpoints and the final
+# model (the template's and the ViT job's): checked before a job is uploaded
+STORAGE_FLAGS = ("--storage", "--storage-path")
+URI = re.compile(r"[a-z][a-z0-9+.-]*://", re.IGNORECASE)
+
+
+def storage_of(args: list[str]) -> str | None:
+    """The storage a job's ARGS name (the last one, as argparse keeps it); None for none."""
+    found = None
+    for i, arg in enumerate(args):
+        for flag in STORAGE_FLAGS:
+            if arg == flag and i + 1 < len(args):
+                found = args[i + 1]
+            elif arg.startswith(flag + "="):
+                found = arg[len(flag) + 1:]
+    return found or None
+
+
+def storage_problems(args: list[str]) -> list[str]:
+    """What no cluster can use as Ray Train's storage: a relative path (pyarrow refuses a
+    path with no scheme, and the driver's working directory is a temporary folder)."""
+    storage = storage_of(args)
+    if storage is None or URI.match(storage) or storage.startswith("/"):
+        return []
+    return [f"ARGS: {short(storage)} as the job's storage is a relative path: Ray Train needs an "
+            "absolute path every training node can write, or s3://bucket/prefix"]
+
+
 def result_line(output: str) -> dict:
     """The last `RESULT {...}` line in a job's output, parsed."""
     lines = [line for line in output.splitlines() if line.startswith(RESULT_PREFIX)]

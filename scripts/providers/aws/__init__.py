@@ -20,8 +20,11 @@ import copy
 import json
 import re
 
-from scripts.core.errors import KitError
-from scripts.core.submit import JobFiles, JobPackages
+import yaml
+
+from scripts.core import state
+from scripts.core.errors import KitError, short
+from scripts.core.submit import JobFiles, JobPackages, storage_of
 from scripts.providers.aws.iam import head_policy, user_policy
 # the interface's members, each from the module of its concern (`make run` is the kit's up,
 # submit and down here: EC2 has no job that ends its own instances)
@@ -136,14 +139,40 @@ S3_URI = re.compile(r"s3://([^/\s]+)")
 
 
 def job_problems(record: dict, job: str, args: list[str]) -> list[str]:
-    """Every node's setup installs the jobs' packages (adaptdl's too). The S3 buckets a job's ARGS name that the cluster's nodes cannot read: only those in
-    aws.data_buckets are readable (read-only) by its workers, where preprocessing reads."""
+    """Every node's setup installs the jobs' packages (adaptdl's too). The S3 buckets a job's
+    ARGS name that the cluster's nodes cannot read: only those in aws.data_buckets are
+    readable (read-only) by its workers, where preprocessing reads. Storage for checkpoints
+    must be writable by every training node: no bucket is (the roles read only), and a
+    node's own disk is not another node's."""
     readable = set(record.get("data_buckets") or [])
-    named = sorted({m.group(1) for arg in args for m in S3_URI.finditer(arg)})
-    return [f"ARGS: s3://{bucket}: the nodes of '{record['cluster']}' cannot read bucket {bucket} "
-            f"(aws.data_buckets: {sorted(readable) or '[]'}); add it to aws.data_buckets in the "
-            "values file and `make up` again (its nodes get read-only access)"
-            for bucket in named if bucket not in readable]
+    storage = storage_of(args)
+    written = S3_URI.match(storage).group(1) if storage and S3_URI.match(storage) else None
+    named = sorted({m.group(1) for arg in args for m in S3_URI.finditer(arg)} - {written})
+    problems = [f"ARGS: s3://{bucket}: the nodes of '{record['cluster']}' cannot read bucket {bucket} "
+                f"(aws.data_buckets: {sorted(readable) or '[]'}); add it to aws.data_buckets in the "
+                "values file and `make up` again (its nodes get read-only access)"
+                for bucket in named if bucket not in readable]
+    if written:
+        problems.append(f"ARGS: {short(storage)} as the job's storage: the nodes of '{record['cluster']}' may "
+                        f"not write bucket {written} (aws.data_buckets are read-only, and no node role writes "
+                        "S3): the first checkpoint would fail; leave the storage out (the head keeps the run "
+                        "under ~/ray_results) or name an absolute path on the head")
+    elif storage and storage.startswith("/") and train_nodes(record) > 1:
+        problems.append(f"ARGS: {short(storage)} as the job's storage is a path on each node's own disk, and "
+                        f"'{record['cluster']}' trains on {train_nodes(record)} nodes: each would checkpoint "
+                        "apart and a restart could not resume; leave it out (Ray Train then keeps it on the head)")
+    return problems
+
+
+def train_nodes(record: dict) -> int:
+    """The nodes with GPUs the launched config starts (the head's, each GPU type's min_workers)."""
+    try:
+        config = yaml.safe_load(state.config_path(record["cluster"]).read_text())
+        types = config["available_node_types"]
+        return sum((1 if name == config["head_node_type"] else int(t.get("min_workers") or 0))
+                   for name, t in types.items() if (t.get("resources") or {}).get("GPU"))
+    except (OSError, KeyError, TypeError, ValueError, AttributeError, yaml.YAMLError):
+        return 0  # not the config `make up` wrote: `make down` says so
 
 
 def images_to_bake(values: dict) -> dict[str, str]:
