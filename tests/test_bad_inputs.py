@@ -407,6 +407,9 @@ VALUE_CASES = [
     ("a value with operator Exists", "k8s_hetero", lambda v: set_path(v, "head.tolerations", [
         {"key": "nvidia.com/gpu", "operator": "Exists", "value": "true", "effect": "NoSchedule"}]),
      "head.tolerations[0].value: must be empty with operator Exists"),
+    ("a KubeRay preprocess group selecting a GPU type", "k8s_hetero",
+     lambda v: set_path(v, "workers.cpu-worker.node_selector", {"node.kubernetes.io/instance-type": "g5.xlarge"}),
+     "workers.cpu-worker.node_selector: g5.xlarge has 1 GPU(s), but the group has role preprocess"),
     ("KubeRay min_workers above max_workers", "k8s_multi",
      lambda v: set_path(v, "workers.cpu-worker.min_workers", 9), "workers.cpu-worker: min_workers (9) > max_workers (8)"),
     ("a pod field KubeRay does not know", "k8s_hetero",
@@ -960,6 +963,9 @@ def test_a_second_values_file_cannot_take_over_a_running_cluster(hetero_values):
 @pytest.mark.parametrize("clusters,message", [
     ("local_single local_single", "CLUSTERS: local_single named twice"),
     ("local_single hetero", "CLUSTERS: mixes aws and local values files"),
+    # a name that is none: the values files are offered, not the jobs
+    ("local_single ../x", "CLUSTERS='../x' is not a name (lowercase letters, digits, '_' and '-', starting "
+                          "with a letter, at most 40); set CLUSTERS to one of: hetero, k8s_hetero"),
 ])
 def test_bench_refuses_before_any_cluster_starts(capsys, clusters, message):
     from scripts.core.paths import LAUNCHED

@@ -34,7 +34,7 @@ def check_name(variable: str, value: str) -> str:
 
 
 def choices(variable: str) -> str:
-    found = available_clusters() if variable == "CLUSTER" else available_jobs()
+    found = available_clusters() if variable in ("CLUSTER", "CLUSTERS") else available_jobs()
     return ", ".join(found) or "(none)"
 
 

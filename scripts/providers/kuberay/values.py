@@ -47,6 +47,12 @@ def value_problems(values: dict) -> list[str]:
         if w["role"] == "preprocess" and w["pod"]["gpus"]:
             problems.append(f"workers.{name}.pod.gpus: a preprocess group trains nothing, and its "
                             "GPUs would idle; set gpus: 0, or role: train")
+        elif w["role"] == "preprocess" and instance_type_of(w) and catalog.INSTANCE_TYPES[instance_type_of(w)].gpus:
+            # as the AWS side refuses it: a node autoscaler would buy GPU nodes for CPU pods
+            itype = instance_type_of(w)
+            problems.append(f"workers.{name}.node_selector: {itype} has {catalog.INSTANCE_TYPES[itype].gpus} "
+                            "GPU(s), but the group has role preprocess (CPU-only): its pods would take GPU "
+                            "nodes and leave their GPUs idle; select a CPU type such as c5.4xlarge, or set role: train")
     for where, node in [("head", head)] + [(f"workers.{n}", w) for n, w in workers.items()]:
         for key in node["node_selector"]:
             problems += [f"{where}.node_selector: key '{key}': {p}"
