@@ -358,10 +358,13 @@ def delete_raycluster(api: str, namespace: str, name: str, account_dir: str,
 def send_delete(api: str, namespace: str, name: str, account_dir: str, dry_run: bool = False) -> None:
     """One DELETE of the RayCluster with the pod's token (re-read each time: the kubelet
     rotates it), over TLS checked against the cluster's CA; dry_run: authorized, admitted
-    and answered as a delete would be, and nothing deleted (dryRun=All)."""
+    and answered as a delete would be, and nothing deleted (dryRun: All). The API server
+    reads a DELETE's options from its body where it has one, and its query only where not:
+    dryRun goes in the body (in the query alone, the test's real API server deleted)."""
     url = (f"{api}/apis/ray.io/v1/namespaces/{urllib.parse.quote(namespace, safe='')}"
            f"/rayclusters/{urllib.parse.quote(name, safe='')}" + ("?dryRun=All" if dry_run else ""))
-    body = json.dumps({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}).encode()
+    body = json.dumps({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+                      | ({"dryRun": ["All"]} if dry_run else {})).encode()
     token = open(os.path.join(account_dir, "token")).read().strip()
     context = ssl.create_default_context(cafile=os.path.join(account_dir, "ca.crt"))
     request = urllib.request.Request(url, data=body, method="DELETE", headers={
