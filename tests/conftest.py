@@ -313,15 +313,16 @@ def standin_head(tmp_path):
             pytest.fail("the stand-in head did not start on any of its port tries: "
                         + (started.stderr or started.stdout)[-2000:])
     except BaseException:  # a failed start, a timeout, Ctrl-C: nothing of it left running
-        processes.stop_processes(processes.cluster_processes("standin-head", build=tmp_path))
+        processes.stop_cluster("standin-head", build=tmp_path)
         shutil.rmtree(private, ignore_errors=True)
         raise
     try:
         yield dashboard
     finally:
-        processes.stop_processes(processes.cluster_processes("standin-head", build=tmp_path))
-        assert processes.cluster_processes("standin-head", build=tmp_path) == []
+        # every process, those started while the others stopped too, gone before it returns
+        _, alive = processes.stop_cluster("standin-head", build=tmp_path)
         shutil.rmtree(private, ignore_errors=True)
+        assert alive == [], f"the stand-in head's processes outlived their stop: {alive}"
 
 
 STANDIN_NVML = REPO / "tests" / "standins" / "nvml"

@@ -2,6 +2,7 @@
 Ray on this machine is not ours), and stopped, children first seen, with a grace."""
 
 import signal
+import time
 from pathlib import Path
 
 import psutil
@@ -59,3 +60,27 @@ def stop_processes(procs: list[psutil.Process], grace_s: float = 3) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(still, timeout=5)
+
+
+STOP_LIMIT_S = 60  # a loaded machine: Ray's processes may take a while to start dying
+
+
+def stop_cluster(cluster: str, build: Path = BUILD, limit_s: float = STOP_LIMIT_S) -> tuple[int, list[str]]:
+    """Stop every process of `cluster`, looking again until none is left: one started
+    while the others stopped (a worker a raylet was forking, the dashboard's ServeHead
+    actor) is not in the first look, and on a busy machine a killed process can outlive
+    a short wait. (How many were stopped, "pid name" of each still alive at limit_s.)"""
+    stopped, deadline = set(), time.monotonic() + limit_s
+    while procs := cluster_processes(cluster, build):
+        if time.monotonic() > deadline:
+            return len(stopped), [describe(p) for p in procs]
+        stopped |= {p.pid for p in procs}
+        stop_processes(procs)
+    return len(stopped), []
+
+
+def describe(proc: psutil.Process) -> str:
+    try:
+        return f"{proc.pid} {proc.name()}"
+    except psutil.Error:
+        return str(proc.pid)

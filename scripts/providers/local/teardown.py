@@ -4,7 +4,8 @@ then its CPU groups and temp dir."""
 from scripts.core import state
 from scripts.providers.local import cpu_quota
 from scripts.providers.local.names import cluster_id
-from scripts.providers.local.processes import cluster_processes, stop_processes
+from scripts.core.errors import KitError
+from scripts.providers.local.processes import STOP_LIMIT_S, stop_cluster
 
 
 def forget_stale(cluster: str, record: dict) -> list[str]:
@@ -14,14 +15,13 @@ def forget_stale(cluster: str, record: dict) -> list[str]:
 
 
 def down(cluster: str, record: dict | None, purge: bool = False) -> str:
-    """Stop every process that carries this cluster's marker, and their children."""
-    stopped = 0
-    for _ in range(3):  # a dying autoscaler may still be starting a node: sweep again
-        procs = cluster_processes(cluster)
-        if not procs:
-            break
-        stop_processes(procs)
-        stopped += len(procs)
+    """Stop every process that carries this cluster's marker, and their children (a dying
+    autoscaler may still be starting a node: stop_cluster looks again until none is left)."""
+    stopped, alive = stop_cluster(cluster)
+    if alive:
+        raise KitError(f"local cluster '{cluster}': {len(alive)} of its processes still run "
+                       f"{STOP_LIMIT_S} s after being killed ({', '.join(alive[:5])}); its record is kept: "
+                       f"run `make down CLUSTER={cluster}` again")
     group = cpu_quota.cluster_group(cluster_id(cluster))
     left = "" if cpu_quota.remove(group) else f"; its cgroup {group} still holds a process"
     state.forget(cluster)
