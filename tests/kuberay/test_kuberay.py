@@ -477,8 +477,9 @@ def test_run_is_a_rayjob_the_operator_tears_down(kube):
 
 
 def test_the_submitter_pod_may_go_where_the_head_goes():
-    """Tainted pools: the submitter tolerates and selects what the head does, or it stays
-    Pending while the RayJob runs to its deadline."""
+    """Tainted pools: the submitter tolerates what the head does, or it stays Pending while
+    the RayJob runs to its deadline; it prefers the head's node, but is not bound to the
+    head's node type (a node autoscaler bought a GPU node for this 200m pod)."""
     values = load_example("k8s_hetero")
     values["head"]["tolerations"] = [{"key": "dedicated", "operator": "Equal", "value": "ray", "effect": "NoSchedule"}]
     built = build_text("k8s_hetero", yaml.safe_dump(values).encode())
@@ -486,7 +487,12 @@ def test_the_submitter_pod_may_go_where_the_head_goes():
     head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
     submitter = job["spec"]["submitterPodTemplate"]["spec"]
     assert submitter["tolerations"] == head["tolerations"] and submitter["tolerations"][0]["key"] == "dedicated"
-    assert submitter["nodeSelector"] == head["nodeSelector"] != {}
+    assert "nodeSelector" not in submitter and head["nodeSelector"] != {}
+    (near,) = submitter["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert near["podAffinityTerm"]["labelSelector"]["matchLabels"] == {"ray.io/node-type": "head",
+                                                                        "raykit.dev/cluster": "k8s-hetero"}
+    head_labels = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["metadata"]["labels"]
+    assert head_labels["raykit.dev/cluster"] == "k8s-hetero"  # what the affinity selects, with the operator's
 
 
 def test_a_submitter_not_yet_on_a_node_is_streamed_once_it_is_and_its_summary_kept(kube):

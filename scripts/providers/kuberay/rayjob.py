@@ -28,6 +28,7 @@ from scripts.providers.kuberay import crd, watchdog
 from scripts.providers.kuberay import kubectl as kube
 from scripts.providers.kuberay.launch import ready_timeout_s
 
+CLUSTER_LABEL = "raykit.dev/cluster"  # on every pod of the kit's clusters (render.py)
 FILES_MOUNT = "/home/ray/raykit-job"  # in the submitter pod: the job's folder and the library
 MAX_FILES_BYTES = 900 * 1024  # a ConfigMap holds 1 MiB at most, its keys and paths included
 TTL_AFTER_FINISHED_S = 0  # the operator deletes the cluster as soon as the job ends
@@ -98,9 +99,17 @@ def resources(built, job: str, args: list[str], timeout_s: float, verbose: bool,
             **({"serviceAccountName": head_pod["serviceAccountName"]} if "serviceAccountName" in head_pod else {}),
             "automountServiceAccountToken": False,
             "imagePullSecrets": head_pod["imagePullSecrets"],
-            # where the head may run, so may the submitter: without them, on a cluster whose
-            # every pool is tainted it stayed Pending while the RayJob ran to its deadline
-            **{key: head_pod[key] for key in ("nodeSelector", "tolerations") if head_pod.get(key)},
+            # where the head may run, so may the submitter: without the head's tolerations, on
+            # a cluster whose every pool is tainted it stayed Pending while the RayJob ran to
+            # its deadline. Beside the head where there is room, but not bound to the head's
+            # node type: the head's selector made a node autoscaler buy a GPU node for this
+            # 200m pod when the head's node was full
+            **({"tolerations": head_pod["tolerations"]} if head_pod.get("tolerations") else {}),
+            "affinity": {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                "weight": 100, "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {"ray.io/node-type": "head",
+                                                      CLUSTER_LABEL: cluster["metadata"]["name"]}}}}]}},
             "containers": [{
                 "name": "ray-job-submitter",
                 "image": built.values["images"]["cpu"],

@@ -42,7 +42,7 @@ def template_context(cluster: str, values: dict) -> dict:
         "service_account": kube["service_account"],
         "image_pull_secrets": [{"name": s} for s in kube["image_pull_secrets"]],
         "resource_labels": MANAGED_BY | {"raykit.dev/cluster": values["cluster_name"]},
-        "pod_labels": MANAGED_BY,
+        "pod_labels": MANAGED_BY | {"raykit.dev/cluster": values["cluster_name"]},
         "pod_annotations": POD_ANNOTATIONS,
         "autoscaler_resources": AUTOSCALER_RESOURCES,
         "ray_version": catalog.RAY_VERSION,
