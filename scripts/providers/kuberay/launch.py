@@ -243,8 +243,8 @@ def operator_refusal(record: dict, uid: str | None) -> str | None:
     return None
 
 
-# Without an operator reconciling the namespace a RayCluster gets no status and no pod:
-# said within this, not after ready_timeout_minutes of "pods ready: 0/1"
+# Without an operator reconciling the namespace a RayCluster gets no status and no pod, a
+# RayJob no status: said within this, not after ready_timeout_minutes (or never, for a RayJob)
 NO_OPERATOR_S = 120
 
 

@@ -12,7 +12,6 @@ deletes the RayJob at once (the operator then deletes its cluster).
 import base64
 import fnmatch
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -26,7 +25,7 @@ from scripts.core.paths import JOB_LIBRARY, RESULTS
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.providers.kuberay import crd, watchdog
 from scripts.providers.kuberay import kubectl as kube
-from scripts.providers.kuberay.launch import ready_timeout_s
+from scripts.providers.kuberay.launch import no_operator_s, ready_timeout_s
 
 CLUSTER_LABEL = "raykit.dev/cluster"  # on every pod of the kit's clusters (render.py)
 FILES_MOUNT = "/home/ray/raykit-job"  # in the submitter pod: the job's folder and the library
@@ -232,11 +231,6 @@ def own(where: dict, config_map: dict, ray_job: dict) -> None:
                         "-p", json.dumps({"metadata": {"ownerReferences": owner}}))
 
 
-# Without an operator reconciling the namespace (none installed, crash-looping, or watching
-# other namespaces) a RayJob never gets a status: said within this, not waited on for ever.
-NO_OPERATOR_S = 120
-
-
 class Submitter:
     """The RayJob's submitter pods, as the Job controller makes them: each prints `ray job
     submit`'s lines and then the job's log. A retried pod (the log stream cut, backoffLimit
@@ -306,10 +300,12 @@ class Submitter:
 
 def follow(where: dict, name: str, verbose: bool, ready_timeout_s: float) -> tuple[int, dict | None, str]:
     """Wait for the submitter, stream its log (the job's), then read how the job ended:
-    (exit code, summary or None, the job's submission id). Gives up (KitError) where no
-    operator answers within NO_OPERATOR_S, or no submitter pod runs within ready_timeout_s
-    of the RayJob's Running (a quota, a LimitRange, an admission policy, a full node: the
-    Job controller records it on the Job, and the RayJob stays Running to its deadline)."""
+    (exit code, summary or None, the job's submission id). A KitError where no operator
+    gives the RayJob a status within no_operator_s() (none installed, crash-looping, or
+    watching other namespaces: it would be waited on for ever); exit code 1, with the
+    reason, where no submitter pod runs within ready_timeout_s of the RayJob's Running (a
+    quota, a LimitRange, an admission policy, a full node: the Job controller records it
+    on the Job, and the RayJob stays Running to its deadline)."""
     submitter, shown, status, found = Submitter(where, name, verbose), None, {}, {}
     started, running_since = time.monotonic(), None
     while True:
@@ -368,11 +364,6 @@ def result_of(submitter: Submitter, succeeded: bool, name: str) -> dict | None:
             print(f"RayJob {name}: the job SUCCEEDED, but no log of its submitter held its RESULT "
                   "line (the log was cut, or the job printed none): no summary kept", flush=True)
         return None
-
-
-def no_operator_s() -> float:
-    text = os.environ.get("RAYKIT_NO_OPERATOR_S", "")  # tests shorten it
-    return float(text) if text.isdigit() else NO_OPERATOR_S
 
 
 def ending(ray_job: dict) -> str:
