@@ -14,12 +14,18 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
+# The user the test's SSH logs in as where the tests run as root: one with a home of its own
+# and no dotfiles, as a fresh head's login user. Ray runs every remote command in a login
+# shell that sources ~/.bashrc, and root's here (pyenv's init, whose rehash waits on a lock
+# another process may hold) hung a test for a minute.
+TEST_USER = "raykit-ssh-test"
 PACKAGE = "openssh-server"
 PRIVSEP_DIR = Path("/run/sshd")  # Debian's sshd refuses to start without it
 
@@ -63,6 +69,21 @@ class Server:
     key: Path  # the client's private key, which the server accepts
 
 
+def login_user() -> str:
+    """TEST_USER (made once, with an empty home) where this runs as root; else this user."""
+    if os.geteuid() != 0:
+        return getpass.getuser()
+    import pwd
+
+    try:
+        pwd.getpwnam(TEST_USER)
+    except KeyError:
+        # password '*': none to log in with, and not locked ('!'), which sshd without PAM refuses
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", "--password", "*", TEST_USER],
+                       check=True, stdout=subprocess.DEVNULL)
+    return TEST_USER
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -77,14 +98,21 @@ def sshd(folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("host_key", "client_key"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / name)], check=True)
-    (folder / "authorized_keys").write_text((folder / "client_key.pub").read_text())
+    # sshd reads the key list as the user logging in: a folder of its own that user can
+    # read (pytest's tmp folders are root's alone)
+    readable = Path(tempfile.mkdtemp(prefix="raykit-sshd-"))
+    readable.chmod(0o755)
+    authorized = readable / "authorized_keys"
+    authorized.write_text((folder / "client_key.pub").read_text())
+    authorized.chmod(0o644)
     if not PRIVSEP_DIR.is_dir():
         PRIVSEP_DIR.mkdir(mode=0o755)
+    user = login_user()
     config = folder / "sshd_config"
     for _ in range(3):  # a port another program took before sshd bound it: a fresh one
         port = free_port()
         config.write_text(f"Port {port}\nListenAddress 127.0.0.1\nHostKey {folder / 'host_key'}\n"
-                          f"PidFile {folder / 'sshd.pid'}\nAuthorizedKeysFile {folder / 'authorized_keys'}\n"
+                          f"PidFile {folder / 'sshd.pid'}\nAuthorizedKeysFile {authorized}\n"
                           "PubkeyAuthentication yes\nPasswordAuthentication no\n"
                           "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
                           "UsePAM no\nStrictModes no\nAllowTcpForwarding yes\nLogLevel ERROR\n")
@@ -101,9 +129,10 @@ def sshd(folder: Path):
     else:
         raise RuntimeError(f"sshd did not start: {server.stderr.read()[-500:]}")
     try:
-        yield Server(port=port, user=getpass.getuser(), key=folder / "client_key")
+        yield Server(port=port, user=user, key=folder / "client_key")
     finally:
         stop_group(server)
+        shutil.rmtree(readable, ignore_errors=True)
 
 
 def stop_group(process: subprocess.Popen) -> None:

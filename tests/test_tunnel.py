@@ -147,8 +147,10 @@ def test_rays_ssh_forward_through_a_real_openssh_is_taken_as_ours(sshd_server, d
     cluster = f"tunnel-{tmp_path.name[-12:]}"
     try:
         if after_another_command:
+            # no pipes: OpenSSH's ControlPersist master keeps the ones it inherits open for
+            # as long as it lives; and no input, which `ssh -tt` would read
             subprocess.run(rays_ssh(sshd_server, cluster, "-")(0), check=True, timeout=60,
-                           capture_output=True)
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             assert masters_of(cluster), "Ray's SSH command left no ControlPersist master"
         with tunnel.forwarded(rays_ssh(sshd_server, cluster, dashboard_standin), "ray dashboard", "hint",
                               also_ours=rays_ssh_master(cluster)) as port:

@@ -28,7 +28,9 @@ def forwarded(command_for, what: str, hint: str, env: dict | None = None, also_o
     master that leaves the tree; aws/day2.py)."""
     for _ in range(PORT_TRIES):
         port = free_port()
-        tunnel = subprocess.Popen(command_for(port), env=env, stdout=subprocess.DEVNULL,
+        # no input: `ray dashboard`'s `ssh -tt` would otherwise read this terminal (or, under
+        # a test runner's worker, the runner's own channel)
+        tunnel = subprocess.Popen(command_for(port), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             ours = listening(tunnel, port, what, hint, also_ours)
