@@ -8,6 +8,8 @@ scripts/core/submit.py's quiet mode); raykit reads them through this module alon
   RAYKIT_AUTOPILOT     the autopilot's settings (autopilot.py's settings_from_env)
   RAYKIT_STALL_S       the stall limit in seconds, empty or 0: off (stall.py)
   RAYKIT_VERBOSE       "1": Ray Train's INFO lines too (cluster.py)
+  RAYKIT_JOB           the job's folder name under jobs/ (checkpoint.py names its runs
+                       and summary.py its summary by it; scripts/core/submit.py sets it)
   RAYKIT_ENTRY_WATCHES set by the kit's entrypoint itself (entry.py): the job's autopilot
                        leaves the stall watch to it
 """
@@ -21,6 +23,7 @@ AUTOPILOT_ENV = "RAYKIT_AUTOPILOT"
 STALL_ENV = "RAYKIT_STALL_S"
 VERBOSE_ENV = "RAYKIT_VERBOSE"
 ENTRY_WATCHES_ENV = "RAYKIT_ENTRY_WATCHES"
+JOB_ENV = "RAYKIT_JOB"
 
 
 @dataclass(frozen=True)

@@ -208,6 +208,15 @@ class TrainProfile:
         steps, waits = self.steps_s[1:][-n:] or self.steps_s, self.waits[1:][-n:] or self.waits
         return sum(steps) / len(steps), sum(waits) / len(waits)
 
+    def progress(self, step: int, total: int, every: int, batch_size: int, loss: float | None = None) -> str:
+        """A progress line for every `every` steps: the mean step and data wait of the
+        last ones, images/s, the time left where `total` is known, the loss."""
+        step_s, wait_s = self.recent(every)
+        left = f", ~{(total - step) * step_s:.0f} s left" if total else ""
+        return (f"step {step}{f'/{total}' if total else ''}: mean step {step_s:.3f} s (data wait "
+                f"{wait_s:.3f} s), {batch_size / step_s:.1f} images/s{left}"
+                + (f", loss {loss:.3f}" if loss is not None else ""))
+
     def metrics(self, model=None, **extra) -> dict:
         """The figures for ray.train.report; call it on every rank (it is collective where
         several workers train). The first step (the pipeline's start-up) stays out of the
@@ -289,6 +298,8 @@ class TrainProfile:
                                          "max_data_wait_s", "trainer_cpu_s", "params_digest")}
                       | {"images": int(sum(r["preprocess_nodes"].values()))} for r in ranks],
             "device": str(self.device),
+            # the GPU's model (NVIDIA's name): `make plan` warns when it plans for another
+            "gpu_model": _gpu_name(self.device),
         } | extra
 
 
@@ -332,6 +343,17 @@ def report(metrics: dict, write_files=None) -> None:
                 write_files(tmp)
             checkpoint = ray.train.Checkpoint.from_directory(tmp)
         ray.train.report(metrics, checkpoint=checkpoint)
+
+
+def _gpu_name(device) -> str | None:
+    if device.type != "cuda":
+        return None
+    import torch
+
+    try:
+        return torch.cuda.get_device_name(device)
+    except Exception:  # noqa: BLE001 (no name: the plan cannot compare it, and says nothing)
+        return None
 
 
 class GpuUtilization:

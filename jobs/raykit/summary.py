@@ -43,7 +43,7 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
     judged_wait = run["steady_wait_s"] if run.get("steady") else metrics["mean_data_wait_s"]
     return with_verdict({
         "job": job, "workers": workers, "batch_size": batch_size, **(extra or {}),
-        **{k: metrics.get(k) for k in ("steps", "restarts", "resumed_from_step", "device",
+        **{k: metrics.get(k) for k in ("steps", "restarts", "resumed_from_step", "device", "gpu_model",
                                        "trainer_node", "warmup_s", "mean_step_s",
                                        "mean_data_wait_s", "max_data_wait_s",
                                        "preprocess_nodes", "final_loss")},

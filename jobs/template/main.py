@@ -12,23 +12,23 @@ What the kit gives it, and what the few raykit lines do:
 - the summary, its diagnosis and the RESULT line that `make plan PROFILE=` reads
   (raykit.summary)
 
-What it keeps: the labels are the images' folder names (cat/, dog/: one class each, as
-many classes as folders); checkpoints every --checkpoint-every steps and the final model
-(model.pt) go to --storage (an absolute directory every node can write, or s3://...; by
-default Ray's ~/ray_results on the head), in a folder of each run's own, so that no run
-resumes another's; a training worker that dies restarts from the last checkpoint (up to 3
-times). `make submit` prints where the model is.
+What it keeps (raykit.checkpoint, the one rule every job shares): the labels are the
+images' folder names (cat/, dog/: one class each, as many classes as folders); the run's
+folder is <--storage>/<--name> (by default Ray's ~/ray_results on the head, and a name of
+the run's own: <this folder's name>-<date>_<time>-<4 hex>); every --checkpoint-every steps
+a checkpoint, and at the end the final model (model.pt, loadable with torch.load alone). A
+training worker that dies restarts from the last checkpoint (up to --max-failures times);
+submitted again with the same --storage and --name, the run resumes. `make submit` prints
+where the model is; `make fetch ID=<submission id>` copies the run's folder home.
 """
 
 import argparse
 import io
-import json
 import sys
 import time
-import uuid
 
 import numpy as np
-from raykit import autopilot, cluster, feed, measure, summary
+from raykit import autopilot, checkpoint, cluster, feed, logbook, measure, summary
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -39,9 +39,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: run every epoch)")
     p.add_argument("--checkpoint-every", type=int, default=0,
                    help="steps between checkpoints a restarted worker resumes from (0: the final model only)")
-    p.add_argument("--storage", default="",
-                   help="where checkpoints and the final model go: an absolute directory every "
-                        "node can write, or s3://bucket/prefix (default: ~/ray_results on the head)")
+    p.add_argument("--storage", "--storage-path", dest="storage", default="",
+                   help="where the run's folder goes: an absolute directory every training node "
+                        "can write, or s3://bucket/prefix (default: ~/ray_results on the head)")
+    p.add_argument("--name", default="",
+                   help="the run's folder under --storage; submitted again with the same name, the "
+                        "run resumes (default: <job>-<date>_<time>-<4 hex>, a run of its own)")
+    p.add_argument("--max-failures", type=int, default=2,
+                   help="training-worker failures Ray Train recovers from before the job fails")
+    p.add_argument("--log-every", type=int, default=10,
+                   help="print a progress line every N steps (0: none)")
+    p.add_argument("--eval-data", default="",
+                   help="held-out JPEG/PNG files in the same class folders (absolute or s3://): "
+                        "evaluated every --eval-every steps and at the end")
+    p.add_argument("--eval-every", type=int, default=0, help="steps between evaluations (0: at the end only)")
+    p.add_argument("--tensorboard", default="",
+                   help="also write TensorBoard event files (loss, images/s, data wait, eval) to "
+                        "this absolute directory on the first training node, or s3://...")
     p.add_argument("--batch-size", type=int, default=16, help="images per step per worker")
     p.add_argument("--image-size", type=int, default=64, help="images are resized to this square")
     p.add_argument("--results", default="",
@@ -51,20 +65,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("epochs", "batch_size", "image_size"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")  # exits 2, before Ray
-    for name in ("steps", "checkpoint_every"):
+    for name in ("steps", "checkpoint_every", "max_failures", "log_every", "eval_every"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be 0 or more")
     # pyarrow refuses a path with no scheme, and the driver's working directory is a temp folder
-    for name, value in (("data", args.data), ("storage", args.storage)):
-        if value and not (value.startswith("/") or "://" in value):
-            p.error(f"--{name} must be an absolute path or s3://... (got {value!r})")
+    problems = [problem for problem in (
+        checkpoint.storage_problem("--data", args.data), checkpoint.storage_problem("--eval-data", args.eval_data),
+        checkpoint.storage_problem("--storage", args.storage), checkpoint.storage_problem("--tensorboard", args.tensorboard),
+        checkpoint.name_problem("--name", args.name)) if problem]
+    if problems:
+        p.error("; ".join(problems))
     return args
 
 
 # --- 1. preprocessing: runs on the CPU workers --------------------------------------------
 
-def decode_and_augment(batch: dict, image_size: int, classes: list[str]) -> dict:
-    """JPEG/PNG bytes -> uint8 CHW images, flipped at random; label = the index of the
+def decode_and_augment(batch: dict, image_size: int, classes: list[str], augment: bool = True) -> dict:
+    """JPEG/PNG bytes -> uint8 CHW images, flipped at random (augment); label = the index of the
     file's folder in `classes`. uint8 crosses the network to the trainer: a quarter of
     float32's bytes (it scales them)."""
     from PIL import Image
@@ -73,7 +90,7 @@ def decode_and_augment(batch: dict, image_size: int, classes: list[str]) -> dict
     for data in batch["bytes"]:
         with Image.open(io.BytesIO(data)) as image:
             pixels = np.asarray(image.convert("RGB").resize((image_size, image_size)), np.uint8)
-        if np.random.rand() < 0.5:
+        if augment and np.random.rand() < 0.5:
             pixels = pixels[:, ::-1]
         images.append(np.ascontiguousarray(pixels.transpose(2, 0, 1)))
     labels = [classes.index(path.split("/")[-2]) for path in batch["path"]]
@@ -106,16 +123,19 @@ def train_loop(config: dict) -> None:
     import ray.train.torch
     import torch
 
+    # after a restart, or submitted again on the run's folder: the last checkpoint
+    run = checkpoint.Resume(plan={"steps": config["steps"], "epochs": config["epochs"]})
+    if run.finished is not None:  # the run had ended: its summary again, nothing trained
+        run.report_again()
+        return
     steps = measure.TrainProfile()  # first: times the start-up, each wait for data and each step
     # the data starts flowing now, while the model is built (raykit/feed.py)
     batches = feed.Feed("train", batch_size=config["batch_size"])  # Train's "train" dataset
     model = ray.train.torch.prepare_model(build_model(len(config["classes"])))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    done, finished = resume(model, optimizer)  # after a restart: the last checkpoint's step, else 0
-    if finished:  # restarted after the final report (a node lost just then): nothing to train
-        measure.report(finished, saved(model, optimizer, done, final=True))
-        return
-    step = done
+    run.load(model, optimizer)  # from the last checkpoint's step, where there is one
+    log = logbook.Logbook(config["tensorboard"])  # TensorBoard event files, where --tensorboard
+    step, loss = run.step, None
     for epoch in range(config["epochs"]):
         if epoch:  # each pass a new read of the shard
             batches = feed.Feed("train", batch_size=config["batch_size"])
@@ -128,64 +148,74 @@ def train_loop(config: dict) -> None:
             loss.backward()
             optimizer.step()
             steps.step_done(batch)
-            step = done + len(steps.steps_s)
+            step = run.step + len(steps.steps_s)
+            if config["log_every"] and step % config["log_every"] == 0:
+                log.steps(step, steps, config["batch_size"], loss=loss.item())
+                if run.rank == 0:
+                    print(steps.progress(step, config["steps"], config["log_every"], config["batch_size"],
+                                         loss.item()), flush=True)
+            if config["eval_every"] and step % config["eval_every"] == 0:
+                log.scalars(step, evaluate(model, config, steps.device))
+                steps.pause_done()  # the evaluation is neither data wait nor a step
             if config["checkpoint_every"] and step % config["checkpoint_every"] == 0:
-                measure.report({"step": step}, saved(model, optimizer, step))
+                run.save(model, optimizer, step)
                 steps.pause_done()  # the save is neither data wait nor a step
             if config["steps"] and step >= config["steps"]:
                 break
         if config["steps"] and step >= config["steps"]:
             break
-    metrics = steps.metrics(model, final_loss=float(loss.item()), resumed_from_step=done)
-    # the final model, with the summary
-    measure.report(metrics, saved(model, optimizer, step, final=True))
+    scores = evaluate(model, config, steps.device)
+    log.scalars(step, scores)
+    log.close()
+    metrics = steps.metrics(model, final_loss=float(loss.item()) if loss is not None else None,
+                            resumed_from_step=run.step, restarts=run.restarts, evaluation=scores)
+    metrics["steps"] = step
+    run.final(model, metrics)  # the summary and the final model (model.pt)
 
 
-def saved(model, optimizer, step: int, final: bool = False):
-    """What a checkpoint holds: the model's weights (model.pt, loadable without Ray), and
-    the optimizer and step a restarted worker resumes from (state.pt; final: the run's
-    end, its summary beside it)."""
-    import torch
+# --- 4. evaluation (optional): runs on the first training worker ----------------------------
 
-    def write(folder):
-        weights = getattr(model, "module", model).state_dict()
-        torch.save(weights, f"{folder}/model.pt")
-        torch.save({"optimizer": optimizer.state_dict(), "step": step, "final": final},
-                   f"{folder}/state.pt")
-    return write
-
-
-def resume(model, optimizer) -> tuple[int, dict | None]:
-    """Load the run's last checkpoint where Ray Train restarted this worker: its step, and
-    the run's summary where that checkpoint was the final one (else None)."""
+def evaluate(model, config: dict, device) -> dict:
+    """The model's scores on --eval-data (Train's unsplit "eval" dataset): accuracy and
+    mean loss, on the first worker; {} without --eval-data, or on the other workers."""
     import ray.train
     import torch
 
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is None:
-        return 0, None
-    with checkpoint.as_directory() as folder:
-        getattr(model, "module", model).load_state_dict(torch.load(f"{folder}/model.pt"))
-        state = torch.load(f"{folder}/state.pt")
-        finished = None
-        if state.get("final"):
-            with open(f"{folder}/metrics.json") as f:
-                finished = json.load(f)
-    optimizer.load_state_dict(state["optimizer"])
-    print(f"resuming from the checkpoint of step {state['step']}"
-          + (": the run had finished; its summary is reported again" if finished else ""), flush=True)
-    return state["step"], finished
+    if not config["eval"] or ray.train.get_context().get_world_rank() != 0:
+        return {}
+    net = getattr(model, "module", model)  # outside DDP: one worker evaluates alone
+    net.eval()
+    right = seen = 0
+    loss_sum = 0.0
+    with torch.no_grad():
+        for batch in ray.train.get_dataset_shard("eval").iter_batches(
+                batch_size=config["batch_size"], batch_format="numpy"):
+            images = torch.tensor(batch["image"], device=device).float().div_(255)
+            labels = torch.tensor(batch["label"], device=device)
+            logits = net(images)
+            loss_sum += float(torch.nn.functional.cross_entropy(logits, labels, reduction="sum"))
+            right += int((logits.argmax(1) == labels).sum())
+            seen += len(labels)
+    net.train()
+    scores = {"eval_accuracy": right / seen, "eval_loss": loss_sum / seen} if seen else {}
+    print(f"evaluation: {seen} images, " + (f"accuracy {scores['eval_accuracy']:.3f}, loss "
+                                            f"{scores['eval_loss']:.3f}" if seen else "none read"), flush=True)
+    return scores
 
 
-def run_name() -> str:
-    """This run's folder under --storage: template-<date>_<time>-<4 hex>."""
-    return f"template-{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:4]}"
+def images(ray, folder: str, args, classes: list[str], augment: bool):
+    """The JPEG/PNG files under `folder`, decoded (and augmented) in Ray Data's tasks."""
+    files = ray.data.read_binary_files(folder, include_paths=True, file_extensions=["jpg", "jpeg", "png"])
+    return files.map_batches(
+        measure.measured(decode_and_augment),
+        fn_kwargs={"image_size": args.image_size, "classes": classes, "augment": augment},
+        batch_size=args.batch_size, num_cpus=1)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     import ray
-    from ray.train import DataConfig, FailureConfig, RunConfig
+    from ray.train import DataConfig, RunConfig
     from ray.train.torch import TorchTrainer
 
     ray.init()
@@ -204,31 +234,35 @@ def main(argv=None) -> int:
     if len(classes) == 1:
         print(f"warning: every image is in one folder ({classes[0]}): one class; put each class's "
               "images in a folder of its own (cat/, dog/, ...)", flush=True)
-    files = ray.data.read_binary_files(args.data, include_paths=True,
-                                       file_extensions=["jpg", "jpeg", "png"])
-    dataset = files.map_batches(
-        measure.measured(decode_and_augment), fn_kwargs={"image_size": args.image_size, "classes": classes},
-        batch_size=args.batch_size, num_cpus=1)
+    datasets = {"train": images(ray, args.data, args, classes, augment=True)}
+    if args.eval_data:
+        unknown = sorted(set(class_names(args.eval_data)) - set(classes))
+        if unknown:
+            sys.exit(f"error: --eval-data {args.eval_data}: folders {', '.join(unknown[:5])} are no class "
+                     f"of --data ({', '.join(classes[:10])}); evaluate on the same classes")
+        datasets["eval"] = images(ray, args.eval_data, args, classes, augment=False)
+    run = checkpoint.run_config(args.storage, args.name, max_failures=args.max_failures)
     trainer = TorchTrainer(
-        train_loop, train_loop_config={"batch_size": args.batch_size, "steps": args.steps, "epochs": args.epochs,
-                                       "checkpoint_every": args.checkpoint_every, "classes": classes},
+        train_loop, train_loop_config={
+            "batch_size": args.batch_size, "steps": args.steps, "epochs": args.epochs, "classes": classes,
+            "checkpoint_every": args.checkpoint_every, "log_every": args.log_every,
+            "eval": bool(args.eval_data), "eval_every": args.eval_every, "tensorboard": args.tensorboard},
         scaling_config=cluster.scaling_config(shape, workers),
-        datasets={"train": dataset},
-        dataset_config=DataConfig(execution_options=data_options),
-        # a name of this run's own: one shared by every run would resume the last one's
-        # final model (Ray Train restores a run from its folder), whatever its data
-        run_config=RunConfig(name=run_name(), storage_path=args.storage or None,
-                             failure_config=FailureConfig(max_failures=3),
-                             logging_config=cluster.train_logging()))
+        datasets=datasets,
+        # Train's default DataConfig drops the selector; each worker reads all of "eval"
+        dataset_config=DataConfig(datasets_to_split=["train"], execution_options=data_options),
+        run_config=RunConfig(**run, logging_config=cluster.train_logging()))
     started = time.perf_counter()
     with autopilot.steering():  # where the values file turns it on (autopilot:), nothing else
         fitted = trainer.fit()
-    metrics = fitted.metrics
-    if fitted.checkpoint is not None:
-        print(f"model saved in {fitted.checkpoint.path}/model.pt ({len(classes)} classes: "
+    outputs = checkpoint.outputs(fitted)
+    if outputs["model"]:
+        print(f"model saved in {outputs['model']} ({len(classes)} classes: "
               f"{', '.join(classes[:10])}{', ...' if len(classes) > 10 else ''})", flush=True)
-    result = summary.summarize("template", metrics, shape, workers=workers,
-                               batch_size=args.batch_size, wall_s=time.perf_counter() - started)
+    result = summary.summarize(checkpoint.job_name(), fitted.metrics, shape, workers=workers,
+                               batch_size=args.batch_size, wall_s=time.perf_counter() - started,
+                               extra={"outputs": outputs, "classes": classes,
+                                      "evaluation": fitted.metrics.get("evaluation") or {}})
     summary.emit(result, args.results)
     return 0
 

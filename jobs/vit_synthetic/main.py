@@ -14,10 +14,9 @@ import shutil
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 from pipeline import BATCHES_PER_TASK, normalize_on_device, preprocessing_problems
-from raykit import autopilot, cluster, feed, measure, summary
+from raykit import autopilot, checkpoint, cluster, feed, logbook, measure, summary
 
 MODEL_PRESETS = {
     # the seed's default: timm's VisionTransformer defaults, ViT-B/16 (86M parameters)
@@ -60,11 +59,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "training worker that dies restarts from the last one")
     p.add_argument("--max-failures", type=int, default=2,
                    help="training-worker failures Ray Train recovers from before the job fails")
-    p.add_argument("--storage-path", default="",
-                   help="where Ray Train keeps the run's checkpoints; a path every training "
-                        "node can reach (or s3://...); submitted again on it, the run resumes "
-                        "from its last checkpoint (a finished run reports its summary again); "
-                        "empty: a fresh private temp dir, removed after the run")
+    p.add_argument("--storage", "--storage-path", dest="storage", default="",
+                   help="where the run's folder goes (checkpoints, the final model): an absolute "
+                        "path every training node can write, or s3://bucket/prefix; empty: a fresh "
+                        "private temp dir, removed after the run (nothing kept)")
+    p.add_argument("--name", default="",
+                   help="the run's folder under --storage; submitted again with the same --storage "
+                        "and --name, the run resumes from its last checkpoint (a finished run reports "
+                        "its summary again); default: vit_synthetic-<date>_<time>-<4 hex>")
+    p.add_argument("--tensorboard", default="",
+                   help="also write TensorBoard event files (loss, images/s, data wait) to this "
+                        "absolute directory on the first training node, or s3://...")
     p.add_argument("--results", default="",
                    help="also write the summary JSON to this path on the head (the kit "
                         "keeps a copy in build/results/ on every run)")
@@ -96,6 +101,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.data != "synthetic" and not (args.data.startswith("s3://") or os.path.isabs(args.data)):
         problems.append(f"--data must be synthetic, an absolute directory or an s3:// URI "
                         f"(got {args.data!r})")
+    problems += [problem for problem in (
+        checkpoint.storage_problem("--storage", args.storage),
+        checkpoint.storage_problem("--tensorboard", args.tensorboard),
+        checkpoint.name_problem("--name", args.name)) if problem]
     if problems:
         p.error("; ".join(problems))  # exits 2 before Ray starts any work
     return args
@@ -135,16 +144,11 @@ def train_loop(config: dict) -> None:
     import ray.train.torch
     import torch
 
-    rank = ray.train.get_context().get_world_rank()
-    finished = finished_summary(config["steps"])
-    if finished is not None:  # restarted after the run's last report: nothing is left to train
-        if rank == 0:
-            finished["restarts"] = next_attempt() - 1
-            print(f"restart {finished['restarts']}: the run had finished (step {finished['steps']} of "
-                  f"{config['steps']}); its summary is reported again, nothing trained", flush=True)
-        measure.report(finished)  # collective: every rank reports; rank 0's is kept
+    # after a failure, or submitted again on the run's folder: the last checkpoint
+    run = checkpoint.Resume(plan={"steps": config["steps"], "phases": config["phases"]})
+    if run.finished is not None:  # the run had ended: its summary again, nothing trained
+        run.report_again()
         return
-
     steps = measure.TrainProfile()  # first: the first step is timed from here
     # the pipeline starts filling now, while the model is built and moved (feed.py)
     batches = feed.Feed("train", batch_size=config["batch_size"],
@@ -153,15 +157,9 @@ def train_loop(config: dict) -> None:
     device = steps.device
     optimizer = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    resumed = load_checkpoint(model, optimizer)  # after a failure: the last checkpoint
-    first_step = resumed["step"] if resumed else 0
-    if rank == 0:
-        restarts = next_attempt() - 1
-    else:
-        restarts = resumed["restarts"] + 1 if resumed else 0
-    if rank == 0 and restarts:
-        print(f"restart {restarts}: " + (f"resuming from the checkpoint of step {first_step}" if resumed
-                                         else "no checkpoint yet, starting over"), flush=True)
+    run.load(model, optimizer)
+    rank, first_step, restarts = run.rank, run.step, run.restarts
+    log = logbook.Logbook(config["tensorboard"])
 
     for batch in steps.batches(batches):
         images = normalize_on_device(torch.from_numpy(batch["image"].copy()).to(device, non_blocking=True))
@@ -174,21 +172,21 @@ def train_loop(config: dict) -> None:
         step = first_step + len(steps.steps_s)
         if config["checkpoint_every"] and step % config["checkpoint_every"] == 0 \
                 and step < config["steps"]:
-            save_checkpoint(model, optimizer, step, restarts)
+            run.save(model, optimizer, step)
             steps.pause_done()  # the save is neither data wait nor a step
-        if rank == 0 and step % config["log_every"] == 0:
-            step_s, wait_s = steps.recent(config["log_every"])
-            print(f"step {step}/{config['steps']}: mean step {step_s:.3f} s "
-                  f"(data wait {wait_s:.3f} s), {config['batch_size'] / step_s:.1f} images/s, "
-                  f"~{(config['steps'] - step) * step_s:.0f} s left, loss {loss.item():.3f}",
-                  flush=True)
+        if step % config["log_every"] == 0:
+            log.steps(step, steps, config["batch_size"], loss=loss.item())
+            if rank == 0:
+                print(steps.progress(step, config["steps"], config["log_every"], config["batch_size"],
+                                     loss.item()), flush=True)
         if step >= config["steps"]:  # after a restart the shard starts over: stop at the total
             break
     metrics = steps.metrics(model, restarts=restarts, resumed_from_step=first_step,
                             final_loss=float(loss.item()),
                             phases=phase_figures(config["phases"], steps, config["batch_size"]))
     metrics["steps"] += first_step
-    measure.report(metrics)  # the summary only: no model weights
+    log.close()
+    run.final(model, metrics)  # the summary and the final model (model.pt)
 
 
 def phase_figures(phases: list, steps, batch_size: int) -> list[dict]:
@@ -205,83 +203,10 @@ def phase_figures(phases: list, steps, batch_size: int) -> list[dict]:
     return out
 
 
-def next_attempt() -> int:
-    """This attempt's number in the run (1: the first), counted in a file beside its
-    checkpoints (the run's storage, which every attempt shares): a restart counts whether
-    or not a checkpoint was there to resume from (a worker killed before the first one was
-    registered starts over, and still restarted). A checkpoint's own count goes back where
-    a restart resumes from one an earlier attempt wrote late."""
-    import ray.train
-
-    storage = ray.train.get_context().get_storage()
-    fs, path = storage.storage_filesystem, f"{storage.experiment_fs_path}/raykit-attempts"
-    try:
-        with fs.open_input_stream(path) as f:
-            count = int(f.read().decode() or 0)
-    except (OSError, ValueError):  # the first attempt: no file yet
-        count = 0
-        fs.create_dir(storage.experiment_fs_path, recursive=True)
-    with fs.open_output_stream(path) as f:
-        f.write(str(count + 1).encode())
-    return count + 1
-
-
-def save_checkpoint(model, optimizer, step: int, restarts: int) -> None:
-    """Model, optimizer and step, for a restarted training worker (load_checkpoint)."""
-    import torch
-
-    measure.report({"step": step}, lambda tmp: torch.save(
-        {"model": getattr(model, "module", model).state_dict(),
-         "optimizer": optimizer.state_dict(), "step": step, "restarts": restarts},
-        Path(tmp, "state.pt")))
-
-
-def finished_summary(total_steps: int) -> dict | None:
-    """The run's summary where its last checkpoint is the finished run's (the summary
-    alone, no state.pt) of `total_steps` steps: Ray Train restarted the workers after
-    the last report (a train node lost between that report and the run's end), or the run
-    was submitted again on the same --storage-path. None otherwise."""
-    import json
-
-    import pyarrow.fs
-    import ray.train
-
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is None:
-        return None
-    # its two small files only: as_directory() would download the whole checkpoint from
-    # s3://, model and optimizer, which load_checkpoint then downloads again
-    fs, path = checkpoint.filesystem, checkpoint.path
-    if fs.get_file_info(f"{path}/state.pt").type != pyarrow.fs.FileType.NotFound:
-        return None
-    with fs.open_input_stream(f"{path}/metrics.json") as f:
-        metrics = json.loads(f.read().decode())
-    return metrics if metrics.get("steps") == total_steps else None
-
-
-def load_checkpoint(model, optimizer) -> dict | None:
-    """The last checkpoint's step and restart count, with model and optimizer restored;
-    None on a first start."""
-    import ray.train
-    import torch
-
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is None:
-        return None
-    with checkpoint.as_directory() as directory:
-        path = Path(directory, "state.pt")
-        if not path.exists():  # the summary of a finished run of other steps: start over
-            return None
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    getattr(model, "module", model).load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    return {"step": state["step"], "restarts": state["restarts"]}
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     import ray
-    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig
+    from ray.train import CheckpointConfig, DataConfig, RunConfig
     from ray.train.torch import TorchTrainer
 
     from pipeline import build_dataset, image_files
@@ -316,37 +241,39 @@ def main(argv=None) -> int:
           f"{args.blur_count} blurs each, preprocessed on {shape['preprocess_cpus']:g} CPUs",
           flush=True)
 
-    # A fixed shared path (/tmp/raykit-train) would mix concurrent runs' checkpoints and
-    # could be planted by another user; the default is this run's own, mode 0700.
-    storage = args.storage_path or tempfile.mkdtemp(prefix="raykit-train-")
+    # Without --storage the run's folder is a private temp dir (mode 0700), removed after
+    # the run: a bench's runs keep no model. A fixed shared path would mix concurrent runs.
+    storage = args.storage or tempfile.mkdtemp(prefix="raykit-train-")
+    run = checkpoint.run_config(storage, args.name, max_failures=args.max_failures)
     trainer = TorchTrainer(
         train_loop,
         train_loop_config={"model": model, "image_size": args.image_size,
                            "batch_size": args.batch_size, "steps": args.steps,
                            "log_every": args.log_every, "prefetch_batches": args.prefetch_batches,
-                           "checkpoint_every": args.checkpoint_every,
+                           "checkpoint_every": args.checkpoint_every, "tensorboard": args.tensorboard,
                            "phases": parse_phases(args.phases) if args.phases else []},
         scaling_config=cluster.scaling_config(shape, workers),
         datasets={"train": dataset},
         # Train's default DataConfig drops the DataContext's label selector: pass it here
         dataset_config=DataConfig(datasets_to_split=["train"], execution_options=data_options),
-        run_config=RunConfig(name="vit_synthetic", storage_path=storage,
-                             failure_config=FailureConfig(max_failures=args.max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2),
+        run_config=RunConfig(**run, checkpoint_config=CheckpointConfig(num_to_keep=2),
                              logging_config=cluster.train_logging()),
     )
     started = time.perf_counter()
     try:
         with autopilot.steering():  # where the values file turns it on: CPU nodes sized from the data wait
-            metrics = trainer.fit().metrics
+            fitted = trainer.fit()
+        metrics, outputs = fitted.metrics, checkpoint.outputs(fitted) if args.storage else None
     finally:
-        if not args.storage_path:  # the checkpoint holds only the summary, printed below
+        if not args.storage:  # nothing kept: the summary is printed below
             shutil.rmtree(storage, ignore_errors=True)
+    if outputs and outputs["model"]:
+        print(f"model saved in {outputs['model']}", flush=True)
     result = summary.summarize(
         "vit_synthetic", metrics, shape, workers=workers, batch_size=args.batch_size,
         wall_s=time.perf_counter() - started,
         extra={"model": model, "image_size": args.image_size, "blur_count": args.blur_count,
-               "data": args.data, "phases": metrics.get("phases") or []})
+               "data": args.data, "phases": metrics.get("phases") or [], "outputs": outputs})
     summary.emit(result, args.results, headline=f"ViT-{model}")
     return 0
 

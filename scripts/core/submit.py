@@ -88,7 +88,8 @@ SDK_LOGGERS = ["ray.dashboard.modules.dashboard_sdk", "ray.dashboard.modules.job
 def submit(address: str, job: str, args: list[str], python: str, auth_token: str | None,
            timeout_s: float | None = None, env_vars: dict | None = None,
            results_dir: Path | None = None, verbose: bool = False, *,
-           job_packages: JobPackages, job_files: JobFiles, detach: bool = False) -> tuple[int, dict | None]:
+           job_packages: JobPackages, job_files: JobFiles, detach: bool = False,
+           cluster: str | None = None) -> tuple[int, dict | None]:
     """Run jobs/<job>/main.py on the cluster; block, streaming logs; return its exit code
     and its summary (the RESULT line; None if it printed none). The summary is also kept
     in results_dir/<submission id>.json. verbose: Ray's INFO lines too. job_packages and
@@ -142,7 +143,7 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
     except KitError:
         result = None  # the job printed no summary (it failed early, or prints none)
     if results_dir is not None and result is not None:
-        keep_result(results_dir, submission_id, job, args, code, result)
+        keep_result(results_dir, submission_id, job, args, code, result, cluster)
     if isinstance(result, dict) and result.get("status") == "stalled":
         print(f"job {submission_id} stalled: {short(str(result.get('reason')), 200)[1:-1]}; "
               f"stopped by the values file's stall_minutes; its logs: make logs ID={submission_id}",
@@ -166,7 +167,8 @@ def job_runtime_env(job: str, packages: list[str], job_packages: JobPackages,
     # whatever reads it; the kit's own stream strips escapes too (colour_wanted).
     runtime_env = folder | {"py_modules": [str(JOB_LIBRARY)]} | {"env_vars": {"RAY_DEDUP_LOGS": "0", "RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}
                            | ({} if colour_wanted() else {"RAY_COLOR_PREFIX": "0"})
-                           | ({"RAYKIT_VERBOSE": "1"} if verbose else QUIET_ENV) | (env_vars or {})}
+                           | ({"RAYKIT_VERBOSE": "1"} if verbose else QUIET_ENV) | {"RAYKIT_JOB": job}
+                           | (env_vars or {})}
     if packages and JobPackages(job_packages) is JobPackages.PIP:  # a virtualenv on each node, over the image's packages
         runtime_env["pip"] = {"packages": packages, "pip_check": False}
         # CUDA torch is ~3 GB of wheels: Ray's 10-minute default would fail a first start
@@ -196,11 +198,12 @@ def require_installed(job: str, packages: list[str]) -> None:
 
 
 def keep_result(results_dir: Path, submission_id: str, job: str, args: list[str], code: int,
-                result: dict) -> None:
-    """A copy of the job's summary on this machine, even when the job ran on AWS."""
+                result: dict, cluster: str | None = None) -> None:
+    """A copy of the job's summary on this machine, even when the job ran on AWS; with the
+    cluster it ran on (`make fetch` copies a run folder on its head from there)."""
 
     path = results_dir / f"{submission_id}.json"
-    write_atomic(path, json_text({"submission_id": submission_id, "job": job, "args": args,
+    write_atomic(path, json_text({"submission_id": submission_id, "job": job, "args": args, "cluster": cluster,
                                   "exit_code": code, "result": result}) + "\n", 0o644)
     print(f"summary kept in {shown(path)}", flush=True)
     report = result.get("autopilot") if isinstance(result, dict) else None
@@ -214,7 +217,7 @@ def keep_result(results_dir: Path, submission_id: str, job: str, args: list[str]
             print(f"autopilot's nodes and data wait over time: {shown(chart)}", flush=True)
 
 
-def keep_ended(client, submission_id: str, text: str, results_dir: Path) -> None:
+def keep_ended(client, submission_id: str, text: str, results_dir: Path, cluster: str | None = None) -> None:
     """`make logs` of a job that has ended (a detached one, one whose terminal closed): its
     summary kept as `make submit` keeps it, where it printed one and none is kept yet."""
     if (results_dir / f"{submission_id}.json").exists():
@@ -229,7 +232,7 @@ def keep_ended(client, submission_id: str, text: str, results_dir: Path) -> None
     words = shlex.split(info.entrypoint or "")
     args = words[words.index(ENTRYPOINT) + 1:] if ENTRYPOINT in words else []
     keep_result(results_dir, submission_id, submission_id.rsplit("-", 1)[0], args,
-                exit_code(client, submission_id), result)
+                exit_code(client, submission_id), result, cluster)
 
 
 def lost(submission_id: str, error: Exception) -> KitError:

@@ -107,7 +107,10 @@ def test_copied_template_trains_on_the_head_preprocesses_on_workers_and_plans(
     assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-2000:]
     assert "resuming" not in again.stdout and kept_summary(again.stdout)["steps"] == 2
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir())
-    assert len(runs) == 2 and all(re.fullmatch(r"template-[\d-]+_[\d-]+-[0-9a-f]{4}", r) for r in runs), runs
+    # each named by the copy, not "template": its folder's name
+    assert len(runs) == 2 and all(re.fullmatch(re.escape(copied_template) + r"-[\d-]+_[\d-]+-[0-9a-f]{4}", r)
+                                  for r in runs), runs
+    assert summary["job"] == copied_template
 
 
 def test_a_job_requirement_missing_from_the_local_venv_is_one_line_before_submitting(

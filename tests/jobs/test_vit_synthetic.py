@@ -144,7 +144,7 @@ def cluster(shared_local_cluster):
 def test_job_trains_on_head_and_preprocesses_on_workers(shared_local_cluster, tmp_path):
     cluster, record = shared_local_cluster
     results, storage = tmp_path / "summary.json", tmp_path / "storage"
-    args = f"--steps 6 --batch-size 8 --image-size 64 --log-every 2 --storage-path {storage}"
+    args = f"--steps 6 --batch-size 8 --image-size 64 --log-every 2 --storage-path {storage} --name demo"
     run = make("submit", "CLUSTER=local", "JOB=vit_synthetic", f"ARGS={args} --results {results}",
                env=cluster, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:]
@@ -214,14 +214,19 @@ def test_job_trains_on_head_and_preprocesses_on_workers(shared_local_cluster, tm
     assert (f"job's cost       ${bill['usd']:.4f} for the nodes' time while the job ran (cpu_worker "
             f"{held['cpu_worker']:.0f} s, head {held['head']:.0f} s; as hetero, ") in shown
 
-    # submitted again on its --storage-path, the finished run trains nothing: Ray Train
+    # the final model is kept in the run's folder, <storage>/<name>
+    import torch
+
+    assert summary["outputs"]["run_folder"] == f"{storage}/demo"
+    assert set(torch.load(summary["outputs"]["model"], weights_only=True)) >= {"cls_token", "pos_embed"}
+    # submitted again on its --storage-path and --name, the finished run trains nothing: Ray Train
     # hands the workers its last checkpoint, the summary, and the job reports it again
     # (as after a train node lost between the last report and the run's end)
     again = tmp_path / "again.json"
     rerun = make("submit", "CLUSTER=local", "JOB=vit_synthetic", f"ARGS={args} --results {again}",
                  env=cluster, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-4000:]
-    assert ("restart 1: the run had finished (step 6 of 6); its summary is reported again, "
+    assert ("restart 1: the run had finished (step 6); its summary is reported again, "
             "nothing trained") in rerun.stdout
     assert not re.search(r"step \d/6:", rerun.stdout), rerun.stdout[-4000:]
     second = json.loads(again.read_text())
