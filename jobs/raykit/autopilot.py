@@ -48,7 +48,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from raykit import contract, stall, steps
+from raykit import contract, gauges, stall, steps
 
 SETTINGS_ENV = contract.AUTOPILOT_ENV  # set by the kit (scripts/pricing/cost.py's autopilot_env)
 POLL_S = float(os.environ.get("RAYKIT_AUTOPILOT_POLL_S") or 5)
@@ -373,6 +373,7 @@ class Pilot(threading.Thread):
         images = sum(s[3] for s in steps)
         span = (max(s[0] for s in steps) - min(s[0] - s[1] for s in steps)) if steps else 0
         fed = len(fed_since_joining(up, delivered))
+        gauges.publish_autopilot(asked, joined)
         self.timeline.append({"t": round(now - self.started, 1), "preprocess_nodes": joined,
                               "delivering": fed,  # of those up, the nodes that have fed a trainer since they joined
                               "asked": asked, "wait_share": None if share is None else round(share, 3),

@@ -3,7 +3,8 @@
 It runs the job's main.py as `python main.py ARGS` would (as __main__, with its argv, its
 folder first on sys.path, its exit code), and watches it without a line in the job: as
 soon as the job's driver connects to Ray, it starts the job's step log (steps.py, which
-raykit's measure.TrainProfile publishes to from every rank) and the stall watch
+raykit's measure.TrainProfile publishes to from every rank, and which sets the kit's Ray
+gauges, gauges.py) and the stall watch
 (stall.py) with the kit's RAYKIT_STALL_S as it is then. A job's own autopilot.steering()
 reads the same log. A job that never connects to Ray is left alone.
 
@@ -52,8 +53,9 @@ class Watching:
         except SystemExit as e:  # the kit's variable spoilt: say so, leave the job running
             print(e, file=sys.stderr, flush=True)
             return
+        log = steps.start_step_log()  # every job's: the kit's gauges come from it (gauges.py)
         if limit is not None:
-            self.watch = stall.Watch(limit, steps.start_step_log())
+            self.watch = stall.Watch(limit, log)
             self.watch.start()
 
     def stop(self) -> None:

@@ -63,7 +63,12 @@ class StepLog:
     for from then, not from its join); and the progress the stall watch judges (stall.py):
     which ranks are inside their loop, and when the last step ended or loop began."""
 
-    def __init__(self):
+    def __init__(self, publish: bool = False):
+        """publish: set the kit's Ray gauges from the steps (gauges.py); the actor does."""
+        from raykit.gauges import StepGauges
+
+        self.gauges = StepGauges() if publish else None
+        self.gauge_errors: list[str] = []
         self.steps: list[tuple[float, float, float, int]] = []
         self.open_waits: dict[str, float] = {}
         self.delivered: dict[str, float] = {}  # node address -> the last step its images fed
@@ -84,6 +89,11 @@ class StepLog:
         self._progressed(end)
         if len(self.steps) > 10_000:
             self.steps = [s for s in self.steps if s[0] > end - 600]
+        if self.gauges is not None:
+            try:
+                self.gauges.publish(self.steps)
+            except Exception as e:  # noqa: BLE001 (metrics never fail a step; kept to be seen)
+                self.gauge_errors = [*self.gauge_errors[-4:], f"{type(e).__name__}: {str(e)[:120]}"]
 
     def waiting(self, rank: str, since: float | None) -> None:
         if since is None:  # its loop ended
@@ -119,5 +129,5 @@ def start_step_log(name: str | None = STEP_LOG):
     # named: whoever comes first starts it (the kit's entrypoint or the job's autopilot),
     # the other gets the same actor
     options = {"scheduling_strategy": here} | ({"name": name, "get_if_exists": True} if name else {})
-    return ray.remote(num_cpus=0)(StepLog).options(**options).remote()
+    return ray.remote(num_cpus=0)(StepLog).options(**options).remote(True)
 
