@@ -7,7 +7,7 @@ ARGS    ?=#              flags for the job, split as a shell would: ARGS="--step
 TIMEOUT ?=#              stop a submitted job after this many seconds (empty: 6 h on AWS, no limit locally)
 DRY_RUN ?=#              1: `make up`, `run`, `bench` and `image` print what they would do, and do nothing
 PURGE   ?=#              1: `make down` on AWS also deletes the cluster's security group
-ID      ?=#              a job's id, for `make logs` and `make stop-job` (`make jobs` lists them)
+ID      ?=#              a job's id, for `make logs`, `make stop-job` and `make fetch` (`make jobs` lists them)
 FOLLOW  ?=#              1: `make logs` follows the job until it ends, `make monitor` the autoscaler
 VERBOSE ?=#              1: `make submit`, `run` and `demo` show Ray's own INFO lines in the job's log
 PROFILE ?=#              a job summary for `make plan`, e.g. build/results/<id>.json
@@ -48,7 +48,7 @@ STAMP := $(VENV)/.installed
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render preflight up status submit jobs logs stop-job dashboard attach monitor down run demo images image cost prices plan bench test test-offline test-cluster test-changed test-adaptdl test-upstream kube-testbed bench-data bench-wait bench-autopilot clean
+.PHONY: help setup validate render preflight up status submit jobs logs stop-job fetch dashboard attach monitor down run demo images image cost prices plan bench test test-offline test-cluster test-changed test-adaptdl test-upstream kube-testbed bench-data bench-wait bench-autopilot clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -91,6 +91,9 @@ logs: $(STAMP) ## a job's logs: the latest, or ID=...; FOLLOW=1 follows it
 
 stop-job: $(STAMP) ## stop the job ID=... on CLUSTER
 	@$(KIT) stop-job
+
+fetch: $(STAMP) ## copy job ID=...'s run folder (checkpoints, model.pt) into build/runs/ID/ (from S3, or the head)
+	@$(KIT) fetch
 
 dashboard: $(STAMP) ## CLUSTER's dashboard URL (AWS: an SSH tunnel, KubeRay: kubectl port-forward, kept until Ctrl-C)
 	@$(KIT) dashboard

@@ -38,7 +38,7 @@ def build_text(cluster: str, data: bytes) -> Built:
     raw = parse_yaml(data, where)
     if not isinstance(raw, dict):
         raise KitError(f"{where}: expected a mapping of keys at the top")
-    chosen = provider(raw.get("provider"), where)
+    chosen = provider(raw.get("provider"), where, raw)
     values = check_and_fill(raw, load_schema(SCHEMAS / f"{chosen.NAME}.schema.yaml"), where)
     problems = worker_count_problems(values) + chosen.value_problems(values)
     if problems:

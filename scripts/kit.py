@@ -50,7 +50,7 @@ import sys
 import time
 import traceback
 
-from scripts.commands import container_image, day2, images, jobs, lifecycle, priceperf
+from scripts.commands import container_image, day2, images, jobs, lifecycle, outputs, priceperf
 from scripts.core.errors import KitError, cloud_error, command_exit
 from scripts.core.inputs import OneLineParser
 from scripts.core.paths import LOGS
@@ -63,7 +63,7 @@ COMMANDS = {
     "clean": lifecycle.cmd_clean,
     # jobs
     "submit": jobs.cmd_submit, "jobs": jobs.cmd_jobs, "logs": jobs.cmd_logs,
-    "stop-job": jobs.cmd_stop_job, "run": jobs.cmd_run,
+    "stop-job": jobs.cmd_stop_job, "run": jobs.cmd_run, "fetch": outputs.cmd_fetch,
     # data and images
     "images": images.cmd_images, "image": container_image.cmd_image,
     # day 2

@@ -9,9 +9,9 @@ from contextlib import contextmanager
 from scripts.build import build
 from scripts.commands.checked import checked
 from scripts.commands.lifecycle import (
+    dry_run,
     preflight_and_launch,
     prepared,
-    print_plan,
     refuse_a_twin,
     refuse_if_up,
     require_record,
@@ -46,6 +46,34 @@ def job_help(job: str) -> int:
     return subprocess.run([sys.executable, "main.py", "--help"], cwd=folder, env=env, timeout=120).returncode
 
 
+# The job's own parser, run here on ARGS: a mistyped flag is said before the job is uploaded
+# and its packages installed on the cluster. Jobs that define parse_args(argv) (the kit's,
+# and every copy of the template) get it; their argparse exits 2 with its message.
+PARSE_ONLY = "import sys; sys.argv[0] = 'main.py'; import main; main.parse_args(sys.argv[1:])"
+
+
+def job_args_problem(job: str, args: list[str]) -> str | None:
+    """What the job's own parse_args says of ARGS, run on this machine (no cluster, no Ray
+    started: the parsers answer before it); None where it takes them or the job has none."""
+    folder = job_dir(job)
+    try:
+        if "def parse_args(" not in (folder / "main.py").read_text(errors="replace"):
+            return None
+    except OSError:
+        return None
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(JOB_LIBRARY.parent), os.environ.get("PYTHONPATH", "")]))
+    env.pop("RAY_ADDRESS", None)  # never a cluster's
+    try:
+        run = subprocess.run([sys.executable, "-c", PARSE_ONLY, *args], cwd=folder, env=env, timeout=120,
+                             capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        return None  # a parser that does more than parse: the cluster will say
+    if run.returncode != 2:
+        return None  # taken (0), or it failed for another reason the cluster will say as well
+    said = [line for line in run.stderr.splitlines() if line.strip()]
+    return f"ARGS: {said[-1] if said else 'refused by the job'} (`make submit JOB={job} ARGS=--help` lists its flags)"
+
+
 def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
               verbose: bool = False, env_vars: dict[str, str] | None = None,
               detach: bool = False) -> tuple[int, dict | None]:
@@ -53,6 +81,9 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
     `env_vars`: the job's prices and autopilot settings where the caller built the values
     (`make run`, a bench's variant); else read from the record's values file."""
     provider = PROVIDERS[record["provider"]]
+    problem = job_args_problem(job, args)
+    if problem:  # before anything is uploaded
+        raise KitError(problem)
     problems = submit.storage_problems(args) + provider.job_problems(record, job, args)
     if problems:  # before the job runs: its tasks would fail on the nodes
         raise KitError("; ".join(problems))
@@ -65,7 +96,7 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
                              env_vars=prices_for(record) if env_vars is None else env_vars,
                              results_dir=RESULTS, verbose=verbose,
                              job_packages=job_packages_of(provider, record), job_files=provider.JOB_FILES,
-                             detach=detach)
+                             detach=detach, cluster=record["cluster"])
 
 
 def job_packages_of(provider, record: dict) -> JobPackages:
@@ -122,7 +153,7 @@ def cmd_logs(a) -> int:
         else:
             text = client.get_job_logs(submission_id)
             print(text if colour else submit.ANSI_ESCAPE.sub("", text), end="")
-        submit.keep_ended(client, submission_id, text, RESULTS)
+        submit.keep_ended(client, submission_id, text, RESULTS, a.cluster)
     return 0
 
 
@@ -143,8 +174,8 @@ def cmd_run(a) -> int:
     refuse_a_twin(built)
     if flag("DRY_RUN", a.dry_run):
         lines = built.provider.run_plan(built, a.job, args, timeout)
-        if lines is None:  # make run is up, submit and down: what up would launch
-            return print_plan(prepared(built))
+        if lines is None:  # make run is up, submit and down: what up would launch (offline too)
+            return dry_run(built)
         print(f"dry run: make run CLUSTER={built.cluster} JOB={a.job} would create (nothing is created):")
         print("\n".join(lines))
         return 0

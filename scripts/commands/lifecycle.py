@@ -6,11 +6,13 @@ import shutil
 import yaml
 
 from scripts.build import build_text
+from scripts.commands.advice import notes
 from scripts.commands.checked import checked
+from scripts.commands.outputs import head_only_warnings
 from scripts.core import state
 from scripts.core.errors import CapacityRefused, KitError, NoAccount
 from scripts.core.inputs import check_name, flag, values_file, values_shown
-from scripts.core.paths import BENCH, BUILD, LAUNCHED, RENDERED, RESULTS
+from scripts.core.paths import BENCH, BUILD, LAUNCHED, RENDERED, RESULTS, RUNS
 from scripts.core.values import parse_yaml
 from scripts.pricing.cost import hourly_cost
 from scripts.providers import PROVIDERS, load_record
@@ -20,6 +22,8 @@ def cmd_validate(a) -> int:
     built = checked(a.cluster)
     print(f"{values_shown(a.cluster)}: valid ({built.provider.NAME}; "
           "every check passed, nothing written or launched)")
+    for line in notes(built):
+        print(line)
     return 0
 
 
@@ -61,10 +65,28 @@ def refuse_a_twin(built) -> None:
                            f"own cluster_name, or `make down CLUSTER={other}` first")
 
 
-def prepared(built, avoid_zones: tuple = ()):
+# What `apt-get install` gives each tool on Debian and Ubuntu, for the error's fix.
+TOOL_PACKAGES = {"ssh": "openssh-client", "rsync": "rsync", "kubectl": "kubectl (see kubernetes.io/docs/tasks/tools)"}
+
+
+def laptop_problem(provider) -> str | None:
+    """The programs the provider needs on this machine that PATH lacks, before anything
+    bills: `ray up` without ssh or rsync launched the head, then failed to set it up."""
+    missing = [tool for tool in provider.LAPTOP_TOOLS if shutil.which(tool) is None]
+    if not missing:
+        return None
+    return (f"this machine lacks {', '.join(missing)} on PATH, which {provider.NAME} needs "
+            f"({', '.join(TOOL_PACKAGES[t] for t in missing)}); install them, then try again")
+
+
+def prepared(built, avoid_zones: tuple = (), tools: bool = True):
     """The provider's read-only preflight, then the config rebuilt with what it pinned
-    (through the same checks as any values file); first, refuse_a_twin."""
+    (through the same checks as any values file); first, refuse_a_twin and (tools) the
+    programs this machine needs."""
     refuse_a_twin(built)
+    problem = laptop_problem(built.provider) if tools else None
+    if problem:
+        raise KitError(problem)
     values, found = built.provider.preflight(built.values, avoid_zones)
     for line in found:
         print(line, flush=True)
@@ -75,6 +97,8 @@ def prepared(built, avoid_zones: tuple = ()):
 
 def cmd_up(a) -> int:
     built = checked(a.cluster)
+    for line in notes(built, cores=False):
+        print(line, flush=True)
     if flag("DRY_RUN", a.dry_run):
         return dry_run(built)
     with state.lock(a.cluster):
@@ -86,8 +110,11 @@ def cmd_up(a) -> int:
 def dry_run(built) -> int:
     """The plan after the account's preflight; without credentials, the plan from the
     values file alone, marked as such (a first look needs no account)."""
+    problem = laptop_problem(built.provider)
+    if problem:  # said, not refused: a dry run launches nothing
+        print(f"note: {problem}", flush=True)
     try:
-        built = prepared(built)
+        built = prepared(built, tools=False)
     except NoAccount as e:
         print(f"dry run offline ({e}): the account is not checked (zone, subnet, AMI id, key "
               "pair, quotas); `make preflight` checks them", flush=True)
@@ -147,6 +174,12 @@ def launch(built) -> dict:
 def cmd_down(a) -> int:
     check_name("CLUSTER", a.cluster)
     purge = flag("PURGE", a.purge)
+    try:
+        record = load_record(a.cluster)
+    except KitError:
+        record = None  # teardown says what it does with a corrupt record
+    for line in head_only_warnings(a.cluster, record["provider"]) if record else []:
+        print(line, flush=True)  # said, not refused: `make down` is how a bill ends
     with state.lock(a.cluster):
         print(teardown(a.cluster, purge), flush=True)
     return 0
@@ -195,7 +228,7 @@ def cmd_clean(a) -> int:
     kept = state.launched_clusters()
     if BUILD.is_dir():
         for child in BUILD.iterdir():
-            if (child == LAUNCHED and kept) or child in (RESULTS, BENCH):  # records and results stay
+            if (child == LAUNCHED and kept) or child in (RESULTS, BENCH, RUNS):  # records and results stay
                 continue
             shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     if kept:

@@ -7,7 +7,7 @@ import yaml
 from scripts import catalog
 from scripts.commands.checked import checked
 from scripts.commands.jobs import checked_job_packages, run_once, running_or_started, submit_to
-from scripts.commands.lifecycle import prepared, print_plan, refuse_if_up
+from scripts.commands.lifecycle import dry_run, prepared, refuse_if_up
 from scripts.core.errors import KitError
 from scripts.core.inputs import (available_clusters, check_name, flag, json_text, parse_timeout,
                                  shown, split_args)
@@ -137,12 +137,13 @@ def cmd_bench(a) -> int:
         prices = [priced(built) for built in clusters]
         for built in clusters:
             refuse_if_up(built.cluster)
-        preflighted = [prepared(built) for built in clusters]  # each launch preflights again
-        if flag("DRY_RUN", a.dry_run):
-            for ready in preflighted:
-                print(f"\n== {ready.cluster}")
-                print_plan(ready)
+        if flag("DRY_RUN", a.dry_run):  # as `make up DRY_RUN=1`: offline without credentials
+            for built in clusters:
+                print(f"\n== {built.cluster}")
+                dry_run(built)
             return 0
+        for built in clusters:  # every account check before the first launch (each launch checks again)
+            prepared(built)
         measured, profile = [], None
         try:
             for built, (name, usd_per_hour) in zip(clusters, prices):

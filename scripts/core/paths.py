@@ -33,4 +33,5 @@ RENDERED = BUILD / "clusters"
 LAUNCHED = BUILD / "launched"
 LOGS = BUILD / "logs"
 RESULTS = BUILD / "results"  # a copy of every submitted job's summary; `make clean` keeps it
+RUNS = BUILD / "runs"        # `make fetch`: runs' folders copied home; `make clean` keeps them
 BENCH = BUILD / "bench"      # `make bench` tables (JSON, CSV, PNG); `make clean` keeps them

@@ -37,6 +37,7 @@ choice says which limit holds it: the trainers (fed), the CPUs, the network, the
 
 import argparse
 import math
+import sys
 from dataclasses import asdict, dataclass, field
 
 from scripts import catalog
@@ -449,19 +450,40 @@ def read_profile(path_text: str) -> dict:
     {"trainer_images_per_s": ..., "preprocess_images_per_s_per_cpu": ...}."""
     data = read_json("PROFILE", path_text, "pass a job summary such as "
                      "build/results/<submission id>.json", MAX_PROFILE_BYTES)
-    bytes_per_image = None
+    kept = {}  # the summary's own keys the diagnosis lacks: what the trainer ran on, its images' size
     for key in ("result", "diagnosis"):  # build/results/ -> the job's summary -> its diagnosis
         if isinstance(data, dict) and isinstance(data.get(key), dict):
-            bytes_per_image = data.get("bytes_per_image", bytes_per_image)  # the summary's
+            kept |= {k: data[k] for k in SUMMARY_KEYS if data.get(k) is not None}
             data = data[key]
-    if isinstance(data, dict) and bytes_per_image is not None:
-        data = data | {"bytes_per_image": bytes_per_image}
+    if isinstance(data, dict):
+        data = kept | data
     if not isinstance(data, dict) or not {"trainer_images_per_s",
                                           "preprocess_images_per_s_per_cpu"} <= data.keys():
         raise KitError(f"PROFILE={short(path_text)}: no trainer_images_per_s and "
                        "preprocess_images_per_s_per_cpu in it; pass the summary of a "
                        "vit_synthetic run (build/results/), or give both figures in ARGS")
     return data
+
+
+SUMMARY_KEYS = ("bytes_per_image", "device", "gpu_model", "model")
+
+
+def trainer_warning(found: dict, gpu: str, from_args: bool) -> str | None:
+    """Where the profile's trainer rate was measured on another device than the GPU type
+    planned for (a CPU, or another GPU model): one warning line; None where it matches,
+    the summary does not say, or ARGS gave the rate."""
+    device, model = str(found.get("device") or ""), str(found.get("gpu_model") or "")
+    planned = catalog.INSTANCE_TYPES[gpu].gpu_model or ""
+    if from_args or not device:
+        return None
+    if not device.startswith("cuda"):
+        return (f"warning: the profile's trainer ran on {device} ({found.get('model') or 'its model'}), not a "
+                f"{planned} GPU: the plan prices a {gpu} mix on a CPU's rate; measure on the GPU planned "
+                "for, or give its rate with ARGS=\"--trainer-images-per-s N\"")
+    if model and planned and planned.lower() not in model.lower():
+        return (f"warning: the profile's trainer ran on a {model}, not {gpu}'s {planned}: its rate is "
+                f"that GPU's; plan with ARGS=\"--gpu-instance <a type with that GPU>\", or measure on a {planned}")
+    return None
 
 
 def profile_from(args: list[str], profile_path: str) -> tuple[Profile | None, argparse.Namespace]:
@@ -499,6 +521,9 @@ def profile_from(args: list[str], profile_path: str) -> tuple[Profile | None, ar
         raise KitError(f"bytes per image: {short(size)} is not a number of bytes from 1 to 1e9; "
                        "measure it (a job summary records it) or pass --bytes-per-image N")
     curve = fit_curve(read_points(a.points)) if a.points else None
+    said = trainer_warning(found, gpu, a.trainer_images_per_s is not None)
+    if said:
+        print(said, file=sys.stderr, flush=True)
     return Profile(gpu, positive(trainer, "trainer images/s"), positive(cpu, "CPU images/s per vCPU"),
                    a.train_nodes, float(size) if size is not None else None, curve), a
 

@@ -7,6 +7,7 @@ An unknown provider is an error, never a fallback.
 """
 
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Protocol
 
 from scripts.core import state
@@ -31,6 +32,7 @@ class Provider(Protocol):
     # `down` finds the cluster's nodes without its record (so a corrupt or missing record
     # does not keep a crashed run's nodes alive); False: without a record it touches nothing.
     STOPS_WITHOUT_RECORD: bool
+    LAPTOP_TOOLS: tuple[str, ...]  # programs this machine needs on PATH (make preflight checks)
     RECORD_SCHEMA: dict  # JSON schema of the record `up` saves (scripts/core/state.py)
 
     def value_problems(self, values: dict) -> list[str]:
@@ -105,6 +107,9 @@ class Provider(Protocol):
     def monitor(self, record: dict, follow: bool) -> int:
         """The autoscaler's log: its last lines, or followed until Ctrl-C."""
 
+    def fetch_folder(self, record: dict, folder: str, dest: Path) -> None:
+        """Copy a run's folder, a path on the head, into `dest` on this machine (`make fetch`)."""
+
     def job_problems(self, record: dict, job: str, args: list[str]) -> list[str]:
         """What would fail the job on the cluster's nodes, said before it runs, one
         'problem; fix' each: data its ARGS name that the nodes cannot read (AWS: s3://
@@ -134,10 +139,17 @@ class Provider(Protocol):
 PROVIDERS: dict[str, Provider] = {aws.NAME: aws, kuberay.NAME: kuberay, local.NAME: local}
 
 
-def provider(name, where: str) -> Provider:
+def provider(name, where: str, raw: dict | None = None) -> Provider:
+    """The provider a values file names; one line where it names none the kit knows,
+    suggesting the one its keys point at (instance types: aws; a namespace: kuberay)."""
     if name not in PROVIDERS:
+        text = str(raw or {})
+        likely = ("kuberay" if "namespace" in text or "node_selector" in text else
+                  "aws" if "instance_type" in text else "local")
         raise KitError(f"{where}: provider: {short(name)} is not one of "
-                       f"{', '.join(PROVIDERS)}; set e.g. `provider: local`")
+                       f"{', '.join(PROVIDERS)}; set `provider: {likely}` (or copy a file of "
+                       f"cluster_templates/ that runs there, such as "
+                       f"{ {'aws': 'hetero', 'kuberay': 'k8s_hetero', 'local': 'local'}[likely] }.yaml)")
     return PROVIDERS[name]
 
 

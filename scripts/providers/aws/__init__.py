@@ -33,6 +33,7 @@ from scripts.core.submit import no_platform_plan as run_plan  # noqa: F401
 from scripts.providers.aws.day2 import (  # noqa: F401
     attach,
     dashboard,
+    fetch_folder,
     is_running,
     job_address,
     monitor,
@@ -52,6 +53,7 @@ DEFAULT_JOB_TIMEOUT_S = 6 * 3600.0  # TIMEOUT= overrides it (up to 7 days)
 JOB_PACKAGES = JobPackages.PIP  # a job's requirements.txt: Ray's pip runtime_env, over the image's packages
 JOB_FILES = JobFiles.UPLOAD  # each node unpacks its own copy of the job's folder
 STOPS_WITHOUT_RECORD = False  # the record names what was launched: without it, nothing is touched
+LAPTOP_TOOLS = ("ssh", "rsync")  # `ray up` reaches and sets up the nodes with them (and `make fetch`)
 
 
 RECORD_SCHEMA = {
@@ -80,6 +82,8 @@ RECORD_SCHEMA = {
         "placement_group": {"type": ["string", "null"], "pattern": "^raykit-[a-z][a-z0-9_-]{0,39}$"},
         "data_buckets": {"type": "array", "maxItems": 20, "items": {"type": "string",
                                                                    "pattern": "^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"}},
+        "output_buckets": {"type": "array", "maxItems": 20, "items": {
+            "type": "string", "pattern": "^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9_.-]{1,200})*$"}},
         "up_at": {"type": "number", "minimum": 0},  # epoch seconds; autostop counts from it
         "autostop_minutes": {"type": "integer", "minimum": 0, "maximum": 10080},
     },
@@ -136,32 +140,46 @@ def companion_files(cluster: str, values: dict) -> dict[str, str]:
 
 
 S3_URI = re.compile(r"s3://([^/\s]+)")
+S3_READ = re.compile(r"s3://[^\s,]+")
 
 
 def job_problems(record: dict, job: str, args: list[str]) -> list[str]:
-    """Every node's setup installs the jobs' packages (adaptdl's too). The S3 buckets a job's
-    ARGS name that the cluster's nodes cannot read: only those in aws.data_buckets are
-    readable (read-only) by its workers, where preprocessing reads. Storage for checkpoints
-    must be writable by every training node: no bucket is (the roles read only), and a
-    node's own disk is not another node's."""
+    """Every node's setup installs the jobs' packages (adaptdl's too). The S3 places a job's
+    ARGS name that the cluster's nodes cannot reach: they read the buckets of
+    aws.data_buckets (and of aws.output_buckets), and write only under aws.output_buckets,
+    where a run's storage (checkpoints, the final model) must then be. A node's own disk is
+    not another node's: with several train nodes, storage on a path would split the run."""
     readable = set(record.get("data_buckets") or [])
+    writable = list(record.get("output_buckets") or [])
     storage = storage_of(args)
-    written = S3_URI.match(storage).group(1) if storage and S3_URI.match(storage) else None
-    named = sorted({m.group(1) for arg in args for m in S3_URI.finditer(arg)} - {written})
+    written = storage if storage and S3_URI.match(storage) else None
+    read = {m.group(0) for arg in args for m in S3_READ.finditer(arg)} - {written}
+    named = sorted({written_bucket(uri) for uri in read
+                    if written_bucket(uri) not in readable and not under_any(uri, writable)})
     problems = [f"ARGS: s3://{bucket}: the nodes of '{record['cluster']}' cannot read bucket {bucket} "
                 f"(aws.data_buckets: {sorted(readable) or '[]'}); add it to aws.data_buckets in the "
                 "values file and `make up` again (its nodes get read-only access)"
-                for bucket in named if bucket not in readable]
-    if written:
+                for bucket in named]
+    if written and not under_any(written, writable):
         problems.append(f"ARGS: {short(storage)} as the job's storage: the nodes of '{record['cluster']}' may "
-                        f"not write bucket {written} (aws.data_buckets are read-only, and no node role writes "
-                        "S3): the first checkpoint would fail; leave the storage out (the head keeps the run "
-                        "under ~/ray_results) or name an absolute path on the head")
+                        f"write only under aws.output_buckets ({writable or '[]'}): the first checkpoint would "
+                        f"fail; add {written_bucket(written)} (or bucket/prefix) to aws.output_buckets in the "
+                        "values file and `make up` again")
     elif storage and storage.startswith("/") and train_nodes(record) > 1:
         problems.append(f"ARGS: {short(storage)} as the job's storage is a path on each node's own disk, and "
                         f"'{record['cluster']}' trains on {train_nodes(record)} nodes: each would checkpoint "
-                        "apart and a restart could not resume; leave it out (Ray Train then keeps it on the head)")
+                        "apart and a restart could not resume; name s3://<a bucket of aws.output_buckets>")
     return problems
+
+
+def written_bucket(uri: str) -> str:
+    return uri[len("s3://"):].partition("/")[0]
+
+
+def under_any(uri: str, places: list[str]) -> bool:
+    """Whether s3://bucket/key lies under one of the output places (bucket or bucket/prefix)."""
+    path = uri[len("s3://"):].rstrip("/")
+    return any(path == place or path.startswith(place.rstrip("/") + "/") for place in places)
 
 
 def train_nodes(record: dict) -> int:

@@ -5,6 +5,7 @@ import subprocess
 from contextlib import contextmanager
 
 from scripts.core import state, tunnel
+from scripts.core.errors import KitError
 from scripts.core.ray_cli import ray_cli, ray_env
 from scripts.providers.aws.cli import run_ray
 from scripts.providers.aws.names import NAME
@@ -114,3 +115,12 @@ def job_address(record: dict):
                           "your SSH key in place?", env=ray_env(),
                           also_ours=rays_ssh_master(record["cluster_name"])) as port:
         yield f"http://127.0.0.1:{port}", "python", None
+
+
+def fetch_folder(record: dict, folder: str, dest) -> None:
+    """`ray rsync-down` of the run's folder from the head (out of its container)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    code = run_ray(["rsync-down", str(state.config_path(record["cluster"])), folder.rstrip("/") + "/", f"{dest}/"])
+    if code:
+        raise KitError(f"`ray rsync-down` of {folder} from '{record['cluster']}''s head failed (exit {code}); "
+                       "`make status` shows whether the head is up")

@@ -1,5 +1,6 @@
 """The AWS cluster's rights, least privilege: the head's policy (launch, tag and terminate
-only the cluster's own instances), the workers' (read the data buckets), and the roles and
+only the cluster's own instances), the workers' (read the data buckets, write the output
+prefixes), and the roles and
 instance profiles `make up` makes for them and `make down PURGE=1` deletes."""
 
 import json
@@ -54,10 +55,11 @@ def head_policy(values: dict) -> dict:
         statements.append({"Sid": "LaunchIntoTheClustersPlacementGroup", "Effect": "Allow",
                            "Action": "ec2:RunInstances",
                            "Resource": f"{arn}:*:placement-group/{placement_group_name(values)}"})
-    if values["aws"]["data_buckets"]:
-        # The driver lists the job's data files on the head; the head launches workers
-        # with their own read-only profile, which it must be allowed to pass.
-        statements += data_read_statements(values["aws"]["data_buckets"])
+    # The driver lists the job's data files on the head, and the head trains (or its
+    # Train controller keeps the run's state) in the run's folder.
+    statements += bucket_statements(values)
+    if worker_profile_name(values):
+        # the head launches workers with their own profile, which it must be allowed to pass
         statements.append({"Sid": "PassTheWorkersRole", "Effect": "Allow", "Action": "iam:PassRole",
                            "Resource": f"arn:aws:iam::*:role/{worker_profile_name(values)}",
                            "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}})
@@ -102,11 +104,41 @@ def data_read_statements(buckets: list[str]) -> list[dict]:
     ]
 
 
+def output_statements(places: list[str]) -> list[dict]:
+    """The output buckets (bucket or bucket/prefix): list, read, write and delete objects
+    under each prefix, nothing else. Ray Train writes checkpoints (pyarrow: multipart
+    uploads, folder markers), reads them on a restart and deletes those past
+    num_to_keep."""
+    def under(place: str) -> tuple[str, str]:
+        bucket, _, prefix = place.partition("/")
+        return bucket, prefix
+    objects = sorted({f"arn:aws:s3:::{p}/*" for p in places}
+                     | {f"arn:aws:s3:::{p}" for p in places if "/" in p})  # the prefix's own marker
+    statements = [{"Sid": "WriteTheRunsUnderTheOutputPrefixes", "Effect": "Allow",
+                   "Action": ["s3:PutObject", "s3:GetObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+                   "Resource": objects}]
+    for i, (bucket, prefix) in enumerate(sorted({under(p) for p in places})):
+        listing = {"Sid": f"ListTheOutputPrefix{i}", "Effect": "Allow",
+                   "Action": ["s3:ListBucket", "s3:GetBucketLocation"], "Resource": f"arn:aws:s3:::{bucket}"}
+        if prefix:
+            listing["Condition"] = {"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}}
+        statements.append(listing)
+    return statements
+
+
+def bucket_statements(values: dict) -> list[dict]:
+    """What the nodes may do in S3: read the data buckets, write the output prefixes."""
+    aws = values["aws"]
+    return ((data_read_statements(aws["data_buckets"]) if aws["data_buckets"] else [])
+            + (output_statements(aws["output_buckets"]) if aws["output_buckets"] else []))
+
+
 def worker_policy(values: dict) -> dict:
-    """The workers' policy: read the data buckets, nothing else. Ray Data's read tasks run
-    on the workers, and pyarrow ships no credentials from the driver to them: without a
-    role of their own they could read nothing of an `s3://` data set."""
-    return {"Version": "2012-10-17", "Statement": data_read_statements(values["aws"]["data_buckets"])}
+    """The workers' policy: read the data buckets, write the output prefixes, nothing else.
+    Ray Data's read tasks run on the workers (and train workers write checkpoints), and
+    pyarrow ships no credentials from the driver to them: without a role of their own they
+    could read nothing of an `s3://` data set."""
+    return {"Version": "2012-10-17", "Statement": bucket_statements(values)}
 
 
 EC2_TRUST = {"Version": "2012-10-17", "Statement": [{

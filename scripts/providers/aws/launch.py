@@ -47,6 +47,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
               "worker_role": worker_profile_name(values),
               "placement_group": placement_group_name(values),
               "data_buckets": values["aws"]["data_buckets"],
+              "output_buckets": values["aws"]["output_buckets"],
               "up_at": time.time(), "autostop_minutes": values["autostop_minutes"]}
     state.save(cluster, record, config_text)  # from here on, `make down` can stop it
     stop_hint = f"instances of '{cluster}' may be running: `make down CLUSTER={cluster}` stops them"
@@ -63,7 +64,7 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
 
         iam = boto3.client("iam")
         if record["worker_role"]:  # first: the head's policy passes it
-            ensure_role(iam, values, record["worker_role"], worker_policy(values), "the workers' data reads")
+            ensure_role(iam, values, record["worker_role"], worker_policy(values), "the workers' S3 reads and writes")
         if record["head_role"]:
             # Ray's head launch retries back to back: EC2 must take the profile first
             wait_until_usable(boto3.client("ec2", region_name=record["region"]),

@@ -35,8 +35,10 @@ def head_profile_name(values: dict) -> str | None:
 
 def worker_profile_name(values: dict) -> str | None:
     """The workers' instance profile: only where the values name data buckets (they read
-    the jobs' data from them, read-only); otherwise none (workers call no AWS API)."""
-    return f"raykit-{values['cluster_name']}-worker" if values["aws"]["data_buckets"] else None
+    the jobs' data from them, read-only) or output buckets (train workers write the run's
+    checkpoints there); otherwise none (workers call no AWS API)."""
+    aws = values["aws"]
+    return f"raykit-{values['cluster_name']}-worker" if aws["data_buckets"] or aws["output_buckets"] else None
 
 
 def head_alarm_name(cluster_name: str) -> str:

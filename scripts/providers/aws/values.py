@@ -98,6 +98,12 @@ def value_problems(values: dict) -> list[str]:
         problems += cidr_problems("aws.ssh_cidr", aws["ssh_cidr"])
     for i, bucket in enumerate(aws["data_buckets"]):
         problems += bucket_problems(f"aws.data_buckets[{i}]", bucket)
+    for i, place in enumerate(aws["output_buckets"]):
+        bucket, _, prefix = place.partition("/")
+        problems += bucket_problems(f"aws.output_buckets[{i}]", bucket)
+        if prefix and ({".", ".."} & set(prefix.split("/"))):
+            problems.append(f"aws.output_buckets[{i}]: {short(place)}: a prefix has no '.' or '..' part; "
+                            "name the folder itself, such as my-bucket/runs")
     if aws["ssh_cidr"] != "auto" and aws["security_group_ids"]:
         problems.append("aws.ssh_cidr: applies to the group the kit creates, but "
                         "aws.security_group_ids names your own; set the SSH rule in your group "

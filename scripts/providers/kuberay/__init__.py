@@ -34,7 +34,7 @@ from scripts.core.submit import JobFiles, JobPackages
 from scripts.providers.kuberay import crd, rayjob
 # the interface's members, each from the module of its concern
 from scripts.providers.kuberay.day2 import (  # noqa: F401
-    attach, dashboard, is_running, job_address, monitor, same_cluster, status)
+    attach, dashboard, fetch_folder, is_running, job_address, monitor, same_cluster, status)
 from scripts.providers.kuberay.launch import preflight, up, wait_until_ready  # noqa: F401
 from scripts.providers.kuberay.names import HEAD_TYPE, NAME  # noqa: F401
 from scripts.providers.kuberay.prices import node_prices  # noqa: F401
@@ -46,6 +46,7 @@ DEFAULT_JOB_TIMEOUT_S = 6 * 3600.0  # GPU pods hold their nodes (and the node gr
 JOB_PACKAGES = JobPackages.PIP  # Ray's pip runtime_env, over the image's packages
 JOB_FILES = JobFiles.UPLOAD  # through the dashboard; each pod unpacks its own copy
 STOPS_WITHOUT_RECORD = False  # without the record's launch id, no RayCluster is the kit's to delete
+LAPTOP_TOOLS = ("kubectl",)  # every call to the cluster (`make fetch`: kubectl cp)
 
 RECORD_SCHEMA = {
     "type": "object",

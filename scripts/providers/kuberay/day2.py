@@ -104,3 +104,13 @@ def job_address(record: dict):
 
     with tunnel.forwarded(command, "kubectl port-forward", "`make status` shows whether the head is up") as port:
         yield f"http://127.0.0.1:{port}", "python", token
+
+
+def fetch_folder(record: dict, folder: str, dest) -> None:
+    """`kubectl cp` of the run's folder from the head pod's ray-head container (its tar)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    code = subprocess.call(kubectl(record, "cp", "-c", "ray-head", f"{head_pod(record)}:{folder.rstrip('/')}",
+                                   str(dest)))
+    if code:
+        raise KitError(f"`kubectl cp` of {folder} from the head pod failed (exit {code}); a run on "
+                       "--storage s3://... outlives the pods (docs/kubernetes.md)")

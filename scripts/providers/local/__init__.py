@@ -36,6 +36,7 @@ from scripts.core.submit import no_platform_plan as run_plan  # noqa: F401
 from scripts.providers.local.day2 import (  # noqa: F401
     attach,
     dashboard,
+    fetch_folder,
     is_running,
     job_address,
     monitor,
@@ -60,6 +61,7 @@ JOB_FILES = JobFiles.IN_PLACE
 # A crashed run may leave processes without a readable record: they carry the cluster's
 # marker, so `down` finds them anyway, and a corrupt record is skipped, not an error.
 STOPS_WITHOUT_RECORD = True
+LAPTOP_TOOLS = ()  # everything runs here, through .venv
 
 RECORD_SCHEMA = {
     "type": "object",

@@ -113,3 +113,13 @@ def is_running(record: dict) -> bool:
 def require_running(record: dict) -> None:
     if not is_running(record):
         raise KitError(not_running(record["cluster"]))
+
+
+def fetch_folder(record: dict, folder: str, dest) -> None:
+    """The run's folder is on this machine (every node is): a copy of it."""
+    import shutil
+
+    source = Path(folder)
+    if not source.is_dir():
+        raise KitError(f"{folder}: no such folder on this machine (removed since the run?)")
+    shutil.copytree(source, dest, symlinks=True, dirs_exist_ok=True)
