@@ -121,6 +121,10 @@ VALUE_CASES = [
      "aws.ssh_cidr: '203.0.113.9/24' has host bits set, and EC2 reads it as 203.0.113.0/24"),
     ("ssh_cidr with a leading zero", "hetero", lambda v: set_path(v, "aws.ssh_cidr", "10.01.0.0/16"),
      "aws.ssh_cidr: '10.01.0.0/16' is not an IPv4 range"),
+    ("an output place with a '..' prefix part", "hetero", lambda v: set_path(v, "aws.output_buckets", ["team/../etc"]),
+     "aws.output_buckets[0]: 'team/../etc': a prefix has no '.' or '..' part"),
+    ("an output bucket with two adjacent periods", "hetero", lambda v: set_path(v, "aws.output_buckets", ["te..am/runs"]),
+     "aws.output_buckets[0]: 'te..am' has two adjacent periods"),
     ("a bucket name with two adjacent periods", "hetero", lambda v: set_path(v, "aws.data_buckets", ["my..data"]),
      "aws.data_buckets[0]: 'my..data' has two adjacent periods: S3 refuses such a name"),
     ("a bucket name formatted as an IP address", "hetero", lambda v: set_path(v, "aws.data_buckets", ["10.1.2.3"]),
@@ -1108,24 +1112,84 @@ def test_a_relative_storage_is_refused_before_any_job_is_uploaded(args, said):
 
 
 def test_aws_storage_the_nodes_cannot_write_is_refused_before_submit(tmp_path, monkeypatch):
-    """A bucket in aws.data_buckets is read-only to the nodes (the run failed at its first
-    checkpoint), and a node's own disk is not the other train node's."""
+    """The nodes write S3 only under aws.output_buckets (a data bucket is read-only: the run
+    failed at its first checkpoint), and a node's own disk is not the other train node's."""
     from scripts.core import state
     from scripts.providers import aws
 
     monkeypatch.setattr(state, "LAUNCHED", tmp_path)
-    record = {"cluster": "multi_g5", "data_buckets": ["imagenet"]}
+    record = {"cluster": "multi_g5", "data_buckets": ["imagenet"], "output_buckets": ["team/runs"]}
     state.config_path("multi_g5").write_text(yaml.safe_dump(build("multi_g5").config))
     assert aws.train_nodes(record) == 2
     (written,) = aws.job_problems(record, "template", ["--data", "s3://imagenet/train", "--storage", "s3://imagenet/runs"])
-    assert "may not write bucket imagenet (aws.data_buckets are read-only" in written
+    assert "may write only under aws.output_buckets (['team/runs'])" in written
+    assert "add imagenet (or bucket/prefix) to aws.output_buckets" in written
+    # under the writable prefix: taken; beside it (another prefix of the bucket): refused
+    assert aws.job_problems(record, "template", ["--data", "s3://imagenet/train", "--storage", "s3://team/runs/a"]) == []
+    assert aws.job_problems(record, "template", ["--storage=s3://team/runs"]) == []
+    (beside,) = aws.job_problems(record, "template", ["--storage", "s3://team/runsx"])
+    assert "may write only under aws.output_buckets" in beside
+    (unread,) = aws.job_problems(record, "template", ["--data", "s3://team/other"])  # not data, not under the prefix
+    assert "cannot read bucket team" in unread
     (local,) = aws.job_problems(record, "template", ["--storage", "/home/ray/runs"])
     assert "trains on 2 nodes: each would checkpoint apart" in local
     state.config_path("multi_g5").write_text(yaml.safe_dump(build("hetero").config))
     assert aws.job_problems(record, "template", ["--storage", "/home/ray/runs"]) == []  # one train node
 
 
+def test_output_buckets_grant_writes_under_their_prefixes_only():
+    """aws.output_buckets: the head's and the workers' policies let them put, get and
+    delete objects under each prefix and list only that prefix, nothing more."""
+    from scripts.providers.aws.iam import head_policy, worker_policy
+    from scripts.providers.aws.names import worker_profile_name
+
+    values = build("hetero").values
+    values["aws"]["output_buckets"] = ["team-runs/ml/vit", "scratch"]
+    for policy in (head_policy(values), worker_policy(values)):
+        (write,) = [s for s in policy["Statement"] if s["Sid"] == "WriteTheRunsUnderTheOutputPrefixes"]
+        assert sorted(write["Resource"]) == ["arn:aws:s3:::scratch/*", "arn:aws:s3:::team-runs/ml/vit",
+                                             "arn:aws:s3:::team-runs/ml/vit/*"]
+        assert "s3:PutObject" in write["Action"] and "s3:DeleteObject" in write["Action"]
+        listing = {s["Resource"]: s.get("Condition") for s in policy["Statement"] if s["Sid"].startswith("ListTheOutputPrefix")}
+        assert listing == {"arn:aws:s3:::scratch": None,
+                           "arn:aws:s3:::team-runs": {"StringLike": {"s3:prefix": ["ml/vit", "ml/vit/*"]}}}
+        assert not [s for s in policy["Statement"] if "s3:*" in s["Action"] or s.get("Resource") == "*"
+                    and any(a.startswith("s3:") for a in s["Action"])]
+    assert worker_profile_name(values) == "raykit-hetero-worker"
+
+
 def test_the_templates_own_flags_refuse_relative_paths_before_ray():
     run = subprocess.run([sys.executable, "main.py", "--data", "images", "--storage", "/x"], cwd=REPO / "jobs" / "template",
                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO / "jobs")))
-    assert run.returncode == 2 and "--data must be an absolute path or s3://... (got 'images')" in run.stderr, run.stderr
+    assert run.returncode == 2 and "--data must be an absolute path or a URI such as s3://bucket/prefix (got 'images')" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("job,args,said", [
+    ("vit_synthetic", ["--stpes", "3"], "ARGS: main.py: error: unrecognized arguments: --stpes 3"),
+    ("template", ["--data", "images"], "ARGS: main.py: error: --data must be an absolute path"),
+    ("template", ["--data", "/d", "--name", "a/../b"], "ARGS: main.py: error: --name must be letters, digits"),
+])
+def test_a_jobs_own_parser_refuses_args_before_anything_is_uploaded(job, args, said):
+    """`make submit` runs the job's parse_args here first: a mistyped flag was caught only
+    after the upload and the packages' install on the cluster."""
+    from scripts.commands.jobs import job_args_problem
+
+    problem = job_args_problem(job, args)
+    assert problem and problem.startswith(said) and f"`make submit JOB={job} ARGS=--help`" in problem
+    assert job_args_problem(job, ["--data", "/abs/dir"] if job == "template" else ["--steps", "3"]) is None
+    assert job_args_problem("smoke", ["--anything"]) is None  # no parse_args: the cluster says
+
+
+def test_a_machine_without_the_providers_tools_is_refused_before_the_account_is_asked(tmp_path, monkeypatch, capsys):
+    """`ray up` reaches the nodes with ssh and rsync, KubeRay's commands are kubectl: a
+    laptop without them was found out only once the head billed. An empty PATH here."""
+    from scripts import kit
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert kit.main(["preflight", "--cluster", "hetero"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: this machine lacks ssh, rsync on PATH, which aws needs "
+                          "(openssh-client, rsync); install them"), err
+    assert kit.main(["preflight", "--cluster", "k8s_hetero"]) == 2
+    assert "lacks kubectl on PATH, which kuberay needs" in capsys.readouterr().err
+    assert kit.main(["preflight", "--cluster", "local"]) == 0  # nothing outside .venv

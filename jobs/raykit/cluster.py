@@ -96,11 +96,25 @@ def configure_data(shape: dict):
     import ray.data
     from ray.data import ExecutionOptions
 
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
-    feed.pace_executor_loop()
-    ctx.execution_options.label_selector = shape["data_selector"]
+    quiet_data_context()
+    ray.data.DataContext.get_current().execution_options.label_selector = shape["data_selector"]
     return ExecutionOptions(label_selector=shape["data_selector"], verbose_progress=False)
+
+
+def quiet_data_context() -> None:
+    """No per-operator progress bars, and the paced executor loop, in the driver's
+    DataContext. A Dataset copies the context when it is made, so this runs when raykit.cluster
+    is imported, too: a job that makes its dataset before configure_data() (then passed to
+    Train's DataConfig, which carries the selector whatever the order) keeps both; ~500
+    progress lines flooded `make run` without it. (The driver's own selector, for datasets
+    it runs itself, still applies only to those made after configure_data().)"""
+    import ray.data
+
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    feed.pace_executor_loop()
+
+
+quiet_data_context()  # at import: before any dataset a job makes
 
 
 def warm_up(shape: dict, modules: list[str]):

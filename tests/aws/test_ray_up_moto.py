@@ -257,6 +257,12 @@ def test_a_dry_run_without_credentials_says_what_it_can_offline(tmp_path):
         "  cpu_worker: 2-4 x c5.4xlarge, 100 GB gp3, rayproject/ray:2.60.0-py311-cpu, ~$0.69/h each",
         "total ~$2.40/h with min_workers, up to ~$3.79/h at max_workers"]
     assert not (tmp_path / "build" / "launched" / "hetero.json").exists()
+    # `make run` and `make bench` dry runs alike: offline too (they needed credentials)
+    run_ = make("run", "CLUSTER=hetero", "DRY_RUN=1", env=env, timeout=120)
+    assert run_.returncode == 0 and run_.stdout == run.stdout, run_.stdout + run_.stderr
+    bench = make("bench", "CLUSTERS=hetero single", "DRY_RUN=1", env=env, timeout=120)
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    assert bench.stdout.count("dry run offline: CLUSTER=") == 2 and "== single" in bench.stdout
 
 
 def test_a_dry_run_with_credentials_aws_refuses_falls_back_to_the_offline_plan(moto_server, tmp_path):

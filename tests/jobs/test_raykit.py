@@ -355,3 +355,25 @@ def test_each_training_worker_holds_the_cpu_the_kit_keeps_for_it(gpus, resources
     assert config._resources_per_worker_not_none == resources
     assert config.total_resources == {k: 2 * v for k, v in resources.items()}
     assert config.num_workers == 2 and config.use_gpu == (gpus > 0) and config.label_selector == selector
+
+
+def test_a_dataset_made_before_configure_data_keeps_the_kits_data_settings():
+    """raykit's calls in another natural order: the dataset first, configure_data() after
+    (inside its DataConfig). A Dataset copies the DataContext when made: without the
+    settings applied at raykit.cluster's import it kept progress bars on (~500 lines in
+    `make run`) and no paced loop."""
+    import subprocess
+    import sys
+
+    script = ("import ray.data\n"
+              "from raykit import cluster, feed\n"
+              "ds = ray.data.range(4)\n"
+              "shape = {'data_selector': {'ray-subcluster': 'preprocess'}}\n"
+              "options = cluster.configure_data(shape)\n"
+              "ctx = ds.context\n"
+              "print(ctx.enable_progress_bars, feed.PacedLoop in ctx.custom_execution_callback_classes,\n"
+              "      options.label_selector)\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "PYTHONPATH": str(REPO / "jobs")})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[0] == "False True {'ray-subcluster': 'preprocess'}"

@@ -459,3 +459,24 @@ def test_bad_bytes_per_image_is_one_error_line(capsys, value):
     code = kit.main(["plan", "--args", f"--trainer-images-per-s 900 --cpu-images-per-s 10 --bytes-per-image {value}"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: bytes per image:"), err
+
+
+@pytest.mark.parametrize("summary,warned", [
+    ({"device": "cpu", "model": "tiny"}, "warning: the profile's trainer ran on cpu (tiny), not a A10G GPU"),
+    ({"device": "cuda:0", "gpu_model": "NVIDIA H100 80GB HBM3"},
+     "warning: the profile's trainer ran on a NVIDIA H100 80GB HBM3, not g5.xlarge's A10G"),
+    ({"device": "cuda:0", "gpu_model": "NVIDIA A10G"}, None),
+    ({}, None),  # an older summary says nothing of its device: nothing to compare
+])
+def test_plan_warns_when_the_profile_ran_on_another_device_than_it_plans_for(tmp_path, capsys, summary, warned):
+    """`make plan PROFILE=` of the demo's summary (ViT-tiny on a CPU) priced a g5.xlarge mix
+    on a CPU's rate without a word."""
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"result": summary | {"diagnosis": {
+        "trainer_images_per_s": 30.0, "preprocess_images_per_s_per_cpu": 10.0}}}))
+    profile, _ = planner.profile_from([], str(path))
+    err = capsys.readouterr().err
+    assert profile.trainer_images_per_s == 30.0
+    assert (err.startswith(warned) if warned else err == ""), err
+    planner.profile_from(["--trainer-images-per-s", "300"], str(path))  # a rate given by hand: no warning
+    assert capsys.readouterr().err == ""
