@@ -1219,6 +1219,56 @@ def test_workers_read_the_data_buckets_with_credentials_of_their_own_and_nothing
     as_a_worker()
 
 
+def test_nodes_write_runs_under_the_output_prefix_and_nowhere_else(home, hetero_values):
+    """aws.output_buckets: with a worker's real credentials (its role, moto enforcing IAM),
+    checkpoints and the model go in under the prefix (a multipart upload, as pyarrow does),
+    are read back and deleted (Ray Train's num_to_keep); beside the prefix, in another
+    bucket, nothing is written. The head's policy holds the same statements."""
+    import yaml
+    from botocore.exceptions import ClientError
+    from moto.core import set_initial_no_auth_action_count
+
+    from scripts.build import build_text
+    from scripts.providers import aws
+
+    hetero_values["aws"]["output_buckets"] = ["team-runs/ml"]
+    values = checked(hetero_values)
+    config = build_text("hetero", yaml.safe_dump(values).encode()).config
+    assert config["available_node_types"]["cpu_worker"]["node_config"]["IamInstanceProfile"] == {
+        "Name": "raykit-hetero-worker"}
+    assert {s["Sid"] for s in aws.head_policy(values)["Statement"]} >= {
+        "WriteTheRunsUnderTheOutputPrefixes", "ListTheOutputPrefix0", "PassTheWorkersRole"}
+
+    @set_initial_no_auth_action_count(10)  # the set-up calls below as root, then IAM enforced
+    @mock_aws
+    def as_a_worker():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        for bucket in ("team-runs", "payroll"):
+            s3.create_bucket(Bucket=bucket)
+        iam = boto3.client("iam", region_name="us-east-1")
+        aws_iam.ensure_role(iam, values, "raykit-hetero-worker", aws_iam.worker_policy(values), "runs", wait_s=0)
+        role = iam.get_role(RoleName="raykit-hetero-worker")["Role"]["Arn"]
+        creds = boto3.client("sts", region_name="us-east-1").assume_role(
+            RoleArn=role, RoleSessionName="worker-node")["Credentials"]
+        worker = boto3.client("s3", region_name="us-east-1", aws_access_key_id=creds["AccessKeyId"],
+                              aws_secret_access_key=creds["SecretAccessKey"],
+                              aws_session_token=creds["SessionToken"])
+        key = "ml/run-1/checkpoint_000001/model.pt"
+        upload = worker.create_multipart_upload(Bucket="team-runs", Key=key)["UploadId"]
+        part = worker.upload_part(Bucket="team-runs", Key=key, UploadId=upload, PartNumber=1, Body=b"weights")
+        worker.complete_multipart_upload(Bucket="team-runs", Key=key, UploadId=upload, MultipartUpload={
+            "Parts": [{"ETag": part["ETag"], "PartNumber": 1}]})
+        assert worker.get_object(Bucket="team-runs", Key=key)["Body"].read() == b"weights"
+        assert [o["Key"] for o in worker.list_objects_v2(Bucket="team-runs", Prefix="ml/")["Contents"]] == [key]
+        worker.delete_object(Bucket="team-runs", Key=key)
+        for refused in (lambda: worker.put_object(Bucket="team-runs", Key="other/x", Body=b""),
+                        lambda: worker.put_object(Bucket="payroll", Key="ml/x", Body=b"")):
+            with pytest.raises(ClientError, match="AccessDenied"):
+                refused()
+
+    as_a_worker()
+
+
 def test_submit_refuses_s3_data_the_nodes_cannot_read_before_the_job_runs():
     from scripts.providers import aws
 
