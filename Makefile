@@ -45,15 +45,20 @@ export KIT_DETACH  := $(value DETACH)
 VENV  := .venv
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# `make setup-launcher` installs only requirements.txt's launcher block (no torch): then the
+# commands that launch, submit to and price AWS and KubeRay clusters run on it; the rest
+# (demo, run, bench, test) need `make setup`'s full .venv, and build it first.
+LAUNCHER := $(VENV)/.launcher-only
+READY := $(if $(wildcard $(LAUNCHER)),$(LAUNCHER),$(STAMP))
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup validate render preflight up status submit jobs logs stop-job fetch dashboard attach monitor down run demo images image cost prices plan bench test test-offline test-cluster test-changed test-adaptdl test-upstream kube-testbed bench-data bench-wait bench-autopilot clean
+.PHONY: help setup setup-launcher validate render preflight up status submit jobs logs stop-job fetch dashboard attach monitor down run demo images image cost prices plan bench test test-offline test-cluster test-changed test-adaptdl test-upstream kube-testbed bench-data bench-wait bench-autopilot clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
 	@echo
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 	@echo
 	@grep -E '^[A-Z_]+ +\?=' $(MAKEFILE_LIST) | sed -E 's/^([A-Z_]+) +\?= *([^#]*)# *(.*)/  \1=\2  \3/'
 
@@ -63,48 +68,55 @@ $(STAMP): requirements.txt jobs/adaptdl_mnist/requirements-nodeps.txt
 	test -x $(PY) || "$$KIT_PYTHON" -m venv $(VENV)
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -r jobs/adaptdl_mnist/requirements-nodeps.txt
+	rm -f $(LAUNCHER)
 	touch $@
 
-validate: $(STAMP) ## check CLUSTER's values file and rendered config; writes nothing, launches nothing
+setup-launcher: ## a .venv that only launches AWS and KubeRay clusters (no torch: ~1 GB, not ~6); `make setup` completes it
+	test -x $(PY) || "$$KIT_PYTHON" -m venv $(VENV)
+	awk '/^# --- the launcher/{on=1; next} /^# ---/{on=0} on' requirements.txt > $(VENV)/launcher-requirements.txt
+	$(PY) -m pip install -q -r $(VENV)/launcher-requirements.txt
+	test -f $(STAMP) || touch $(LAUNCHER)
+
+validate: $(READY) ## check CLUSTER's values file and rendered config; writes nothing, launches nothing
 	@$(KIT) validate
 
-render: $(STAMP) ## the same checks, then write build/clusters/CLUSTER.yaml (AWS: + the head's IAM policy; KubeRay: + the user's Role)
+render: $(READY) ## the same checks, then write build/clusters/CLUSTER.yaml (AWS: + the head's IAM policy; KubeRay: + the user's Role)
 	@$(KIT) render
 
-preflight: $(STAMP) ## check CLUSTER and, on AWS, the account (read-only: credentials, zone, subnet, key pair, AMI, quotas)
+preflight: $(READY) ## check CLUSTER and, on AWS, the account (read-only: credentials, zone, subnet, key pair, AMI, quotas)
 	@$(KIT) preflight
 
-up: $(STAMP) ## preflight, then start CLUSTER and wait until ready (DRY_RUN=1: only say what it would launch)
+up: $(READY) ## preflight, then start CLUSTER and wait until ready (DRY_RUN=1: only say what it would launch)
 	@$(KIT) up
 
-status: $(STAMP) ## show nodes and resources of CLUSTER
+status: $(READY) ## show nodes and resources of CLUSTER
 	@$(KIT) status
 
-submit: $(STAMP) ## run JOB on CLUSTER with ARGS; exits with the job's code; keeps its summary in build/results/
+submit: $(READY) ## run JOB on CLUSTER with ARGS; exits with the job's code; keeps its summary in build/results/
 	@$(KIT) submit
 
-jobs: $(STAMP) ## the jobs of CLUSTER: id, status, start, duration
+jobs: $(READY) ## the jobs of CLUSTER: id, status, start, duration
 	@$(KIT) jobs
 
-logs: $(STAMP) ## a job's logs: the latest, or ID=...; FOLLOW=1 follows it
+logs: $(READY) ## a job's logs: the latest, or ID=...; FOLLOW=1 follows it
 	@$(KIT) logs
 
-stop-job: $(STAMP) ## stop the job ID=... on CLUSTER
+stop-job: $(READY) ## stop the job ID=... on CLUSTER
 	@$(KIT) stop-job
 
-fetch: $(STAMP) ## copy job ID=...'s run folder (checkpoints, model.pt) into build/runs/ID/ (from S3, or the head)
+fetch: $(READY) ## copy job ID=...'s run folder (checkpoints, model.pt) into build/runs/ID/ (from S3, or the head)
 	@$(KIT) fetch
 
-dashboard: $(STAMP) ## CLUSTER's dashboard URL (AWS: an SSH tunnel, KubeRay: kubectl port-forward, kept until Ctrl-C)
+dashboard: $(READY) ## CLUSTER's dashboard URL (AWS: an SSH tunnel, KubeRay: kubectl port-forward, kept until Ctrl-C)
 	@$(KIT) dashboard
 
-attach: $(STAMP) ## a shell on CLUSTER's head (local: a shell aimed at the cluster)
+attach: $(READY) ## a shell on CLUSTER's head (local: a shell aimed at the cluster)
 	@$(KIT) attach
 
-monitor: $(STAMP) ## the autoscaler's log of CLUSTER: the last lines; FOLLOW=1 follows it
+monitor: $(READY) ## the autoscaler's log of CLUSTER: the last lines; FOLLOW=1 follows it
 	@$(KIT) monitor
 
-down: $(STAMP) ## stop what `make up` started, check nothing runs (AWS: PURGE=1 deletes its security group)
+down: $(READY) ## stop what `make up` started, check nothing runs (AWS: PURGE=1 deletes its security group)
 	@$(KIT) down
 
 run: $(STAMP) ## up + submit + down; tears down only what it launched, through Ctrl-C too (KubeRay: a RayJob)
@@ -116,16 +128,16 @@ demo: $(STAMP) ## the ViT job end to end on the local simulated cluster
 images: $(STAMP) ## a JPEG image set for a job's --data (default build/images; see ARGS=--help)
 	@$(KIT) images
 
-image: $(STAMP) ## build the container images a KubeRay CLUSTER names, jobs' packages baked in (needs Docker)
+image: $(READY) ## build the container images a KubeRay CLUSTER names, jobs' packages baked in (needs Docker)
 	@$(KIT) image
 
-cost: $(STAMP) ## CLUSTER's $/h per node type at min and max workers, EBS included, and totals
+cost: $(READY) ## CLUSTER's $/h per node type at min and max workers, EBS included, and totals
 	@$(KIT) cost
 
-prices: $(STAMP) ## an AWS CLUSTER's region's prices from AWS's price list (your credentials), for cost/plan/bench
+prices: $(READY) ## an AWS CLUSTER's region's prices from AWS's price list (your credentials), for cost/plan/bench
 	@$(KIT) prices
 
-plan: $(STAMP) ## cheapest mix feeding the GPUs, from PROFILE=<job summary> or ARGS (see ARGS=--help)
+plan: $(READY) ## cheapest mix feeding the GPUs, from PROFILE=<job summary> or ARGS (see ARGS=--help)
 	@$(KIT) plan
 
 bench: $(STAMP) ## ViT job on each of CLUSTERS: $/100 steps table + JSON/CSV/PNG; JOB=adaptdl_mnist: AdaptDL vs fixed Ray Train
@@ -215,5 +227,5 @@ bench-wait: $(STAMP) ## the trainer's data wait with light preprocessing on CLUS
 bench-autopilot: $(STAMP) ## the autopilot vs fixed_min, fixed_max and Ray Data's autoscaler on CLUSTER (default local_autopilot)
 	@KIT_CLUSTER_ORIGIN="$(origin CLUSTER)" $(PY) -m scripts.benchmarks.bench_autopilot
 
-clean: $(STAMP) ## remove build/, keeping records of clusters that may be running, job summaries and benches
+clean: $(READY) ## remove build/, keeping records of clusters that may be running, job summaries and benches
 	@$(KIT) clean

@@ -58,6 +58,15 @@ KNOWN_AMIS = {
 }
 
 
+# EC2 families whose accelerators are not NVIDIA GPUs: real types, not typos of the kit's
+# (a did-you-mean suggested g5.xlarge for inf2.xlarge), said so by `make validate`.
+OTHER_ACCELERATORS = {
+    "inf1": "AWS Inferentia", "inf2": "AWS Inferentia2", "trn1": "AWS Trainium", "trn1n": "AWS Trainium",
+    "trn2": "AWS Trainium2", "dl1": "Habana Gaudi", "dl2q": "Qualcomm AI 100", "g4ad": "AMD Radeon Pro GPUs",
+    "f1": "FPGAs", "f2": "FPGAs", "vt1": "Xilinx media accelerators",
+}
+
+
 def dlami_driver(ami_name: str) -> int | None:
     """The NVIDIA driver major of a Deep Learning Base OSS AMI, from its name's release
     date; None for any other AMI (its driver is unknown to the kit)."""

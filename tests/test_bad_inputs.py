@@ -1193,3 +1193,33 @@ def test_a_machine_without_the_providers_tools_is_refused_before_the_account_is_
     assert kit.main(["preflight", "--cluster", "k8s_hetero"]) == 2
     assert "lacks kubectl on PATH, which kuberay needs" in capsys.readouterr().err
     assert kit.main(["preflight", "--cluster", "local"]) == 0  # nothing outside .venv
+
+
+@pytest.mark.parametrize("change,said", [
+    (lambda v: v["head"].update(spot=True), "head.spot: not a key here: the head is always on-demand, since a "
+                                            "reclaimed head ends the cluster"),
+    (lambda v: v["workers"]["cpu_worker"].update(instance_type="inf2.xlarge"),
+     "workers.cpu_worker.instance_type: inf2.xlarge carries AWS Inferentia2, not NVIDIA GPUs"),
+    (lambda v: v["head"].update(instance_type="trn1.2xlarge"), "head.instance_type: trn1.2xlarge carries AWS Trainium"),
+])
+def test_small_messages_say_why_not_a_did_you_mean(change, said, hetero_values):
+    """A key a user expects (head.spot) and a real accelerator type the kit cannot train on
+    were answered as typos ("unknown key", "did you mean 'g5.xlarge'?")."""
+    from scripts.build import build_text
+    from scripts.core.errors import KitError
+
+    change(hetero_values)
+    with pytest.raises(KitError) as refused:
+        build_text("hetero", yaml.safe_dump(hetero_values).encode())
+    assert said in str(refused.value) and "did you mean" not in str(refused.value)
+
+
+def test_a_mistyped_cluster_or_region_gets_a_did_you_mean(capsys):
+    from scripts import kit
+
+    assert kit.main(["validate", "--cluster", "heteor"]) == 2
+    assert "no values file heteor.yaml in " in capsys.readouterr().err
+    assert kit.main(["validate", "--cluster", "heteor"]) == 2
+    assert "did you mean hetero? choose one of: " in capsys.readouterr().err
+    assert kit.main(["plan", "--args", "--region us-est-1 --trainer-images-per-s 30 --cpu-images-per-s 10"]) == 2
+    assert "--region 'us-est-1' is no AWS region (did you mean us-east-1?)" in capsys.readouterr().err

@@ -94,3 +94,23 @@ def test_the_developers_guide_names_every_module():
                if p.name != "__init__.py"]
     unnamed = [str(p.relative_to(REPO)) for p in modules if not re.search(rf"\b{p.stem}\b", guide)]
     assert modules and unnamed == []
+
+
+def test_the_launcher_install_is_the_requirements_launcher_block_without_torch(tmp_path):
+    """`make setup-launcher` installs requirements.txt's launcher block only (the same pins,
+    no torch: ~0.8 GB against ~6); the launch targets run on it, and the rest (demo, run,
+    bench, test) depend on the full .venv. Checked on the Makefile's own awk line and rules."""
+    makefile = (REPO / "Makefile").read_text()
+    (awk,) = [line.strip() for line in makefile.splitlines() if line.strip().startswith("awk '/^# --- the launcher")]
+    program = awk.split("'")[1]
+    block = subprocess.run(["awk", program, str(REPO / "requirements.txt")], capture_output=True, text=True,
+                           check=True).stdout
+    names = {re.split(r"[\[=<>]", line.split("#")[0].strip())[0] for line in block.splitlines()
+             if line.split("#")[0].strip()}
+    assert {"ray", "boto3", "jinja2", "pyyaml"} <= names and not names & {"torch", "torchvision", "timm", "moto"}
+    full = (REPO / "requirements.txt").read_text()
+    assert all(line in full for line in block.splitlines())  # the same pins, one file
+    ready = {m.group(1) for m in re.finditer(r"^([a-z-]+): \$\(READY\) ##", makefile, re.M)}
+    stamped = {m.group(1) for m in re.finditer(r"^([a-z-]+): \$\(STAMP\) ##", makefile, re.M)}
+    assert {"validate", "up", "down", "submit", "fetch", "plan", "cost"} <= ready
+    assert {"demo", "run", "bench", "test", "test-changed"} <= stamped

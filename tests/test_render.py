@@ -123,7 +123,7 @@ def test_defaults_come_from_the_schema():
                                    "key_pair": None, "subnet_ids": [], "security_group_ids": [],
                                    "use_internal_ips": False, "ssh_cidr": "auto",
                                    "iam_instance_profile": "auto", "placement_group": "none",
-                                   "data_buckets": [],
+                                   "data_buckets": [], "output_buckets": [],
                                    "ssh_user": "ubuntu", "tags": {}}
     assert built.values["head"]["disk"] == {"root_gb": 150, "volume_type": "gp3", "data_gb": 0}
     assert built.values["idle_timeout_minutes"] == 10 and built.values["workers"] == {}

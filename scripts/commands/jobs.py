@@ -4,6 +4,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 
 from scripts.build import build
@@ -17,6 +18,7 @@ from scripts.commands.lifecycle import (
     require_record,
     teardown,
 )
+from scripts.commands.outputs import head_only_warnings
 from scripts.core import state, submit
 from scripts.core.errors import KitError, not_running
 from scripts.core.inputs import flag, job_dir, job_id, job_requirements, parse_timeout, split_args
@@ -91,12 +93,17 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
         timeout = provider.DEFAULT_JOB_TIMEOUT_S
         print(f"TIMEOUT is not set: on {provider.NAME.upper()} the job is stopped after "
               f"{timeout / 3600:g} h; set TIMEOUT=<seconds> (up to 7 days) to change it", flush=True)
+    began = time.time()
     with provider.job_address(record) as (address, python, token):
-        return submit.submit(address, job, args, python, token, timeout_s=timeout,
-                             env_vars=prices_for(record) if env_vars is None else env_vars,
-                             results_dir=RESULTS, verbose=verbose,
-                             job_packages=job_packages_of(provider, record), job_files=provider.JOB_FILES,
-                             detach=detach, cluster=record["cluster"])
+        code, result = submit.submit(address, job, args, python, token, timeout_s=timeout,
+                                     env_vars=prices_for(record) if env_vars is None else env_vars,
+                                     results_dir=RESULTS, verbose=verbose,
+                                     job_packages=job_packages_of(provider, record),
+                                     job_files=provider.JOB_FILES, detach=detach, cluster=record["cluster"])
+    # its model on a head that autostop or `make down` ends: said now, with the way home
+    for line in head_only_warnings(record["cluster"], provider.NAME, kept_since=began):
+        print(line, flush=True)
+    return code, result
 
 
 def job_packages_of(provider, record: dict) -> JobPackages:

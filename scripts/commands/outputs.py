@@ -87,14 +87,17 @@ def copy_from_s3(uri: str, dest: Path) -> None:
         raise KitError(f"{uri}: no AWS credentials on this machine (`aws configure`, AWS_PROFILE)") from None
 
 
-def head_only_warnings(cluster: str, provider_name: str) -> list[str]:
+def head_only_warnings(cluster: str, provider_name: str, kept_since: float | None = None) -> list[str]:
     """Runs of `cluster` whose folder is a path on its head (not s3://) and not fetched:
-    `make down` (and autostop) ends the head, and them with it. None on the local cluster,
-    whose head is this machine."""
+    `make down` and autostop end the head, and them with it. None on the local cluster,
+    whose head is this machine. kept_since: only the summaries kept since then (the job
+    `make submit` just ran)."""
     if provider_name == "local" or not RESULTS.is_dir():
         return []
     lines = []
     for path in sorted(RESULTS.glob("*.json")):
+        if kept_since is not None and path.stat().st_mtime < kept_since:
+            continue
         try:
             kept = strict_json(path.read_text())
             folder = kept["result"]["outputs"]["run_folder"]
@@ -103,6 +106,6 @@ def head_only_warnings(cluster: str, provider_name: str) -> list[str]:
         if kept.get("cluster") == cluster and isinstance(folder, str) and folder.startswith("/") \
                 and not (RUNS / path.stem).exists():
             lines.append(f"warning: job {path.stem}'s model and checkpoints are only on the head "
-                         f"({short(folder)}): `make fetch ID={path.stem} CLUSTER={cluster}` first, or "
-                         "they end with the cluster")
+                         f"({short(folder)}): `make fetch ID={path.stem} CLUSTER={cluster}` before `make down` "
+                         "or autostop ends the cluster, and them with it")
     return lines

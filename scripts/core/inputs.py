@@ -8,6 +8,7 @@ positive, finite number of seconds.
 """
 
 import argparse
+import difflib
 import json
 import math
 import re
@@ -69,8 +70,10 @@ def values_file(cluster: str) -> Path:
     path = found_once("CLUSTER", cluster, [d / f"{cluster}.yaml" for d in VALUES_DIRS])
     if path is None or not path.is_file() or path.parent.resolve() not in path.resolve().parents:
         where = " or ".join(f"{shown(d)}/" for d in VALUES_DIRS)  # RAYKIT_VALUES_DIR's too
+        hint = difflib.get_close_matches(cluster, available_clusters(), n=1, cutoff=0.6)
         raise KitError(f"CLUSTER={cluster}: no values file {cluster}.yaml in {where}; "
-                       f"choose one of: {choices('CLUSTER')}")
+                       + (f"did you mean {hint[0]}? " if hint else "")
+                       + f"choose one of: {choices('CLUSTER')}")
     return path
 
 

@@ -279,8 +279,9 @@ def job_table(client) -> list[str]:
                    if info.start_time else "-")
         end = info.end_time or (time.time() * 1000 if info.start_time else None)
         duration = f"{(end - info.start_time) / 1000:.0f} s" if info.start_time and end else "-"
-        lines.append(f"{info.submission_id or info.job_id:<28} {info.status.value:<10} {started}  {duration}")
-    return lines or ["(no jobs)"]
+        lines.append(f"{info.submission_id or info.job_id:<28} {info.status.value:<10} {started:<19}  {duration}")
+    header = f"{'ID':<28} {'STATUS':<10} {'STARTED':<19}  DURATION"
+    return [header, *lines] if lines else ["(no jobs)"]
 
 
 def latest_job(client) -> str:

@@ -204,6 +204,10 @@ def schema_problems(values: dict, schema: dict) -> list[str]:
             allowed = list(rule.get("properties", {}))
             for extra in sorted(set(error.instance) - set(allowed)):
                 where = f"{key}.{extra}" if error.path else extra
+                why = (rule.get("x-not-here") or {}).get(extra)
+                if why:  # a key a user may expect: why it is not here, and where it is
+                    problems.append(f"{where}: not a key here: {why}")
+                    continue
                 hint = difflib.get_close_matches(extra, allowed, n=1)
                 fix = f"did you mean '{hint[0]}'?" if hint else f"allowed keys: {', '.join(allowed)}"
                 meant |= {(key, hint[0])} if hint else set()

@@ -36,6 +36,7 @@ choice says which limit holds it: the trainers (fed), the CPUs, the network, the
 """
 
 import argparse
+import difflib
 import math
 import sys
 from dataclasses import asdict, dataclass, field
@@ -501,7 +502,12 @@ def profile_from(args: list[str], profile_path: str) -> tuple[Profile | None, ar
         raise KitError(f"ARGS: --gpu-instance {gpu}: {catalog.gpu_support_problem(gpu)}; "
                        "use one such as g5.xlarge")
     if a.region not in catalog.priced_regions():
-        raise KitError(f"ARGS: --region {short(a.region)} has no prices; use one of "
+        # a region with prices first: of two as close (us-est-1), the one the plan can price
+        hint = (difflib.get_close_matches(str(a.region), catalog.priced_regions(), n=1, cutoff=0.8)
+                or difflib.get_close_matches(str(a.region), catalog.REGIONS, n=1, cutoff=0.6))
+        typo = f"{short(a.region)} is no AWS region (did you mean {hint[0]}?)" if a.region not in catalog.REGIONS \
+            and hint else f"{short(a.region)} has no prices"
+        raise KitError(f"ARGS: --region {typo}; use one of "
                        f"{', '.join(catalog.priced_regions())}, or read its prices from AWS with "
                        "`make prices CLUSTER=<a values file of that region>`")
     trainer = a.trainer_images_per_s if a.trainer_images_per_s is not None else found.get("trainer_images_per_s")

@@ -20,6 +20,10 @@ from moto.server import ThreadedMotoServer
 
 from conftest import CHECKIP_ADDRESS, REPO, make, publish_dlami
 
+# A laptop with `ssh` and `rsync` (make preflight requires both): the stand-ins, first on PATH,
+# for the tests that launch nothing (this machine may lack rsync)
+WITH_TOOLS = f"{REPO / 'tests' / 'standins'}:{os.environ['PATH']}"
+
 
 @pytest.fixture
 def moto_server():
@@ -226,7 +230,7 @@ def test_down_of_a_cluster_never_launched_says_so_and_creates_nothing(moto_serve
 
 def test_up_without_credentials_is_one_line_and_launches_nothing(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env |= {"HOME": str(tmp_path), "RAYKIT_BUILD_DIR": str(tmp_path / "build"),
+    env |= {"HOME": str(tmp_path), "RAYKIT_BUILD_DIR": str(tmp_path / "build"), "PATH": WITH_TOOLS,
             "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
             "AWS_EC2_METADATA_DISABLED": "true"}  # never ask an instance metadata endpoint
     up = make("up", "CLUSTER=hetero", env=env, timeout=120)
@@ -241,7 +245,7 @@ def test_a_dry_run_without_credentials_says_what_it_can_offline(tmp_path):
     """A first look needs no AWS account: the plan from the values file alone, marked
     offline, with what it could not check; `make up` itself still stops at the line."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env |= {"HOME": str(tmp_path), "RAYKIT_BUILD_DIR": str(tmp_path / "build"),
+    env |= {"HOME": str(tmp_path), "RAYKIT_BUILD_DIR": str(tmp_path / "build"), "PATH": WITH_TOOLS,
             "AWS_CONFIG_FILE": "/dev/null", "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
             "AWS_EC2_METADATA_DISABLED": "true"}
     run = make("up", "CLUSTER=hetero", "DRY_RUN=1", env=env, timeout=120)
@@ -271,7 +275,7 @@ def test_a_dry_run_with_credentials_aws_refuses_falls_back_to_the_offline_plan(m
     does (its IAM checks on); `make up` itself still stops at the line."""
     import urllib.request
 
-    env = dict(os.environ, AWS_ENDPOINT_URL=moto_server, HOME=str(tmp_path),
+    env = dict(os.environ, AWS_ENDPOINT_URL=moto_server, HOME=str(tmp_path), PATH=WITH_TOOLS,
                RAYKIT_BUILD_DIR=str(tmp_path / "build"), AWS_ACCESS_KEY_ID="AKIAEXPIREDKEY000000")
 
     def checks_after(requests: str) -> str:  # moto's switch: IAM checked after this many requests
@@ -294,7 +298,7 @@ def test_a_dry_run_with_credentials_aws_refuses_falls_back_to_the_offline_plan(m
 
 
 def test_dry_run_says_what_would_launch_and_launches_nothing(moto_server, tmp_path):
-    env = dict(os.environ, AWS_ENDPOINT_URL=moto_server, HOME=str(tmp_path),
+    env = dict(os.environ, AWS_ENDPOINT_URL=moto_server, HOME=str(tmp_path), PATH=WITH_TOOLS,
                RAYKIT_BUILD_DIR=str(tmp_path / "build"))
     ec2 = boto3.client("ec2", endpoint_url=moto_server, region_name="us-east-1")
     dlami = publish_dlami(ec2)

@@ -19,9 +19,6 @@ import pytest
 
 from conftest import REPO, USER_JOBS, kept_summary, local_cluster_up, make
 
-pytestmark = pytest.mark.alone  # a cluster of its own, with S3 settings
-
-
 @pytest.fixture
 def s3_server():
     from moto.server import ThreadedMotoServer
@@ -64,6 +61,8 @@ def tensorboard_scalars(folder) -> dict[str, list[float]]:
     return values
 
 
+@pytest.mark.slow
+@pytest.mark.alone  # a cluster of its own, with S3 settings
 def test_copied_template_keeps_its_model_in_s3_serves_gauges_and_make_fetch_brings_it_home(
         tmp_path, s3_server):
     import boto3
@@ -152,3 +151,25 @@ def test_make_fetch_refuses_what_is_not_a_run_folder(tmp_path):
     missing = make("fetch", "ID=c-3", env=env, timeout=60)
     assert missing.returncode == 2 and "ID=c-3: no summary in" in missing.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_runs_left_on_a_head_are_named_before_down_and_after_submit(tmp_path, monkeypatch):
+    """make down (and make submit, for autostop) name each kept run of the cluster whose
+    folder is a path on its head and not fetched yet; S3 runs, fetched runs, other
+    clusters' and the local cluster's (this machine) are not named."""
+    from scripts.commands import outputs
+
+    monkeypatch.setattr(outputs, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(outputs, "RUNS", tmp_path / "runs")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "runs" / "fetched-3").mkdir(parents=True)
+    for name, cluster, folder in (("head-1", "hetero", "/home/ray/ray_results/a"), ("s3-2", "hetero", "s3://b/runs/a"),
+                                  ("fetched-3", "hetero", "/home/ray/ray_results/c"),
+                                  ("other-4", "single", "/home/ray/ray_results/d")):
+        (tmp_path / "results" / f"{name}.json").write_text(json.dumps(
+            {"cluster": cluster, "result": {"outputs": {"run_folder": folder}}}))
+    (said,) = outputs.head_only_warnings("hetero", "aws")
+    assert said.startswith("warning: job head-1's model and checkpoints are only on the head "
+                           "('/home/ray/ray_results/a'): `make fetch ID=head-1 CLUSTER=hetero` before `make down`")
+    assert outputs.head_only_warnings("hetero", "local") == []
+    assert outputs.head_only_warnings("hetero", "aws", kept_since=time.time() + 60) == []

@@ -299,11 +299,13 @@ def warmed_and_used(tasks: list) -> bool:
     return used <= warmed
 
 
-def test_bad_flag_fails_the_job_and_make_submit(cluster):
+def test_a_bad_flag_is_refused_before_the_job_is_submitted(cluster):
+    """The job's own parser runs on this machine first: nothing is uploaded or started."""
     run = make("submit", "CLUSTER=local", "JOB=vit_synthetic", "ARGS=--blur-kernel 4",
                env=cluster, timeout=300)
-    assert run.returncode != 0
-    assert "--blur-kernel must be odd" in run.stdout
+    assert run.returncode == 2
+    assert run.stderr.startswith("error: ARGS: main.py: error: ") and "--blur-kernel must be odd" in run.stderr
+    assert "job vit_synthetic-" not in run.stdout  # never submitted
 
 
 def test_bench_wait_uses_the_running_cluster_and_reports_both_cases(cluster):

@@ -118,6 +118,11 @@ def value_problems(values: dict) -> list[str]:
     for key, node in nodes.items():
         itype = node["instance_type"]
         spec = catalog.INSTANCE_TYPES.get(itype)
+        if spec is None and itype.split(".")[0] in catalog.OTHER_ACCELERATORS:
+            problems.append(f"{key}.instance_type: {itype} carries {catalog.OTHER_ACCELERATORS[itype.split('.')[0]]}, "
+                            "not NVIDIA GPUs: the kit's jobs train with CUDA torch; pick an NVIDIA type such "
+                            "as g5.xlarge (A10G), g6.xlarge (L4) or p4d.24xlarge (A100)")
+            continue
         if spec is None:
             problems.append(f"{key}.instance_type: unknown instance type {short(itype)}"
                             + did_you_mean(itype, catalog.INSTANCE_TYPES)
