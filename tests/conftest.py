@@ -64,6 +64,18 @@ for folder in (USER_VALUES, USER_JOBS):
 os.environ |= {"RAYKIT_VALUES_DIR": str(USER_VALUES), "RAYKIT_JOBS_DIR": str(USER_JOBS),
                "RAYKIT_BUILD_DIR": str(TEST_DIR / "build")}
 
+# The kit refuses to launch from a machine without `ssh` and `rsync` (scripts/commands/
+# lifecycle.py's laptop_problem), and this one may lack rsync: where a tool is missing, the
+# tests' stand-in (tests/standins: it records, and these tests launch nothing over SSH) is
+# put at the END of PATH, so a real one always wins. kubectl is left alone: the KubeRay
+# tests name theirs.
+TOOLS = TEST_DIR / "tools"
+TOOLS.mkdir()
+for tool in ("ssh", "rsync"):
+    if shutil.which(tool) is None:
+        (TOOLS / tool).symlink_to(Path(__file__).parent / "standins" / tool)
+os.environ["PATH"] = f"{os.environ.get('PATH', '')}{os.pathsep}{TOOLS}"
+
 
 
 
