@@ -88,7 +88,8 @@ def outputs(fitted) -> dict:
 class Resume:
     """In the training loop, on every rank: the run's last checkpoint where Ray Train
     restarted the workers (or the run was submitted again on its folder), and the saves.
-    Made first (a finished run is known before any model is built), then load()."""
+    Made first (a finished run is known before any model is built); then, once the data
+    flows, load() (or report_again() for a finished run)."""
 
     def __init__(self, plan: dict):
         """plan: what the run was asked to do (its --steps, --epochs: JSON values); a
@@ -100,13 +101,6 @@ class Resume:
         self._checkpoint = ray.train.get_checkpoint()
         if self._checkpoint is not None and self._is_final():
             self._checkpoint = None  # a finished run of another plan: this one starts over
-        if self.rank == 0:
-            self.restarts = next_attempt() - 1
-        if self.finished is not None:
-            self.finished["restarts"] = self.restarts
-            if self.rank == 0:
-                print(f"restart {self.restarts}: the run had finished (step {self.finished.get('steps')}); "
-                      "its summary is reported again, nothing trained", flush=True)
 
     def _is_final(self) -> bool:
         """Whether the checkpoint is a finished run's (no state.pt); its summary kept in
@@ -130,9 +124,11 @@ class Resume:
 
     def load(self, model, optimizer) -> None:
         """Model and optimizer from the last checkpoint, where there is one: `step` is then
-        its step, and the run goes on from there."""
+        its step, and the run goes on from there. Called once the feed has started: the
+        attempts file's write then overlaps the pipeline's fill, not delays it."""
         import torch
 
+        state = None
         if self._checkpoint is not None:
             with self._checkpoint.as_directory() as folder:
                 weights = torch.load(os.path.join(folder, MODEL), map_location="cpu", weights_only=True)
@@ -140,16 +136,22 @@ class Resume:
             getattr(model, "module", model).load_state_dict(weights)
             optimizer.load_state_dict(state["optimizer"])
             self.step = state["step"]
-            if self.rank != 0:
-                self.restarts = state["restarts"] + 1
+        if self.rank == 0:
+            self.restarts = next_attempt() - 1
+        elif state is not None:
+            self.restarts = state["restarts"] + 1
         if self.rank == 0 and self.restarts:
             print(f"restart {self.restarts}: " + (f"resuming from the checkpoint of step {self.step}"
-                                                  if self._checkpoint is not None else
+                                                  if state is not None else
                                                   "no checkpoint yet, starting over"), flush=True)
 
     def report_again(self) -> None:
         """The finished run's summary, reported again (collective: every rank reports)."""
-        measure.report(self.finished)
+        if self.rank == 0:
+            self.restarts = next_attempt() - 1
+            print(f"restart {self.restarts}: the run had finished (step {self.finished.get('steps')}); "
+                  "its summary is reported again, nothing trained", flush=True)
+        measure.report(self.finished | {"restarts": self.restarts})
 
     def save(self, model, optimizer, step: int) -> None:
         """A checkpoint a restarted worker resumes from: model.pt and state.pt."""
