@@ -191,7 +191,7 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
     else:
         share, rate = measured
         state.rates[joined] = (rate, share, now)
-        want, why = judged(settings, state, now, share, rate, joined)
+        want, why = judged(settings, state, now, share, rate, joined, high)
     clamped = min(max(want, low), high)
     if clamped != want and why:
         why += f"; held to {clamped} ({'max_workers or the $/h ceiling' if clamped < want else 'min_workers'})"
@@ -206,8 +206,10 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
 
 
 def judged(settings: Settings, state: State, now: float, share: float, rate: float,
-           joined: int) -> tuple[int, str]:
-    """decide()'s judgement of a settled measure at `joined` nodes: (nodes, why)."""
+           joined: int, high: int | None = None) -> tuple[int, str]:
+    """decide()'s judgement of a settled measure at `joined` nodes: (nodes, why). high:
+    the most nodes it may ask for (max_workers, the ceiling, those given up)."""
+    high = settings.max_nodes if high is None else high
     before, state.from_count = state.from_count, None  # a rise is judged once, on its first measure
     if before is not None and before in state.rates and joined > before:
         old_rate, old_share, _ = state.rates[before]
@@ -230,10 +232,19 @@ def judged(settings: Settings, state: State, now: float, share: float, rate: flo
         # while data-bound, images/s grows with the nodes: n / (1 - w) would feed the trainers
         up = max(state.asked + 1, math.ceil(max(joined, 1) / max(1 - share, 0.05)))
         fed = rate / max(1 - share, 0.05)  # what the trainers would take, never waiting
-        predicted = min(fed, rate * up / max(joined, 1))
-        if rate > 0 and settings.usd_per_image(up, predicted) >= settings.usd_per_image(joined, rate):
-            return state.asked, ""  # the time they would save is worth less than they cost
-        return up, f"trainers wait {share:.0%} of each step (target {settings.target_wait_share:.0%})"
+
+        def pays(count: int) -> bool:  # Pecan's rule: the image costs less with `count` nodes
+            predicted = min(fed, rate * count / max(joined, 1))
+            return rate <= 0 or settings.usd_per_image(count, predicted) < settings.usd_per_image(joined, rate)
+        # priced on the count that would be asked (the jump clamped to `high`), then one more
+        # node: the unclamped jump once vetoed a rise to max_workers that paid, and a jump
+        # that did not pay held a count where one node more would have (the gate was not
+        # monotone in the wait share)
+        for count in dict.fromkeys((min(up, high), min(state.asked + 1, high))):
+            if count > state.asked and pays(count):
+                held = f"; held to {count} (max_workers or the $/h ceiling)" if count < up and count == high else ""
+                return count, f"trainers wait {share:.0%} of each step (target {settings.target_wait_share:.0%}){held}"
+        return state.asked, ""  # the time they would save is worth less than they cost
     if share < settings.slack_share and now - (state.changed_at or -math.inf) >= settings.cooldown_s * state.down_backoff:
         fewer = state.rates.get(joined - 1)
         if fewer and now - fewer[2] < MEMORY_WINDOWS * settings.window_s and fewer[1] > settings.target_wait_share:
@@ -270,27 +281,92 @@ def settings_from_env(text: str | None = None) -> tuple[Settings, str, dict[str,
     return settings, node_type, bundle
 
 
+@dataclass(frozen=True)
+class Decision:
+    """One poll's outcome: the nodes to ask for, how many of those up to drain, whether a
+    node joined (Ray Data's budget is recomputed then), and the timeline's point."""
+    asked: int
+    give_back: int
+    joined_more: bool
+    point: dict
+
+
+class Steering:
+    """The policy as a pure step, between the step log's window and decide(): what a poll
+    makes of the steps, the open waits, which node fed which step and the nodes up. No Ray
+    in it: Pilot calls it with what Ray says, a simulator or a test with what it plays.
+
+    It keeps what decide() needs beyond State: when each steered node was first seen up,
+    the trainers' first step (the pipeline's first fill, never judged), and when the last
+    change's nodes all delivered (a measure starts there, not at the change)."""
+
+    def __init__(self, settings: Settings, started: float):
+        self.settings, self.started = settings, started
+        self.state = State(asked=settings.min_nodes)
+        self.first_step_end: float | None = None
+        self.settled_at, self.settled_for = started, None  # the ask's nodes all delivering since
+        self.seen: dict[str, float] = {}  # each steered node (its id): when a poll first saw it up
+        self.last_joined = 0
+
+    def step(self, now: float, steps: list[tuple[float, float, float, int]], waiting: list[float],
+             delivered: dict[str, float], nodes: list[tuple[str, str]]) -> Decision:
+        """steps: every rank's (end, step s, wait s, images) of the last window; waiting:
+        each open wait's start; delivered: node address -> the last step its images fed;
+        nodes: the steered type's (node id, address) up now, in Ray's order (the last ones
+        are given back first). Times are epoch seconds."""
+        settings, state = self.settings, self.state
+        share = wait_share([s[:3] for s in steps], now, settings.window_s, waiting)
+        before, joined = state.asked, len(nodes)
+        up = {address: self.seen.setdefault(node_id, now) for node_id, address in nodes}
+        joined_more = joined > self.last_joined
+        self.last_joined = joined
+        if self.first_step_end is None and steps:
+            self.first_step_end = min(s[0] for s in steps)  # the trainers' first step: the fill
+        settling = self.settled_for != state.changed_at  # the last change's nodes not all at work
+        if settling and joined == state.asked and delivering(up, delivered, now):
+            self.settled_for, self.settled_at, settling = state.changed_at, now, False
+        since = max(now - settings.window_s, self.settled_at, (self.first_step_end or math.inf) + 1e-6)
+        # after a rise, nothing is measured until the nodes added deliver: the steps would
+        # judge them on the count before (decide() still gives up a node that never joins)
+        rising = settling and state.last_move == 1
+        measured = None if rising else steady_measure(steps, waiting, now, since)
+        blocked = [w for w in waiting if w < since]
+        if measured is None and not rising and blocked and (joined == 0 or now - since >= settings.window_s):
+            measured = (1.0, 0.0)  # a trainer blocked all along (no node, or none that delivers)
+        asked = decide(settings, state, now - self.started, measured, joined)  # run-relative times
+        give_back = min(before - asked, joined - asked) if asked < before and joined > asked else 0
+        images = sum(s[3] for s in steps)
+        span = (max(s[0] for s in steps) - min(s[0] - s[1] for s in steps)) if steps else 0
+        point = {"t": round(now - self.started, 1), "preprocess_nodes": joined,
+                 # of those up, the nodes that have fed a trainer since they joined
+                 "delivering": len(fed_since_joining(up, delivered)),
+                 "asked": asked, "wait_share": None if share is None else round(share, 3),
+                 "images_per_s": round(images / span, 2) if span > 0 else None}
+        return Decision(asked, give_back, joined_more, point)
+
+
 class Pilot(threading.Thread):
-    """The loop in the driver: read, decide, ask; and the timeline the summary keeps."""
+    """The loop in the driver: Steering's step fed with what Ray says, its decision sent
+    to Ray; and the timeline the summary keeps."""
 
     def __init__(self, settings: Settings, node_type: str, bundle: dict[str, float], log):
         super().__init__(name="raykit-autopilot", daemon=True)
         self.settings, self.node_type, self.bundle, self.log = settings, node_type, bundle, log
-        self.state = State(asked=settings.min_nodes)
+        self.started = time.time()
+        self.steering = Steering(settings, self.started)
         self.timeline: list[dict] = []
         self.errors: list[str] = []
         self.drained: list[str] = []  # node ids it drained (or why Ray refused)
-        self.started = time.time()
-        self.first_step_end: float | None = None  # the trainers' first step's end (epoch s)
-        self.settled_at, self.settled_for = self.started, None  # the ask's nodes all delivering since
-        self.seen: dict[str, float] = {}  # each steered node (its id): when this loop first saw it up
         self._halt = threading.Event()
         from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
             DefaultAutoscalingCoordinator,
         )
         self.coordinator = DefaultAutoscalingCoordinator(REQUESTER)
-        self.last_joined = 0
         self.budget_refreshes: list[float] = []  # run-relative times it had Ray Data's budget recomputed
+
+    @property
+    def state(self) -> State:
+        return self.steering.state
 
     def steered_nodes(self) -> list[dict]:
         """The steered type's nodes up now, from Ray's node table (by their label)."""
@@ -345,39 +421,16 @@ class Pilot(threading.Thread):
 
         now = time.time()
         steps, waiting, delivered = ray.get(self.log.window.remote(now - self.settings.window_s), timeout=30)
-        share = wait_share([s[:3] for s in steps], now, self.settings.window_s, waiting)
-        nodes, before = self.steered_nodes(), self.state.asked
-        joined = len(nodes)
-        up = {n["NodeManagerAddress"]: self.seen.setdefault(n["NodeID"], now) for n in nodes}
-        if joined > self.last_joined:
+        nodes = self.steered_nodes()
+        decision = self.steering.step(now, steps, waiting, delivered,
+                                      [(n["NodeID"], n["NodeManagerAddress"]) for n in nodes])
+        if decision.joined_more:
             self.refresh_budget(now)
-        self.last_joined = joined
-        if self.first_step_end is None and steps:
-            self.first_step_end = min(s[0] for s in steps)  # the trainers' first step: the fill
-        settling = self.settled_for != self.state.changed_at  # the last change's nodes not all at work
-        if settling and joined == self.state.asked and delivering(up, delivered, now):
-            self.settled_for, self.settled_at, settling = self.state.changed_at, now, False
-        since = max(now - self.settings.window_s, self.settled_at,
-                    (self.first_step_end or math.inf) + 1e-6)
-        # after a rise, nothing is measured until the nodes added deliver: the steps would
-        # judge them on the count before (decide() still gives up a node that never joins)
-        rising = settling and self.state.last_move == 1
-        measured = None if rising else steady_measure(steps, waiting, now, since)
-        blocked = [w for w in waiting if w < since]
-        if measured is None and not rising and blocked and (joined == 0 or now - since >= self.settings.window_s):
-            measured = (1.0, 0.0)  # a trainer blocked all along (no node, or none that delivers)
-        asked = decide(self.settings, self.state, now - self.started, measured, joined)  # run-relative times
-        self.ask(asked)
-        if asked < before and joined > asked:  # this tick gave nodes back: drain them
-            self.give_back(min(before - asked, joined - asked))
-        images = sum(s[3] for s in steps)
-        span = (max(s[0] for s in steps) - min(s[0] - s[1] for s in steps)) if steps else 0
-        fed = len(fed_since_joining(up, delivered))
-        gauges.publish_autopilot(asked, joined)
-        self.timeline.append({"t": round(now - self.started, 1), "preprocess_nodes": joined,
-                              "delivering": fed,  # of those up, the nodes that have fed a trainer since they joined
-                              "asked": asked, "wait_share": None if share is None else round(share, 3),
-                              "images_per_s": round(images / span, 2) if span > 0 else None})
+        self.ask(decision.asked)
+        if decision.give_back:  # this poll gave nodes back: drain them
+            self.give_back(decision.give_back)
+        gauges.publish_autopilot(decision.asked, len(nodes))
+        self.timeline.append(decision.point)
 
     def run(self) -> None:
         while not self._halt.wait(POLL_S):

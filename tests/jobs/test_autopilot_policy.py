@@ -238,6 +238,63 @@ def test_a_trainer_starving_from_its_start_gets_nodes_after_one_cooldown_not_a_s
     assert state.reasons and "wait 100%" in state.reasons[0]
 
 
+AWS = Settings(target_wait_share=0.1, min_nodes=1, max_nodes=4, cooldown_s=60,
+               node_usd_per_hour=0.691, base_usd_per_hour=1.0224)  # hetero: c5.4xlarge + disk, g5.xlarge head
+
+
+@pytest.mark.parametrize("nodes,share,asked", [
+    (2, 0.35, 3),   # the jump to 4 does not pay, one more node does: it held 2
+    (3, 0.28, 4),   # the unclamped jump to 5 (over max_workers 4) vetoed the 4 that pays: it held 3
+    (3, 0.30, 4),
+])
+def test_the_price_gate_prices_the_count_it_would_ask_and_one_more(nodes, share, asked):
+    """At AWS prices a preprocess node is 68% of the head: the gate (Pecan's rule) priced
+    the unclamped jump ceil(n / (1 - w)) and never tried n + 1 (the simulator design's
+    table, docs: ../shared/research/simulator-design-2026-11-28.md, 1.4)."""
+    assert decide(AWS, State(asked=nodes, changed_at=0), 1000.0, (share, 100.0), nodes) == asked
+
+
+def test_the_price_gate_is_monotone_in_the_wait_share():
+    """More waiting never asks for fewer nodes, from any count."""
+    shares = [0.12, 0.15, 0.2, 0.25, 0.28, 0.3, 0.35, 0.4, 0.5, 0.65, 0.8, 0.95]
+    for nodes in range(1, 5):
+        row = [decide(AWS, State(asked=nodes, changed_at=0), 1000.0, (w, 100.0), nodes) for w in shares]
+        assert row == sorted(row), (nodes, row)
+
+
+def test_the_steering_step_is_the_pilots_glue_without_ray():
+    """raykit.autopilot.Steering: the step log's window and the nodes up in, the nodes to
+    ask for, the drains and the timeline's point out; no Ray call (a simulator drives it)."""
+    from raykit.autopilot import Steering
+
+    steering = Steering(SETTINGS, started=1000.0)
+    node = [("id-1", "10.0.0.1")]
+    first = steering.step(1005.0, [], [1001.0], {}, node)  # the first fill: blocked, not judged
+    assert (first.asked, first.give_back, first.joined_more) == (1, 0, True)
+    assert first.point == {"t": 5.0, "preprocess_nodes": 1, "delivering": 0, "asked": 1,
+                           "wait_share": 1.0, "images_per_s": None}
+    # steady starvation after the cooldown: steps that waited 80% of each, node 1 delivering
+    t, steps, decision = 1005.0, [], None
+    while t < 1060.0:
+        t += 5.0
+        steps = [s for s in steps if s[0] >= t - SETTINGS.window_s]
+        steps += [(t - 4 + i, 1.0, 0.8, 16) for i in range(4)]
+        decision = steering.step(t, steps, [], {"10.0.0.1": t}, node)
+    assert decision.asked > 1 and not decision.joined_more and decision.give_back == 0
+    assert "trainers wait 80%" in steering.state.reasons[-1]
+    # the nodes asked join and the load falls to nothing: one node at a time goes back
+    nodes = [(f"id-{i}", f"10.0.0.{i}") for i in range(1, decision.asked + 1)]
+    joined = steering.step(t + 5, steps, [], {ip: t + 5 for _, ip in nodes}, nodes)
+    assert joined.joined_more and joined.point["delivering"] == len(nodes)
+    for _ in range(60):
+        t += 5.0
+        steps = [s for s in steps if s[0] >= t - SETTINGS.window_s] + [(t - 4 + i, 1.0, 0.0, 16) for i in range(4)]
+        decision = steering.step(t, steps, [], {ip: t for _, ip in nodes}, nodes)
+        if decision.give_back:
+            break
+    assert decision.give_back == 1 and decision.asked == len(nodes) - 1
+
+
 # --- what the kit passes the job, and what the job makes of it --------------------------
 
 import json  # noqa: E402
