@@ -74,6 +74,11 @@ class Settings:  # noqa: D101 (documented by its fields)
     node_usd_per_hour: float | None = None   # one preprocess node's price
     base_usd_per_hour: float = 0.0           # the rest of the cluster's (head, train nodes)
     max_usd_per_hour: float | None = None    # the whole cluster's ceiling (None: none)
+    # trainers outside their loop this long (no step ends, none waits: an evaluation, a
+    # save) and a node goes back each cooldown: they hold nodes that feed nobody. 10 min:
+    # about where giving a node back pays on AWS when one takes ~4 min to come back
+    # (1.4 x (4 min + detection) + removal, ../shared/research/simulator-design-2026-11-28.md, 7)
+    pause_give_back_s: float = 600.0
 
     @property
     def slack_share(self) -> float:
@@ -165,7 +170,7 @@ def fed_since_joining(nodes: dict[str, float], delivered: dict[str, float]) -> s
 
 
 def decide(settings: Settings, state: State, now: float, measured: tuple[float, float] | None,
-           joined: int) -> int:
+           joined: int, paused_s: float = 0.0) -> int:
     """The preprocess nodes to hold from now on (state.asked, updated with its reason in
     state.reasons). `measured`: the trainers' (wait share, images/s) in the steady flow
     since the last change settled (None: not measured yet); `joined`: the preprocess nodes
@@ -177,7 +182,9 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
     judged on what it measured: less than MIN_GAIN more images/s than the count before, or
     a dearer image, and it goes back there, and no higher until that memory lapses
     (MEMORY_WINDOWS): where the target is out of reach, the cheapest count is held, not
-    max_workers. Down by one where they wait under a third of the target."""
+    max_workers. Down by one where they wait under a third of the target, or where they
+    have taken no batch for pause_give_back_s (`paused_s`: outside their loop, neither
+    stepping nor waiting: an evaluation, a save), one node each cooldown."""
     low = settings.min_nodes
     high = min(settings.max_nodes, settings.affordable(), settings.max_nodes - state.given_up)
     high = max(low, high)
@@ -186,6 +193,9 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
     if joined < state.asked and state.changed_at is not None and since >= settings.join_timeout_s:
         state.given_up += state.asked - joined  # capacity or quota said no: stop asking for them
         want, why = max(low, joined), f"{state.asked - joined} node(s) never joined; holding {joined}"
+    elif paused_s >= settings.pause_give_back_s and since >= settings.cooldown_s * state.down_backoff:
+        want, why = state.asked - 1, (f"trainers took no batch for {paused_s:.0f} s (an evaluation, a save): "
+                                      "the nodes feed nobody")
     elif measured is None or since < settings.cooldown_s or joined < state.asked or now < settings.cooldown_s:
         pass  # nothing measured yet, cooling down, a node still joining (or the start's), starting up
     else:
@@ -307,6 +317,7 @@ class Steering:
         self.settled_at, self.settled_for = started, None  # the ask's nodes all delivering since
         self.seen: dict[str, float] = {}  # each steered node (its id): when a poll first saw it up
         self.last_joined = 0
+        self.last_step_end: float | None = None  # the trainers' latest step (a pause is measured from it)
 
     def step(self, now: float, steps: list[tuple[float, float, float, int]], waiting: list[float],
              delivered: dict[str, float], nodes: list[tuple[str, str]]) -> Decision:
@@ -322,6 +333,10 @@ class Steering:
         self.last_joined = joined
         if self.first_step_end is None and steps:
             self.first_step_end = min(s[0] for s in steps)  # the trainers' first step: the fill
+        if steps:
+            self.last_step_end = max(self.last_step_end or -math.inf, max(s[0] for s in steps))
+        # outside their loop: no step in the window and none blocked for a batch
+        paused_s = now - self.last_step_end if self.last_step_end is not None and not steps and not waiting else 0.0
         settling = self.settled_for != state.changed_at  # the last change's nodes not all at work
         if settling and joined == state.asked and delivering(up, delivered, now):
             self.settled_for, self.settled_at, settling = state.changed_at, now, False
@@ -333,7 +348,7 @@ class Steering:
         blocked = [w for w in waiting if w < since]
         if measured is None and not rising and blocked and (joined == 0 or now - since >= settings.window_s):
             measured = (1.0, 0.0)  # a trainer blocked all along (no node, or none that delivers)
-        asked = decide(settings, state, now - self.started, measured, joined)  # run-relative times
+        asked = decide(settings, state, now - self.started, measured, joined, paused_s)  # run-relative times
         give_back = min(before - asked, joined - asked) if asked < before and joined > asked else 0
         images = sum(s[3] for s in steps)
         span = (max(s[0] for s in steps) - min(s[0] - s[1] for s in steps)) if steps else 0

@@ -262,6 +262,28 @@ def test_the_price_gate_is_monotone_in_the_wait_share():
         assert row == sorted(row), (nodes, row)
 
 
+def test_an_evaluation_phase_gives_nodes_back_after_the_pause_limit_not_freezes():
+    """No step ends and no rank waits (the trainers evaluate, or save): the measure is None
+    and no wait is open, so the autopilot held every node it had, billing, to the phase's
+    end. After pause_give_back_s one goes back each cooldown, to min_workers; a pause
+    shorter than that changes nothing."""
+    from raykit.autopilot import Steering
+
+    settings = Settings(target_wait_share=0.1, min_nodes=1, max_nodes=4, cooldown_s=60, pause_give_back_s=300)
+    steering = Steering(settings, started=0.0)
+    steering.state = State(asked=3, changed_at=0.0)
+    nodes = [(f"id-{i}", f"10.0.0.{i}") for i in range(1, 4)]
+    steps = [(t + 0.5, 0.5, 0.0, 16) for t in range(100, 130)]  # training until 130 s (compute-bound, no waits)
+    steering.step(130.0, steps, [], {ip: 130.0 for _, ip in nodes}, nodes)
+    asked = {}
+    for t in range(135, 1000, 5):  # then an evaluation: no step, no wait
+        decision = steering.step(float(t), [], [], {ip: 130.0 for _, ip in nodes}, nodes)
+        asked[t] = decision.asked
+    assert all(n == 3 for t, n in asked.items() if t - 130 < 300)  # a short pause: nothing moves
+    assert asked[435] == 2 and min(asked.values()) == 1  # then down, one per cooldown, to min_workers
+    assert "trainers took no batch for 3" in steering.state.reasons[0]
+
+
 def test_the_steering_step_is_the_pilots_glue_without_ray():
     """raykit.autopilot.Steering: the step log's window and the nodes up in, the nodes to
     ask for, the drains and the timeline's point out; no Ray call (a simulator drives it)."""
