@@ -53,7 +53,7 @@ READY := $(if $(wildcard $(LAUNCHER)),$(LAUNCHER),$(STAMP))
 KIT   := $(PY) -m scripts.kit
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-launcher validate render preflight up status submit jobs logs stop-job fetch dashboard attach monitor down run demo images image cost prices plan bench test test-offline test-cluster test-changed test-adaptdl test-upstream kube-testbed bench-data bench-wait bench-autopilot clean
+.PHONY: help setup setup-launcher validate render preflight up status submit jobs logs stop-job fetch dashboard attach monitor down run demo images image cost prices plan bench test test-offline test-cluster test-changed test-adaptdl test-upstream kube-testbed bench-data bench-wait bench-autopilot simulate clean
 
 help: ## list targets and variables
 	@echo "usage: make TARGET [CLUSTER=local] [JOB=vit_synthetic] [ARGS=...] [TIMEOUT=s] [DRY_RUN=1]"
@@ -226,6 +226,9 @@ bench-wait: $(STAMP) ## the trainer's data wait with light preprocessing on CLUS
 
 bench-autopilot: $(STAMP) ## the autopilot vs fixed_min, fixed_max and Ray Data's autoscaler on CLUSTER (default local_autopilot)
 	@KIT_CLUSTER_ORIGIN="$(origin CLUSTER)" $(PY) -m scripts.benchmarks.bench_autopilot
+
+simulate: $(STAMP) ## the autopilot vs fixed mixes, the planner's, Ray Data's and an oracle at AWS prices and start times, simulated (ARGS=--help; --map)
+	@$(PY) -m scripts.sim.simulate
 
 clean: $(READY) ## remove build/, keeping records of clusters that may be running, job summaries and benches
 	@$(KIT) clean

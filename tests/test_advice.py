@@ -43,7 +43,7 @@ def test_a_cluster_name_shared_with_another_values_file_is_a_note(capsys):
         (USER_VALUES / f"{twin}.yaml").unlink()
 
 
-def test_a_local_mix_asking_more_cpus_than_cores_is_a_note_of_validate_only(capsys):
+def test_a_local_mix_asking_more_cpus_than_cores_is_a_note(capsys):
     built = built_from("local_gpu_hetero", load_example("local_gpu_hetero"))
     said = notes(built)
     if (os.cpu_count() or 1) < 16:
@@ -51,4 +51,5 @@ def test_a_local_mix_asking_more_cpus_than_cores_is_a_note_of_validate_only(caps
         assert f"its nodes ask 16 CPUs and this machine has {os.cpu_count()} cores" in note
     else:
         assert said == []
-    assert notes(built, cores=False) == []  # `make up` and `run` leave it to validate
+    single = load_example("local_single")  # 1 core: no note on any machine
+    assert notes(built_from("local_single", single)) == []

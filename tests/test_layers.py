@@ -12,7 +12,7 @@ lower layer's, never a higher one's:
   pricing      cost, planner, bench table
   job_env      what a job learns from the kit (its prices, the autopilot, the stall limit)
   commands     the CLI's command groups
-  kit, benchmarks
+  kit, benchmarks, sim   the CLI; the benchmarks; the simulator (it drives jobs/raykit's autopilot)
 """
 
 import ast
@@ -23,7 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "scripts"
 LAYERS = {"core": 0, "node": 0, "catalog": 1, "providers": 2, "build": 3, "pricing": 4,
-          "job_env": 5, "commands": 5, "kit": 6, "benchmarks": 6}
+          "job_env": 5, "commands": 5, "kit": 6, "benchmarks": 6, "sim": 6}
 
 
 def module_name(path: Path) -> str:

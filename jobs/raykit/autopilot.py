@@ -115,6 +115,7 @@ class State:
     hold: tuple[int, float, float] | None = None  # no rise above this count until then (one did
                                                    # not pay), unless the wait grows past this share
     hold_s: float = 0.0              # how long the next such hold lasts (doubles on each)
+    short_since: float | None = None  # since when fewer nodes are up than asked (a rise, or a node lost)
 
 
 def wait_share(steps: list[tuple[float, float, float]], now: float, window_s: float,
@@ -190,7 +191,14 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
     high = max(low, high)
     want, why = state.asked, ""
     since = math.inf if state.changed_at is None else now - state.changed_at
-    if joined < state.asked and state.changed_at is not None and since >= settings.join_timeout_s:
+    # the join timeout counts from when the nodes up fell short of the ask: from a rise, or
+    # from a node lost (a spot reclaim) whose replacement is starting; counted from the
+    # last change, hours before, a lost node was given up at once, every time, and a spot
+    # mix sank to min_workers for good
+    state.short_since = (state.short_since if state.short_since is not None else now) \
+        if joined < state.asked else None
+    short = now - state.short_since if state.short_since is not None else 0.0
+    if joined < state.asked and state.changed_at is not None and min(since, short) >= settings.join_timeout_s:
         state.given_up += state.asked - joined  # capacity or quota said no: stop asking for them
         want, why = max(low, joined), f"{state.asked - joined} node(s) never joined; holding {joined}"
     elif paused_s >= settings.pause_give_back_s and since >= settings.cooldown_s * state.down_backoff:

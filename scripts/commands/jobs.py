@@ -101,7 +101,7 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
                                      job_packages=job_packages_of(provider, record),
                                      job_files=provider.JOB_FILES, detach=detach, cluster=record["cluster"])
     # its model on a head that autostop or `make down` ends: said now, with the way home
-    for line in head_only_warnings(record["cluster"], provider.NAME, kept_since=began):
+    for line in head_only_warnings(record["cluster"], provider, kept_since=began):
         print(line, flush=True)
     return code, result
 

@@ -97,7 +97,7 @@ def prepared(built, avoid_zones: tuple = (), tools: bool = True):
 
 def cmd_up(a) -> int:
     built = checked(a.cluster)
-    for line in notes(built, cores=False):
+    for line in notes(built):
         print(line, flush=True)
     if flag("DRY_RUN", a.dry_run):
         return dry_run(built)
@@ -178,7 +178,7 @@ def cmd_down(a) -> int:
         record = load_record(a.cluster)
     except KitError:
         record = None  # teardown says what it does with a corrupt record
-    for line in head_only_warnings(a.cluster, record["provider"]) if record else []:
+    for line in head_only_warnings(a.cluster, PROVIDERS[record["provider"]]) if record else []:
         print(line, flush=True)  # said, not refused: `make down` is how a bill ends
     with state.lock(a.cluster):
         print(teardown(a.cluster, purge), flush=True)

@@ -12,6 +12,7 @@ from scripts.core.errors import KitError, short
 from scripts.core.inputs import job_id, shown, strict_json
 from scripts.core.paths import RESULTS, RUNS
 from scripts.core.state import make_dir
+from scripts.core.submit import JobFiles
 from scripts.providers import PROVIDERS, load_record
 
 
@@ -87,12 +88,12 @@ def copy_from_s3(uri: str, dest: Path) -> None:
         raise KitError(f"{uri}: no AWS credentials on this machine (`aws configure`, AWS_PROFILE)") from None
 
 
-def head_only_warnings(cluster: str, provider_name: str, kept_since: float | None = None) -> list[str]:
+def head_only_warnings(cluster: str, provider, kept_since: float | None = None) -> list[str]:
     """Runs of `cluster` whose folder is a path on its head (not s3://) and not fetched:
-    `make down` and autostop end the head, and them with it. None on the local cluster,
-    whose head is this machine. kept_since: only the summaries kept since then (the job
-    `make submit` just ran)."""
-    if provider_name == "local" or not RESULTS.is_dir():
+    `make down` and autostop end the head, and them with it. None where the nodes run on
+    this machine (the provider's JOB_FILES is in place: its folders stay here).
+    kept_since: only the summaries kept since then (the job `make submit` just ran)."""
+    if provider.JOB_FILES is JobFiles.IN_PLACE or not RESULTS.is_dir():
         return []
     lines = []
     for path in sorted(RESULTS.glob("*.json")):

@@ -33,6 +33,7 @@ class Provider(Protocol):
     # does not keep a crashed run's nodes alive); False: without a record it touches nothing.
     STOPS_WITHOUT_RECORD: bool
     LAPTOP_TOOLS: tuple[str, ...]  # programs this machine needs on PATH (make preflight checks)
+    SHARES_CLUSTER_NAMES: bool     # two values files with one cluster_name are one cluster to it
     RECORD_SCHEMA: dict  # JSON schema of the record `up` saves (scripts/core/state.py)
 
     def value_problems(self, values: dict) -> list[str]:
@@ -106,6 +107,10 @@ class Provider(Protocol):
 
     def monitor(self, record: dict, follow: bool) -> int:
         """The autoscaler's log: its last lines, or followed until Ctrl-C."""
+
+    def value_notes(self, values: dict) -> list[str]:
+        """`note:` lines for values that are valid but unwise (never refused), each 'key:
+        what; what to do'; [] when none."""
 
     def fetch_folder(self, record: dict, folder: str, dest: Path) -> None:
         """Copy a run's folder, a path on the head, into `dest` on this machine (`make fetch`)."""

@@ -284,6 +284,20 @@ def test_an_evaluation_phase_gives_nodes_back_after_the_pause_limit_not_freezes(
     assert "trainers took no batch for 3" in steering.state.reasons[0]
 
 
+def test_a_node_lost_long_after_the_last_change_is_not_given_up_while_its_replacement_starts():
+    """A spot reclaim hours after the last change: the join timeout counted from that change,
+    so the node was given up at once (never asked for again), every time; a spot mix sank to
+    min_workers for good (`make simulate`'s spot trace: 58% wait). Counted from the loss,
+    the replacement has join_timeout_s to join; a node that never joins is still given up."""
+    state = State(asked=3, changed_at=0.0)
+    settings = Settings(target_wait_share=0.1, min_nodes=1, max_nodes=4, cooldown_s=60, join_timeout_s=600)
+    for t in range(7200, 7200 + 590, 5):  # a node lost at 7200 s; its replacement not joined yet
+        assert decide(settings, state, float(t), (0.3, 80.0), 2) == 3
+    assert state.given_up == 0
+    assert decide(settings, state, 7800.0, (0.3, 80.0), 2) == 2 and state.given_up == 1  # it never came
+    assert "1 node(s) never joined" in state.reasons[-1]
+
+
 def test_the_steering_step_is_the_pilots_glue_without_ray():
     """raykit.autopilot.Steering: the step log's window and the nodes up in, the nodes to
     ask for, the drains and the timeline's point out; no Ray call (a simulator drives it)."""

@@ -168,8 +168,10 @@ def test_runs_left_on_a_head_are_named_before_down_and_after_submit(tmp_path, mo
                                   ("other-4", "single", "/home/ray/ray_results/d")):
         (tmp_path / "results" / f"{name}.json").write_text(json.dumps(
             {"cluster": cluster, "result": {"outputs": {"run_folder": folder}}}))
-    (said,) = outputs.head_only_warnings("hetero", "aws")
+    from scripts.providers import PROVIDERS
+
+    (said,) = outputs.head_only_warnings("hetero", PROVIDERS["aws"])
     assert said.startswith("warning: job head-1's model and checkpoints are only on the head "
                            "('/home/ray/ray_results/a'): `make fetch ID=head-1 CLUSTER=hetero` before `make down`")
-    assert outputs.head_only_warnings("hetero", "local") == []
-    assert outputs.head_only_warnings("hetero", "aws", kept_since=time.time() + 60) == []
+    assert outputs.head_only_warnings("hetero", PROVIDERS["local"]) == []  # its head is this machine
+    assert outputs.head_only_warnings("hetero", PROVIDERS["aws"], kept_since=time.time() + 60) == []

@@ -30,6 +30,7 @@ from scripts.providers.aws.iam import head_policy, user_policy
 # submit and down here: EC2 has no job that ends its own instances)
 from scripts.core.submit import no_platform_job as run_job  # noqa: F401
 from scripts.core.submit import no_platform_plan as run_plan  # noqa: F401
+from scripts.providers.aws.advice import value_notes  # noqa: F401
 from scripts.providers.aws.day2 import (  # noqa: F401
     attach,
     dashboard,
@@ -54,6 +55,7 @@ JOB_PACKAGES = JobPackages.PIP  # a job's requirements.txt: Ray's pip runtime_en
 JOB_FILES = JobFiles.UPLOAD  # each node unpacks its own copy of the job's folder
 STOPS_WITHOUT_RECORD = False  # the record names what was launched: without it, nothing is touched
 LAPTOP_TOOLS = ("ssh", "rsync")  # `ray up` reaches and sets up the nodes with them (and `make fetch`)
+SHARES_CLUSTER_NAMES = True  # two values files with one cluster_name are one cluster to AWS (its tag)
 
 
 RECORD_SCHEMA = {

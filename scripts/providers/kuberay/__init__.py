@@ -47,6 +47,7 @@ JOB_PACKAGES = JobPackages.PIP  # Ray's pip runtime_env, over the image's packag
 JOB_FILES = JobFiles.UPLOAD  # through the dashboard; each pod unpacks its own copy
 STOPS_WITHOUT_RECORD = False  # without the record's launch id, no RayCluster is the kit's to delete
 LAPTOP_TOOLS = ("kubectl",)  # every call to the cluster (`make fetch`: kubectl cp)
+SHARES_CLUSTER_NAMES = True  # one RayCluster name in its namespace
 
 RECORD_SCHEMA = {
     "type": "object",
@@ -143,3 +144,8 @@ def package_problems(job: str, job_packages: str) -> list[str]:
             "runtime_env cannot do on the stock images (images.job_packages: install); build the "
             "kit's images (`make image`), name them in images.gpu/images.cpu and set "
             "images.job_packages: baked"]
+
+
+def value_notes(values: dict) -> list[str]:
+    """No advice of KubeRay's own yet (its node groups, not the kit, choose the machines)."""
+    return []

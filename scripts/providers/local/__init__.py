@@ -33,6 +33,7 @@ from scripts.core.submit import JobFiles, JobPackages
 # submit and down here: no platform job)
 from scripts.core.submit import no_platform_job as run_job  # noqa: F401
 from scripts.core.submit import no_platform_plan as run_plan  # noqa: F401
+from scripts.providers.local.advice import value_notes  # noqa: F401
 from scripts.providers.local.day2 import (  # noqa: F401
     attach,
     dashboard,
@@ -62,6 +63,7 @@ JOB_FILES = JobFiles.IN_PLACE
 # marker, so `down` finds them anyway, and a corrupt record is skipped, not an error.
 STOPS_WITHOUT_RECORD = True
 LAPTOP_TOOLS = ()  # everything runs here, through .venv
+SHARES_CLUSTER_NAMES = False  # a local cluster is its own processes and ports
 
 RECORD_SCHEMA = {
     "type": "object",

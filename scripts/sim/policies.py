@@ -1,0 +1,122 @@
+"""The policies the simulator compares, one interface: start(trace, mix), then poll(obs) ->
+the preprocess nodes wanted, every `period_s`.
+
+  fixed_min, fixed_max  the preprocess type held at min_workers / max_workers
+  planner               the count `make plan` picks (scripts/pricing/planner.py's
+                        vcpus_to_feed) from the profile a user would have measured: the
+                        trace's first training phase; held all run
+  raydata               Ray Data 2.60's own cluster autoscaler (RATE_BASED, the default),
+                        re-implemented: every 10 s, while its CPUs were at least 50% busy
+                        over 10 s, it asks for twice the CPUs it holds; it never asks for
+                        less, and a node it holds leaves only by Ray's 10-minute idle
+                        timeout, which backpressured map tasks never let run out
+  autopilot             the kit's own: raykit.autopilot.Steering imported from this
+                        checkout (never a copy), with the settings the kit passes a job
+  oracle                knows the trace: each phase's cheapest count per image at steady
+                        state, asked one median start latency ahead of the phase and given
+                        back at its end (a lower bound to judge the others by, not a
+                        policy anyone can run)
+"""
+
+import math
+import sys
+
+from scripts.core.paths import JOBS
+from scripts.pricing.planner import vcpus_to_feed
+from scripts.sim.world import Mix, Observation, Trace
+
+sys.path.insert(0, str(JOBS))  # as a job imports it: the autopilot of this checkout
+from raykit.autopilot import Settings, Steering  # noqa: E402
+
+TARGET_WAIT_SHARE = 0.1  # the values files' default
+COOLDOWN_S = 60.0
+
+
+class Fixed:
+    def __init__(self, which: str):
+        self.which = which
+
+    def start(self, trace: Trace, mix: Mix) -> None:
+        self.count = mix.min_nodes if self.which == "min" else mix.max_nodes
+
+    def poll(self, obs: Observation) -> int:
+        return self.count
+
+
+def steady_images_per_s(mix: Mix, nodes: int, trainer: float, cpu_s_per_image: float) -> float:
+    """The trainer's images/s with `nodes` delivering at steady state (the model's)."""
+    return min(trainer, nodes * mix.node_vcpus / cpu_s_per_image * mix.efficiency)
+
+
+class Planner:
+    def start(self, trace: Trace, mix: Mix) -> None:
+        first = next(p for p in trace.phases if p.kind == "train")
+        vcpus = vcpus_to_feed(first.trainer_images_per_s, mix.efficiency / first.cpu_s_per_image)
+        self.count = min(max(math.ceil(vcpus / mix.node_vcpus), mix.min_nodes), mix.max_nodes)
+
+    def poll(self, obs: Observation) -> int:
+        return self.count
+
+
+class RayData:
+    period_s = 10.0        # MIN_GAP_BETWEEN_AUTOSCALING_REQUESTS_S
+    UTILIZATION = 0.5      # the utilization gate (every resource below it: no new request)
+    SCALING_UP_FACTOR = 2.0
+
+    def start(self, trace: Trace, mix: Mix) -> None:
+        self.mix, self.asked = mix, mix.min_nodes
+
+    def poll(self, obs: Observation) -> int:
+        held = obs.delivering_vcpus
+        if held and obs.busy_vcpus / held >= self.UTILIZATION:
+            wanted = math.ceil(self.SCALING_UP_FACTOR * held / self.mix.node_vcpus)
+            self.asked = max(self.asked, min(wanted, self.mix.max_nodes))  # never less
+        return self.asked
+
+
+class Autopilot:
+    period_s = 5.0  # its POLL_S
+
+    def start(self, trace: Trace, mix: Mix) -> None:
+        self.settings = Settings(target_wait_share=TARGET_WAIT_SHARE, min_nodes=mix.min_nodes,
+                                 max_nodes=mix.max_nodes, cooldown_s=COOLDOWN_S,
+                                 node_usd_per_hour=mix.node_usd_per_hour,
+                                 base_usd_per_hour=mix.head_usd_per_hour)
+        self.steering = Steering(self.settings, started=0.0)
+
+    def poll(self, obs: Observation) -> int:
+        decision = self.steering.step(obs.now, obs.steps, obs.waiting, obs.delivered, obs.nodes)
+        return decision.asked
+
+
+class Oracle:
+    def start(self, trace: Trace, mix: Mix) -> None:
+        self.trace, self.mix = trace, mix
+        self.lead = mix.start_median_s
+        self.best = [self.cheapest(p) for p in trace.phases]
+
+    def cheapest(self, phase) -> int:
+        """The count with the cheapest image at steady state in `phase` (min_nodes where it
+        trains nothing)."""
+        m = self.mix
+        if phase.kind != "train" or not phase.trainer_images_per_s:
+            return m.min_nodes
+
+        def usd_per_image(n: int) -> float:
+            rate = steady_images_per_s(m, n, phase.trainer_images_per_s, phase.cpu_s_per_image)
+            return (m.head_usd_per_hour + n * m.node_usd_per_hour) / max(rate, 1e-9)
+        return min(range(m.min_nodes, m.max_nodes + 1), key=usd_per_image)
+
+    def count_at(self, t: float) -> int:
+        for phase, count in zip(self.trace.phases, self.best):
+            if t < phase.seconds:
+                return count
+            t -= phase.seconds
+        return self.best[-1]
+
+    def poll(self, obs: Observation) -> int:
+        return max(self.count_at(obs.now), self.count_at(obs.now + self.lead))
+
+
+POLICIES = {"fixed_min": lambda: Fixed("min"), "fixed_max": lambda: Fixed("max"), "planner": Planner,
+            "raydata": RayData, "autopilot": Autopilot, "oracle": Oracle}

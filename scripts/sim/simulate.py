@@ -1,0 +1,209 @@
+"""make simulate: the autopilot and the other policies at cloud prices and cloud start
+times, on the traces of traces.py, through the simulated cluster of world.py.
+
+Prints, per trace and policy, the medians over seeds (10-90% band of the $ per million
+images): $ per million images, its change against fixed_max, the trainers' mean wait,
+node-hours, count changes and the gap to the oracle; then (--map) the regime map: phase
+length against the nodes' start latency D, where the autopilot wins or loses against the
+best of the fixed choices (fixed_min, fixed_max, the planner's) and Ray Data's autoscaler,
+saved as a PNG with the rows as JSON under build/sim/.
+
+The mix is `hetero`'s (a g5.xlarge that trains, c5.4xlarge preprocess nodes with their
+disks, on-demand us-east-1 prices from scripts/catalog.py), its preprocess type between
+--min-nodes and --max-nodes. The A10G's images/s (--trainer) and D (--start-minutes) are
+not measured on AWS yet: the table says which values it ran with, and the map sweeps D.
+Not calibrated against a measured run yet (docs/autopilot.md says what would be): its
+figures compare policies under one model, they are no forecast of a bill.
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from scripts import catalog
+from scripts.core.errors import KitError, command_exit
+from scripts.core.inputs import OneLineParser, split_args
+from scripts.core.paths import BUILD
+from scripts.core.state import make_dir
+from scripts.sim.policies import POLICIES
+from scripts.sim.traces import TRACES, square_wave
+from scripts.sim.world import Mix, run
+
+MAP_MINUTES = (1, 2, 5, 10, 20, 40, 80, 160)   # phase length L
+MAP_START_MINUTES = (0.5, 1, 2, 4, 8, 15)       # the nodes' start latency D, median
+RIVALS = ("fixed_min", "fixed_max", "planner", "raydata")
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser(see="make simulate ARGS=--help", prog="make simulate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--hours", type=float, nargs="+", default=[4.0], help="each trace's length (default 4; the issue's 1 4 12)")
+    p.add_argument("--seeds", type=int, default=10, help="runs per trace and policy, with different noise and D draws")
+    p.add_argument("--trainer", type=float, default=130.0, help="the A10G's images/s never waiting (estimate: 100-160)")
+    p.add_argument("--heavy-nodes", type=float, default=2.5,
+                   help="the heavy phase's appetite, in preprocess nodes that feed the trainer")
+    p.add_argument("--start-minutes", type=float, default=4.0, help="D: a node's ask -> first batch, median")
+    p.add_argument("--min-nodes", type=int, default=1)
+    p.add_argument("--max-nodes", type=int, default=4)
+    p.add_argument("--traces", nargs="+", choices=sorted(TRACES), default=sorted(TRACES))
+    p.add_argument("--map", action="store_true", help="also the regime map (phase length x D), 3 seeds a cell")
+    return p
+
+
+def hetero_mix(a, start_minutes: float | None = None) -> Mix:
+    return Mix(head_usd_per_hour=catalog.node_usd_per_hour("g5.xlarge", "us-east-1", "gp3", 150),
+               node_usd_per_hour=catalog.node_usd_per_hour("c5.4xlarge", "us-east-1", "gp3", 100),
+               node_vcpus=catalog.preprocess_vcpus("c5.4xlarge"), min_nodes=a.min_nodes, max_nodes=a.max_nodes,
+               start_median_s=60.0 * (a.start_minutes if start_minutes is None else start_minutes))
+
+
+def heavy_cpu_s(a, mix: Mix) -> float:
+    """One vCPU's seconds per image in a heavy phase: `--heavy-nodes` nodes feed the trainer."""
+    return a.heavy_nodes * mix.node_vcpus * mix.efficiency / a.trainer
+
+
+def one(job: tuple) -> dict:
+    trace, mix, policy, seed = job
+    out = run(trace, mix, POLICIES[policy](), seed)
+    return {"trace": trace.name, "policy": policy, "seed": seed, "usd_per_million_images": out.usd_per_million_images,
+            "mean_wait_share": out.mean_wait_share, "node_hours": out.node_s / 3600, "changes": out.changes,
+            "images": out.images, "usd": out.usd}
+
+
+def band(values: list[float]) -> tuple[float, float, float]:
+    """(10th percentile, median, 90th percentile)."""
+    ordered = sorted(values)
+    at = lambda q: ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]  # noqa: E731
+    return at(0.1), statistics.median(ordered), at(0.9)
+
+
+def table(rows: list[dict], trace_name: str, about: str) -> list[str]:
+    by = {p: [r for r in rows if r["trace"] == trace_name and r["policy"] == p] for p in POLICIES}
+    median = {p: statistics.median(r["usd_per_million_images"] for r in rs) for p, rs in by.items()}
+    lines = [f"trace {trace_name}: {about}",
+             f"  {'policy':<10} {'$/M images (10-90%)':>22} {'vs fixed_max':>12} {'mean wait':>9} "
+             f"{'node-h':>7} {'changes':>7} {'oracle gap':>10}"]
+    for policy, rs in by.items():
+        low, mid, high = band([r["usd_per_million_images"] for r in rs])
+        lines.append(f"  {policy:<10} {mid:>8.2f} ({low:>5.2f}-{high:>5.2f}) "
+                     f"{mid / median['fixed_max'] - 1:>+12.0%} {statistics.median(r['mean_wait_share'] for r in rs):>9.1%} "
+                     f"{statistics.median(r['node_hours'] for r in rs):>7.2f} "
+                     f"{statistics.median(r['changes'] for r in rs):>7.0f} {mid / median['oracle'] - 1:>+10.0%}")
+    rivals = min(RIVALS, key=lambda p: median[p])
+    gain, possible = median[rivals] - median["autopilot"], median[rivals] - median["oracle"]
+    lines.append(f"  the autopilot against the best other ({rivals}): {median['autopilot'] / median[rivals] - 1:+.0%}"
+                 + (f"; of the oracle's saving over it, {gain / possible:.0%}" if possible > 0 else ""))
+    return lines
+
+
+def regime_map(a, pool) -> list[dict]:
+    """Square waves (heavy and light phases of L minutes) at each start latency D: per cell,
+    the autopilot's median $ per million images against the best of its rivals'."""
+    cells, jobs = [], []
+    per_cell = 3 * (1 + len(RIVALS))
+    for d in MAP_START_MINUTES:
+        mix = hetero_mix(a, d)
+        for minutes in MAP_MINUTES:
+            trace = square_wave(minutes, min(8.0, max(2.0, 8 * minutes / 60)), a.trainer, heavy_cpu_s(a, mix))
+            cells.append((d, minutes))
+            jobs += [(trace, mix, policy, seed) for policy in ("autopilot", *RIVALS) for seed in range(3)]
+    rows = list(pool.map(one, jobs, chunksize=6))  # in the jobs' order: per_cell rows a cell
+    out = []
+    for i, (d, minutes) in enumerate(cells):
+        cell = rows[i * per_cell:(i + 1) * per_cell]
+        median = {p: statistics.median(r["usd_per_million_images"] for r in cell if r["policy"] == p)
+                  for p in ("autopilot", *RIVALS)}
+        best = min(RIVALS, key=lambda p: median[p])
+        out.append({"start_minutes": d, "phase_minutes": minutes, "best_rival": best,
+                    "autopilot_vs_best": median["autopilot"] / median[best] - 1, "medians": median})
+    return out
+
+
+def map_lines(cells: list[dict]) -> list[str]:
+    lines = ["regime map: the autopilot's $ per million images against the best rival's, heavy/light "
+             "phases of L minutes (rows: D, a node's start, median)",
+             "  D \\ L   " + "".join(f"{m:>7g}" for m in MAP_MINUTES)]
+    for d in MAP_START_MINUTES:
+        row = [c for c in cells if c["start_minutes"] == d]
+        lines.append(f"  {d:>5g} min" + "".join(f"{c['autopilot_vs_best']:>+7.0%}" for c in row))
+    return lines
+
+
+def map_chart(cells: list[dict], path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = [[next(c["autopilot_vs_best"] for c in cells if c["start_minutes"] == d and c["phase_minutes"] == m) * 100
+             for m in MAP_MINUTES] for d in MAP_START_MINUTES]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    limit = max(5.0, max(abs(v) for row in grid for v in row))
+    image = ax.imshow(grid, cmap="RdYlGn_r", vmin=-limit, vmax=limit, origin="lower", aspect="auto")
+    ax.set_xticks(range(len(MAP_MINUTES)), [f"{m:g}" for m in MAP_MINUTES])
+    ax.set_yticks(range(len(MAP_START_MINUTES)), [f"{d:g}" for d in MAP_START_MINUTES])
+    ax.set_xlabel("heavy and light phases of L minutes each")
+    ax.set_ylabel("D: a node's ask to first batch (min, median)")
+    for y, row in enumerate(grid):
+        for x, value in enumerate(row):
+            ax.text(x, y, f"{value:+.0f}%", ha="center", va="center", fontsize=8)
+    fig.colorbar(image, label="autopilot $/image vs the best rival (%; green: cheaper)")
+    ax.set_title("Where the autopilot pays (simulated, uncalibrated; hetero mix, us-east-1)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    """argv: the flags (default: ARGS, as the Makefile exports it in KIT_ARGS)."""
+    return command_exit(lambda: simulate(parser().parse_args(
+        split_args(os.environ.get("KIT_ARGS", "")) if argv is None else argv)))
+
+
+def simulate(a) -> int:
+    for name in ("seeds", "min_nodes", "max_nodes"):
+        if getattr(a, name) < (1 if name != "min_nodes" else 0):
+            raise KitError(f"ARGS: --{name.replace('_', '-')} is too small")
+    if a.max_nodes < max(1, a.min_nodes) or a.max_nodes > 16 or a.seeds > 200:
+        raise KitError("ARGS: --max-nodes must be from max(1, --min-nodes) to 16, --seeds at most 200")
+    for name in ("trainer", "heavy_nodes", "start_minutes"):
+        if not 0 < getattr(a, name) < 1e4:
+            raise KitError(f"ARGS: --{name.replace('_', '-')} must be a positive number")
+    if any(not 0.1 <= h <= 48 for h in a.hours):
+        raise KitError("ARGS: --hours must be from 0.1 to 48")
+    mix = hetero_mix(a)
+    started = time.time()
+    folder = BUILD / "sim" / time.strftime("%Y%m%d-%H%M%S")
+    print(f"simulated: g5.xlarge (${mix.head_usd_per_hour:.3f}/h) + {a.min_nodes}-{a.max_nodes} x c5.4xlarge "
+          f"(${mix.node_usd_per_hour:.3f}/h, {mix.node_vcpus} vCPUs preprocess), us-east-1 on-demand; the A10G "
+          f"takes {a.trainer:g} images/s, a heavy phase needs {a.heavy_nodes:g} nodes; D ~ {a.start_minutes:g} min "
+          f"(lognormal); {a.seeds} seeds. Uncalibrated: it ranks policies under one model, no bill forecast.")
+    rows = []
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        for hours in a.hours:
+            traces = [TRACES[name](hours, a.trainer, heavy_cpu_s(a, mix)) for name in a.traces]
+            jobs = [(trace, mix, policy, seed) for trace in traces for policy in POLICIES for seed in range(a.seeds)]
+            found = list(pool.map(one, jobs, chunksize=4))
+            for row in found:
+                row["hours"] = hours
+            rows += found
+            for trace in traces:
+                print()
+                print("\n".join(table(found, trace.name, f"{trace.about} ({hours:g} h)")))
+        cells = regime_map(a, pool) if a.map else []
+    make_dir(folder.parent)
+    make_dir(folder)
+    (folder / "rows.json").write_text(json.dumps({"args": vars(a), "rows": rows, "map": cells}, indent=1))
+    if cells:
+        print()
+        print("\n".join(map_lines(cells)))
+        map_chart(cells, folder / "regime.png")
+    print(f"\nrows: {folder / 'rows.json'}" + (f"; map: {folder / 'regime.png'}" if cells else "")
+          + f" ({time.time() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
