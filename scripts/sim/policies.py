@@ -13,9 +13,11 @@ the preprocess nodes wanted, every `period_s`.
   autopilot             the kit's own: raykit.autopilot.Steering imported from this
                         checkout (never a copy), with the settings the kit passes a job
   oracle                knows the trace: each phase's cheapest count per image at steady
-                        state, asked one median start latency ahead of the phase and given
-                        back at its end (a lower bound to judge the others by, not a
-                        policy anyone can run)
+                        state, asked one median start latency ahead of the phase (whose
+                        start it foresees at its own rates) and given back at its end (a
+                        near bound to judge the others by, not a policy anyone can run,
+                        and not an exact one: it ignores the cost of a change, and on spot
+                        traces the interruptions)
 """
 
 import math
@@ -94,6 +96,10 @@ class Oracle:
         self.trace, self.mix = trace, mix
         self.lead = mix.start_median_s
         self.best = [self.cheapest(p) for p in trace.phases]
+        # each phase's length at its own count: when it expects the next one to begin
+        self.lengths = [p.seconds if p.kind != "train" else
+                        p.work / steady_images_per_s(mix, n, p.trainer_images_per_s, p.cpu_s_per_image)
+                        for p, n in zip(trace.phases, self.best)]
 
     def cheapest(self, phase) -> int:
         """The count with the cheapest image at steady state in `phase` (min_nodes where it
@@ -108,10 +114,10 @@ class Oracle:
         return min(range(m.min_nodes, m.max_nodes + 1), key=usd_per_image)
 
     def count_at(self, t: float) -> int:
-        for phase, count in zip(self.trace.phases, self.best):
-            if t < phase.seconds:
+        for length, count in zip(self.lengths, self.best):
+            if t < length:
                 return count
-            t -= phase.seconds
+            t -= length
         return self.best[-1]
 
     def poll(self, obs: Observation) -> int:

@@ -69,7 +69,7 @@ def one(job: tuple) -> dict:
     out = run(trace, mix, POLICIES[policy](), seed)
     return {"trace": trace.name, "policy": policy, "seed": seed, "usd_per_million_images": out.usd_per_million_images,
             "mean_wait_share": out.mean_wait_share, "node_hours": out.node_s / 3600, "changes": out.changes,
-            "images": out.images, "usd": out.usd}
+            "images": out.images, "usd": out.usd, "wall_hours": out.wall_s / 3600}
 
 
 def band(values: list[float]) -> tuple[float, float, float]:
@@ -84,12 +84,13 @@ def table(rows: list[dict], trace_name: str, about: str) -> list[str]:
     median = {p: statistics.median(r["usd_per_million_images"] for r in rs) for p, rs in by.items()}
     lines = [f"trace {trace_name}: {about}",
              f"  {'policy':<10} {'$/M images (10-90%)':>22} {'vs fixed_max':>12} {'mean wait':>9} "
-             f"{'node-h':>7} {'changes':>7} {'oracle gap':>10}"]
+             f"{'node-h':>7} {'wall h':>6} {'changes':>7} {'oracle gap':>10}"]
     for policy, rs in by.items():
         low, mid, high = band([r["usd_per_million_images"] for r in rs])
         lines.append(f"  {policy:<10} {mid:>8.2f} ({low:>5.2f}-{high:>5.2f}) "
                      f"{mid / median['fixed_max'] - 1:>+12.0%} {statistics.median(r['mean_wait_share'] for r in rs):>9.1%} "
                      f"{statistics.median(r['node_hours'] for r in rs):>7.2f} "
+                     f"{statistics.median(r['wall_hours'] for r in rs):>6.2f} "
                      f"{statistics.median(r['changes'] for r in rs):>7.0f} {mid / median['oracle'] - 1:>+10.0%}")
     rivals = min(RIVALS, key=lambda p: median[p])
     gain, possible = median[rivals] - median["autopilot"], median[rivals] - median["oracle"]

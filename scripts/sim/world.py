@@ -4,6 +4,10 @@ nodes it wants; this module plays what the cloud, Ray's autoscaler and Ray Data 
 that, one second at a time.
 
 The model, and what it leaves out (docs/autopilot.md, "The simulator"):
+- A phase is work, not time: its `seconds` at the trainer's full rate are so many images
+  to train, and a policy that starves the trainer takes longer over them (an evaluation
+  phase lasts its seconds). So every policy trains the same images, and its $ per image
+  is its bill over them: timed phases let a starved trainer skip the dear images.
 - The trainer takes `trainer_images_per_s` of the phase when never waiting; each second
   it consumes what the buffer holds, up to that. A second in which it took nothing is a
   blocked second: no step ends, and a wait is open (as a rank blocked for its batch).
@@ -36,10 +40,15 @@ MIN_BILLED_S = 60.0  # EC2's per-second billing has a 60 s minimum per instance 
 
 @dataclass(frozen=True)
 class Phase:
-    seconds: float
+    seconds: float                # its length with the trainer never waiting
     trainer_images_per_s: float   # what the trainer takes, never waiting (0 in an evaluation)
     cpu_s_per_image: float        # one vCPU's preprocessing time per image in this phase
     kind: str = "train"           # train | eval
+
+    @property
+    def work(self) -> float:
+        """What ends the phase: its images (training), or its seconds (an evaluation)."""
+        return self.seconds * self.trainer_images_per_s if self.kind == "train" else self.seconds
 
 
 @dataclass(frozen=True)
@@ -51,14 +60,8 @@ class Trace:
 
     @property
     def seconds(self) -> float:
+        """The trace's length with the trainer never waiting."""
         return sum(p.seconds for p in self.phases)
-
-    def phase_at(self, t: float) -> Phase:
-        for phase in self.phases:
-            if t < phase.seconds:
-                return phase
-            t -= phase.seconds
-        return self.phases[-1]
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,7 @@ class Outcome:
     usd: float = 0.0
     node_s: float = 0.0
     changes: int = 0
+    wall_s: float = 0.0
     timeline: list[dict] = field(default_factory=list)
 
     @property
@@ -148,6 +152,7 @@ class World:
         self.delivered: dict[str, float] = {}
         self.busy: list[float] = []  # busy vCPUs, one a second (the last 10 s are read)
         self.target = mix.min_nodes
+        self.phase, self.done = 0, 0.0  # the phase under way, and its work done
         self.outcome = Outcome()
         self.count = 0
         for _ in range(mix.min_nodes):  # `make up` returned with min_workers joined
@@ -199,9 +204,19 @@ class World:
                            delivering_vcpus=delivering, busy_vcpus=sum(recent) / len(recent) if recent else 0.0,
                            target=self.target)
 
+    @property
+    def finished(self) -> bool:
+        return self.phase >= len(self.trace.phases)
+
+    def advance(self, work: float) -> None:
+        phase = self.trace.phases[self.phase]
+        self.done += work
+        if self.done >= phase.work:
+            self.phase, self.done = self.phase + 1, 0.0
+
     def tick(self, t: float) -> None:
         """One second of the world from t."""
-        m, phase = self.mix, self.trace.phase_at(t)
+        m, phase = self.mix, self.trace.phases[self.phase]
         for node in self.nodes:  # spot notices
             if self.trace.spot_per_hour and node.leaving_at is None and t >= node.running_at \
                     and self.rng.random() < self.trace.spot_per_hour * TICK_S / 3600:
@@ -215,6 +230,7 @@ class World:
             made = min(made_max, room)
             self.buffer += made
             self.blocked_since = None
+            self.advance(TICK_S)
         else:
             want = phase.trainer_images_per_s * TICK_S
             have = self.buffer + made_max
@@ -235,6 +251,7 @@ class World:
                 self.outcome.images += took
             self.outcome.train_s += TICK_S
             self.outcome.wait_s += TICK_S * (1.0 - took / want)
+            self.advance(took)
         capacity = sum(m.node_vcpus for _ in feeding)
         self.busy.append(capacity * (made / made_max) if made_max else 0.0)
         if len(self.records) > 120:
@@ -249,19 +266,24 @@ class World:
         self.outcome.usd = m.head_usd_per_hour * end / 3600 + m.node_usd_per_hour * node_s / 3600
 
 
+MAX_STRETCH = 10.0  # a run that takes this many times the trace's length is stopped
+
+
 def run(trace: Trace, mix: Mix, policy, seed: int = 0, poll_s: float = 5.0) -> Outcome:
-    """Play `trace` on `mix` with `policy` (policies.py): its poll every poll_s (its own
-    period where it has one), the world every second. Returns the outcome, billed."""
+    """Play `trace` on `mix` with `policy` (policies.py) to its last phase's end: its poll
+    every poll_s (its own period where it has one), the world every second. Returns the
+    outcome, billed to the end (`wall_s`)."""
     world = World(trace, mix, seed)
     policy.start(trace, mix)
     period = getattr(policy, "period_s", poll_s)
-    end, t, next_poll = trace.seconds, 0.0, period
-    while t < end:
+    t, next_poll = 0.0, period
+    while not world.finished and t < MAX_STRETCH * trace.seconds:
         world.tick(t)
         t += TICK_S
         if t >= next_poll:
             next_poll += period
             world.reconcile(t, policy.poll(world.observe(t)))
             world.outcome.timeline.append({"t": t, "asked": world.target, "nodes": len(world.alive())})
-    world.bill(end)
+    world.bill(t)
+    world.outcome.wall_s = t
     return world.outcome

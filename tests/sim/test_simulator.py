@@ -31,12 +31,13 @@ def test_the_autopilot_it_drives_is_this_checkouts_not_a_copy():
 
 def test_a_fixed_mix_short_of_supply_waits_its_shortfall_and_bills_its_nodes():
     """One node of 15 vCPUs at 0.25 s an image makes 15 x 4 x 0.95 = 57 images/s against a
-    trainer that takes 100: it waits ~43% of the time; the bill is the head and one node
-    for the whole run."""
+    trainer that takes 100: the phase's images (an hour's at 100/s) take 1/0.57 as long,
+    waiting ~43% of the time; the bill is the head and one node for that whole time."""
     out = run(steady(3600, 100.0, 0.25), MIX, policies.Fixed("min"), seed=1)
+    assert out.images == pytest.approx(100 * 3600, rel=0.001)  # the work, whatever the policy
     assert out.mean_wait_share == pytest.approx(1 - 57 / 100, abs=0.02)
-    assert out.images == pytest.approx(57 * 3600, rel=0.02)
-    assert out.usd == pytest.approx(1.0 + 0.7, rel=0.01)  # the start node ran before t = 0: billed from there
+    assert out.wall_s == pytest.approx(3600 / 0.57, rel=0.03)
+    assert out.usd == pytest.approx((1.0 + 0.7) * out.wall_s / 3600, rel=0.01)  # the start node: from t = 0
 
 
 def test_a_node_is_billed_from_running_with_ec2s_minute_minimum_and_pending_is_free():
@@ -73,14 +74,18 @@ def test_ray_datas_rule_doubles_while_busy_and_never_asks_for_less():
     assert rule.poll(seen(busy=0.0, held=60.0)) == 4  # idle now: still never less
 
 
-def test_the_oracle_is_the_cheapest_on_a_long_square_wave_and_each_policy_keeps_its_bounds():
-    """The lower bound the others are judged by is one: hour-long heavy and light phases,
-    and the oracle's image is the cheapest of all six. (Whether the autopilot comes second
-    is a result `make simulate` reports, never asserted here.)"""
+def test_the_oracle_beats_every_fixed_choice_on_a_long_square_wave_and_each_policy_keeps_its_bounds():
+    """The bound the others are judged by: on hour-long heavy and light phases the oracle's
+    image is cheaper than every fixed choice's and Ray Data's, and within 3% of the cheapest
+    of all (it knows the phases, but picks each one's steady-state optimum and ignores the
+    cost of a change: a near bound, not an exact one). Where the autopilot lands is a result
+    `make simulate` reports, never asserted here."""
     wave = traces.square_wave(60, 6, 130.0, 2.5 * 15 * 0.95 / 130.0)
     out = {name: run(wave, MIX, make(), seed=2) for name, make in policies.POLICIES.items()}
+    assert max(o.images for o in out.values()) / min(o.images for o in out.values()) < 1.001  # the same work
     cost = {name: o.usd_per_million_images for name, o in out.items()}
-    assert cost["oracle"] == min(cost.values()), cost
+    assert cost["oracle"] < min(cost[p] for p in ("fixed_min", "fixed_max", "planner", "raydata")), cost
+    assert cost["oracle"] <= 1.03 * min(cost.values()), cost
     for name, o in out.items():
         assert all(MIX.min_nodes <= p["asked"] <= MIX.max_nodes for p in o.timeline), name
     assert out["fixed_min"].changes == 0 and out["raydata"].changes >= 1
@@ -96,7 +101,7 @@ def test_the_supply_model_predicts_the_measured_data_bound_rows_within_12_percen
     from its own CPU cost an image (fit on the row, never across machines: they differ 40%)."""
     mix = Mix(head_usd_per_hour=1.0, node_usd_per_hour=0.1, node_vcpus=cpus, min_nodes=1, max_nodes=1)
     out = run(steady(1800, 300.0, ms_an_image / 1000), mix, policies.Fixed("min"), seed=0)
-    predicted = out.images / 1800
+    predicted = out.images / out.wall_s
     assert abs(predicted / measured - 1) <= 0.12, (row, predicted, measured)
 
 
