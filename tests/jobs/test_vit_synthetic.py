@@ -153,11 +153,14 @@ def test_job_trains_on_head_and_preprocesses_on_workers(shared_local_cluster, tm
     assert printed == summary
     assert summary["steps"] == 6 and summary["workers"] == 1
     assert summary["trainer_node"] == "127.0.0.2"  # the head, holder of the trainer slot
-    assert set(summary["preprocess_nodes"]) == {"127.0.0.3", "127.0.0.4"}  # the CPU workers
+    # the CPU workers preprocess, never the head. Which of them: the run's 2 tasks take
+    # ~0.1 s each and wait for the CPUs the warm-up holds; a worker whose warm-up ends a
+    # moment sooner may take both (seen on fresh clusters, before and after 2026-11-29)
+    assert set(summary["preprocess_nodes"]) <= {"127.0.0.3", "127.0.0.4"} and summary["preprocess_nodes"]
     assert sum(summary["preprocess_nodes"].values()) == 6 * 8
-    # the data path (issue 43): both workers at work by the first batch; the start-up
+    # the data path (issue 43): the workers at work by the first batch; the start-up
     # timed from the training function; 6 steps are too few for a steady state, said so
-    assert set(summary["preprocess_node_start_s"]) == {"127.0.0.3", "127.0.0.4"}
+    assert set(summary["preprocess_node_start_s"]) == set(summary["preprocess_nodes"])
     assert max(summary["preprocess_node_start_s"].values()) <= 5
     run_ = summary["steady"]
     assert 0 < summary["first_step_s"] == run_["first_step_s"] < summary["first_step_after_fit_s"]
@@ -168,6 +171,7 @@ def test_job_trains_on_head_and_preprocesses_on_workers(shared_local_cluster, tm
     # Ray's AutoscalingCoordinator was up before Train's controller asked it
     tasks = job_tasks(record, summary_id(run.stdout))
     assert warmed_and_used(tasks)
+    assert len({t.node_id for t in tasks if t.name == "_warm"}) == 2  # both workers warmed at the start
     assert coordinator_ready_before_train_asked(record, tasks)
     assert stats_actor_started_before_the_pipeline(record, tasks)
     # no node lost, and asking each raylet at the end started no task (a probe task pinned

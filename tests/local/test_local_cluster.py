@@ -72,7 +72,9 @@ def test_summaries_are_kept_and_jobs_and_logs_are_listed(cluster_env):
     submission = kept["submission_id"]
 
     jobs = make("jobs", "CLUSTER=local", env=env)
-    assert jobs.returncode == 0 and jobs.stdout.splitlines()[0].split()[:2] == [submission, "SUCCEEDED"]
+    header, newest = jobs.stdout.splitlines()[:2]
+    assert jobs.returncode == 0 and header.split() == ["ID", "STATUS", "STARTED", "DURATION"]
+    assert newest.split()[:2] == [submission, "SUCCEEDED"]
     for by in ([], [f"ID={submission}"]):  # the latest job, or one by its id
         logs = make("logs", "CLUSTER=local", *by, env=env)
         assert logs.returncode == 0 and "RESULT " in logs.stdout
