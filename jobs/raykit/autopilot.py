@@ -49,6 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from raykit import contract, gauges, stall, steps
+from raykit.steps import images_per_s, wait_share  # noqa: F401 (the policy's measures)
 
 SETTINGS_ENV = contract.AUTOPILOT_ENV  # set by the kit (scripts/pricing/cost.py's autopilot_env)
 POLL_S = float(os.environ.get("RAYKIT_AUTOPILOT_POLL_S") or 5)
@@ -118,19 +119,6 @@ class State:
     short_since: float | None = None  # since when fewer nodes are up than asked (a rise, or a node lost)
 
 
-def wait_share(steps: list[tuple[float, float, float]], now: float, window_s: float,
-               waiting: list[float] = ()) -> float | None:
-    """Share of step time spent waiting for data over the last window_s, every rank's
-    steps: (end time, step seconds, of which waiting), and every rank's open wait (since
-    when it has been blocked for its next batch: its part inside the window, all waiting).
-    None without a step or an open wait in the window."""
-    start = now - window_s
-    recent = [(step, wait) for end, step, wait in steps if end >= start and step > 0]
-    recent += [(now - max(since, start),) * 2 for since in waiting if since < now]
-    total = sum(step for step, _ in recent)
-    return sum(wait for _, wait in recent) / total if total > 0 else None
-
-
 MIN_SETTLED_STEPS = 3  # a measure rests on at least this many steps (every rank's)
 
 
@@ -145,10 +133,10 @@ def steady_measure(steps: list[tuple[float, float, float, int]], waiting: list[f
     if len(recent) < MIN_SETTLED_STEPS:
         return None
     share = wait_share([s[:3] for s in recent], now, now - since, [w for w in waiting if w >= since])
-    span = max(s[0] for s in recent) - min(s[0] - s[1] for s in recent)
-    if share is None or span <= 0:
+    rate = images_per_s(recent)
+    if share is None or rate is None:
         return None
-    return share, sum(s[3] for s in recent) / span
+    return share, rate
 
 
 def delivering(nodes: dict[str, float], delivered: dict[str, float], now: float) -> bool:
@@ -358,13 +346,12 @@ class Steering:
             measured = (1.0, 0.0)  # a trainer blocked all along (no node, or none that delivers)
         asked = decide(settings, state, now - self.started, measured, joined, paused_s)  # run-relative times
         give_back = min(before - asked, joined - asked) if asked < before and joined > asked else 0
-        images = sum(s[3] for s in steps)
-        span = (max(s[0] for s in steps) - min(s[0] - s[1] for s in steps)) if steps else 0
+        rate = images_per_s(steps)
         point = {"t": round(now - self.started, 1), "preprocess_nodes": joined,
                  # of those up, the nodes that have fed a trainer since they joined
                  "delivering": len(fed_since_joining(up, delivered)),
                  "asked": asked, "wait_share": None if share is None else round(share, 3),
-                 "images_per_s": round(images / span, 2) if span > 0 else None}
+                 "images_per_s": None if rate is None else round(rate, 2)}
         return Decision(asked, give_back, joined_more, point)
 
 

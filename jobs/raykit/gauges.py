@@ -21,6 +21,7 @@ import os
 import time
 
 from raykit import contract, placement
+from raykit.steps import images_per_s, wait_share
 
 WINDOW_S = 30.0      # the step figures' window
 PUBLISH_EVERY_S = 1.0
@@ -59,11 +60,9 @@ def step_figures(steps: list[tuple[float, float, float, int]], now: float,
     recent = [s for s in steps if s[0] >= now - window_s]
     if not recent:
         return None
-    step_s = sum(s[1] for s in recent)
-    span = max(s[0] for s in recent) - min(s[0] - s[1] for s in recent)
-    return {"raykit_data_wait_share": sum(s[2] for s in recent) / step_s if step_s else 0.0,
-            "raykit_images_per_second": sum(s[3] for s in recent) / span if span > 0 else 0.0,
-            "raykit_step_seconds": step_s / len(recent)}
+    return {"raykit_data_wait_share": wait_share([s[:3] for s in recent], now, window_s) or 0.0,
+            "raykit_images_per_second": images_per_s(recent) or 0.0,
+            "raykit_step_seconds": sum(s[1] for s in recent) / len(recent)}
 
 
 def usd_per_hour(nodes: list[dict], prices: dict[str, float]) -> float | None:

@@ -377,3 +377,21 @@ def test_a_dataset_made_before_configure_data_keeps_the_kits_data_settings():
                          env={**__import__("os").environ, "PYTHONPATH": str(REPO / "jobs")})
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split("\n")[0] == "False True {'ray-subcluster': 'preprocess'}"
+
+
+def test_the_gauges_figures_are_the_step_logs_window_and_the_nodes_prices():
+    """raykit.gauges: the wait share, images/s and mean step of the steps that ended in the
+    last 30 s (the same measures the autopilot reads), and the $/h of the alive nodes by
+    their type label (None where one has no price)."""
+    from raykit.gauges import step_figures, usd_per_hour
+    from raykit.placement import NODE_TYPE
+
+    steps = [(5.0, 1.0, 1.0, 16), (40.0, 1.0, 0.25, 16), (41.0, 1.0, 0.5, 16)]  # the first left the window
+    assert step_figures(steps, now=41.0) == {"raykit_data_wait_share": 0.375, "raykit_images_per_second": 16.0,
+                                             "raykit_step_seconds": 1.0}
+    assert step_figures(steps, now=100.0) is None
+    head = {"Alive": True, "Labels": {}, "Resources": {"node:__internal_head__": 1.0}}
+    worker = {"Alive": True, "Labels": {NODE_TYPE: "cpu_worker"}, "Resources": {}}
+    gone = worker | {"Alive": False}
+    assert usd_per_hour([head, worker, worker, gone], {"head": 1.0, "cpu_worker": 0.5}) == 2.0
+    assert usd_per_hour([head, worker], {"head": 1.0}) is None
