@@ -66,6 +66,33 @@ def name_problem(flag: str, value: str) -> str | None:
     return None
 
 
+def add_run_flags(parser, *, storage_default: str) -> None:
+    """The flags every job's run shares, one meaning everywhere: --storage (--storage-path
+    too), --name, --max-failures, --tensorboard. storage_default: what an empty --storage
+    does in this job (the only part that differs)."""
+    parser.add_argument("--storage", "--storage-path", dest="storage", default="",
+                        help="where the run's folder goes (checkpoints, the final model): an absolute "
+                             f"path every training node can write, or s3://bucket/prefix; empty: {storage_default}")
+    parser.add_argument("--name", default="",
+                        help="the run's folder under --storage; submitted again with the same --storage "
+                             "and --name, the run resumes from its last checkpoint (a finished run reports "
+                             "its summary again); default: <job>-<date>_<time>-<4 hex>, a run of its own")
+    parser.add_argument("--max-failures", type=int, default=2,
+                        help="training-worker failures Ray Train recovers from before the job fails")
+    parser.add_argument("--tensorboard", default="",
+                        help="also write TensorBoard event files (loss, images/s, data wait, and the "
+                             "job's evaluation) to this absolute directory on the first training node, "
+                             "or s3://...")
+
+
+def run_flag_problems(args) -> list[str]:
+    """What is wrong with add_run_flags' values (pyarrow refuses a path with no scheme, and
+    the driver's working directory is a temp folder); [] when nothing is."""
+    return [problem for problem in (storage_problem("--storage", args.storage),
+                                    storage_problem("--tensorboard", args.tensorboard),
+                                    name_problem("--name", args.name)) if problem]
+
+
 def run_config(storage: str, name: str = "", *, max_failures: int) -> dict:
     """RunConfig's keywords for a run's outputs: its folder <storage>/<name> (storage
     empty: Ray's ~/ray_results on the head) and the failures Ray Train recovers from."""

@@ -39,23 +39,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: run every epoch)")
     p.add_argument("--checkpoint-every", type=int, default=0,
                    help="steps between checkpoints a restarted worker resumes from (0: the final model only)")
-    p.add_argument("--storage", "--storage-path", dest="storage", default="",
-                   help="where the run's folder goes: an absolute directory every training node "
-                        "can write, or s3://bucket/prefix (default: ~/ray_results on the head)")
-    p.add_argument("--name", default="",
-                   help="the run's folder under --storage; submitted again with the same name, the "
-                        "run resumes (default: <job>-<date>_<time>-<4 hex>, a run of its own)")
-    p.add_argument("--max-failures", type=int, default=2,
-                   help="training-worker failures Ray Train recovers from before the job fails")
+    checkpoint.add_run_flags(p, storage_default="Ray's ~/ray_results on the head")
     p.add_argument("--log-every", type=int, default=10,
                    help="print a progress line every N steps (0: none)")
     p.add_argument("--eval-data", default="",
                    help="held-out JPEG/PNG files in the same class folders (absolute or s3://): "
                         "evaluated every --eval-every steps and at the end")
     p.add_argument("--eval-every", type=int, default=0, help="steps between evaluations (0: at the end only)")
-    p.add_argument("--tensorboard", default="",
-                   help="also write TensorBoard event files (loss, images/s, data wait, eval) to "
-                        "this absolute directory on the first training node, or s3://...")
     p.add_argument("--batch-size", type=int, default=16, help="images per step per worker")
     p.add_argument("--image-size", type=int, default=64, help="images are resized to this square")
     p.add_argument("--results", default="",
@@ -69,10 +59,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be 0 or more")
     # pyarrow refuses a path with no scheme, and the driver's working directory is a temp folder
-    problems = [problem for problem in (
-        checkpoint.storage_problem("--data", args.data), checkpoint.storage_problem("--eval-data", args.eval_data),
-        checkpoint.storage_problem("--storage", args.storage), checkpoint.storage_problem("--tensorboard", args.tensorboard),
-        checkpoint.name_problem("--name", args.name)) if problem]
+    problems = [problem for problem in (checkpoint.storage_problem("--data", args.data),
+                                        checkpoint.storage_problem("--eval-data", args.eval_data)) if problem]
+    problems += checkpoint.run_flag_problems(args)
     if problems:
         p.error("; ".join(problems))
     return args

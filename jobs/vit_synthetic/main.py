@@ -57,19 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--checkpoint-every", type=int, default=50,
                    help="save model, optimizer and step every N steps (0: never); a "
                         "training worker that dies restarts from the last one")
-    p.add_argument("--max-failures", type=int, default=2,
-                   help="training-worker failures Ray Train recovers from before the job fails")
-    p.add_argument("--storage", "--storage-path", dest="storage", default="",
-                   help="where the run's folder goes (checkpoints, the final model): an absolute "
-                        "path every training node can write, or s3://bucket/prefix; empty: a fresh "
-                        "private temp dir, removed after the run (nothing kept)")
-    p.add_argument("--name", default="",
-                   help="the run's folder under --storage; submitted again with the same --storage "
-                        "and --name, the run resumes from its last checkpoint (a finished run reports "
-                        "its summary again); default: vit_synthetic-<date>_<time>-<4 hex>")
-    p.add_argument("--tensorboard", default="",
-                   help="also write TensorBoard event files (loss, images/s, data wait) to this "
-                        "absolute directory on the first training node, or s3://...")
+    checkpoint.add_run_flags(p, storage_default="a fresh private temp dir, removed after the run "
+                                                 "(nothing kept)")
     p.add_argument("--results", default="",
                    help="also write the summary JSON to this path on the head (the kit "
                         "keeps a copy in build/results/ on every run)")
@@ -101,10 +90,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.data != "synthetic" and not (args.data.startswith("s3://") or os.path.isabs(args.data)):
         problems.append(f"--data must be synthetic, an absolute directory or an s3:// URI "
                         f"(got {args.data!r})")
-    problems += [problem for problem in (
-        checkpoint.storage_problem("--storage", args.storage),
-        checkpoint.storage_problem("--tensorboard", args.tensorboard),
-        checkpoint.name_problem("--name", args.name)) if problem]
+    problems += checkpoint.run_flag_problems(args)
     if problems:
         p.error("; ".join(problems))  # exits 2 before Ray starts any work
     return args
