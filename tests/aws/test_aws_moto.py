@@ -1172,6 +1172,19 @@ def test_a_world_open_group_without_the_kits_tag_is_to_be_deleted_by_hand(hetero
             aws_launch.create_ssh_group(ec2, hetero_values)
 
 
+def s3_as_the_worker(values: dict):
+    """An S3 client holding what a worker node holds: the credentials of the workers' role
+    (made by the kit's ensure_role with its worker_policy), assumed in moto. Its calls run
+    as root: they count in the caller's set_initial_no_auth_action_count."""
+    iam = boto3.client("iam", region_name="us-east-1")
+    aws_iam.ensure_role(iam, values, "raykit-hetero-worker", aws_iam.worker_policy(values), "the workers", wait_s=0)
+    role = iam.get_role(RoleName="raykit-hetero-worker")["Role"]["Arn"]
+    creds = boto3.client("sts", region_name="us-east-1").assume_role(
+        RoleArn=role, RoleSessionName="worker-node")["Credentials"]
+    return boto3.client("s3", region_name="us-east-1", aws_access_key_id=creds["AccessKeyId"],
+                        aws_secret_access_key=creds["SecretAccessKey"], aws_session_token=creds["SessionToken"])
+
+
 def test_workers_read_the_data_buckets_with_credentials_of_their_own_and_nothing_else(home, hetero_values):
     """aws.data_buckets: the workers launch with a read-only profile of their own (Ray
     Data's read tasks run there, and pyarrow ships no credentials to them). With what a
@@ -1201,14 +1214,7 @@ def test_workers_read_the_data_buckets_with_credentials_of_their_own_and_nothing
         for bucket in ("team-images", "payroll"):
             s3.create_bucket(Bucket=bucket)
             s3.put_object(Bucket=bucket, Key="0/a.jpg", Body=b"jpeg")
-        iam = boto3.client("iam", region_name="us-east-1")
-        aws_iam.ensure_role(iam, values, "raykit-hetero-worker", aws_iam.worker_policy(values), "data", wait_s=0)
-        role = iam.get_role(RoleName="raykit-hetero-worker")["Role"]["Arn"]
-        creds = boto3.client("sts", region_name="us-east-1").assume_role(
-            RoleArn=role, RoleSessionName="worker-node")["Credentials"]
-        worker = boto3.client("s3", region_name="us-east-1", aws_access_key_id=creds["AccessKeyId"],
-                              aws_secret_access_key=creds["SecretAccessKey"],
-                              aws_session_token=creds["SessionToken"])
+        worker = s3_as_the_worker(values)
         assert [o["Key"] for o in worker.list_objects_v2(Bucket="team-images")["Contents"]] == ["0/a.jpg"]
         assert worker.get_object(Bucket="team-images", Key="0/a.jpg")["Body"].read() == b"jpeg"
         for refused in (lambda: worker.get_object(Bucket="payroll", Key="0/a.jpg"),
@@ -1245,14 +1251,7 @@ def test_nodes_write_runs_under_the_output_prefix_and_nowhere_else(home, hetero_
         s3 = boto3.client("s3", region_name="us-east-1")
         for bucket in ("team-runs", "payroll"):
             s3.create_bucket(Bucket=bucket)
-        iam = boto3.client("iam", region_name="us-east-1")
-        aws_iam.ensure_role(iam, values, "raykit-hetero-worker", aws_iam.worker_policy(values), "runs", wait_s=0)
-        role = iam.get_role(RoleName="raykit-hetero-worker")["Role"]["Arn"]
-        creds = boto3.client("sts", region_name="us-east-1").assume_role(
-            RoleArn=role, RoleSessionName="worker-node")["Credentials"]
-        worker = boto3.client("s3", region_name="us-east-1", aws_access_key_id=creds["AccessKeyId"],
-                              aws_secret_access_key=creds["SecretAccessKey"],
-                              aws_session_token=creds["SessionToken"])
+        worker = s3_as_the_worker(values)
         key = "ml/run-1/checkpoint_000001/model.pt"
         upload = worker.create_multipart_upload(Bucket="team-runs", Key=key)["UploadId"]
         part = worker.upload_part(Bucket="team-runs", Key=key, UploadId=upload, PartNumber=1, Body=b"weights")
