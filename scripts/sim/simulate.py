@@ -8,14 +8,15 @@ length against the nodes' start latency D, where the autopilot wins or loses aga
 best of the fixed choices (fixed_min, fixed_max, the planner's) and Ray Data's autoscaler,
 saved as a PNG with the rows as JSON under build/sim/.
 
-The mix is `hetero`'s (a g5.xlarge that trains, c5.4xlarge preprocess nodes with their
-disks, on-demand us-east-1 prices from scripts/catalog.py), its preprocess type between
+The mix is cluster_templates/hetero.yaml's, built and priced as `make cost` prices it (a
+g5.xlarge that trains, c5.4xlarge preprocess nodes, disks included), its preprocess type between
 --min-nodes and --max-nodes. The A10G's images/s (--trainer) and D (--start-minutes) are
 not measured on AWS yet: the table says which values it ran with, and the map sweeps D.
 Not calibrated against a measured run yet (docs/autopilot.md says what would be): its
 figures compare policies under one model, they are no forecast of a bill.
 """
 
+import dataclasses
 import json
 import os
 import statistics
@@ -24,10 +25,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from scripts import catalog
+from scripts.build import build
+from scripts.core import roles
 from scripts.core.errors import KitError, command_exit
 from scripts.core.inputs import OneLineParser, split_args
 from scripts.core.paths import BUILD
 from scripts.core.state import make_dir
+from scripts.pricing.cost import node_hour_prices
 from scripts.sim.policies import POLICIES
 from scripts.sim.traces import TRACES, square_wave
 from scripts.sim.world import Mix, run
@@ -52,11 +56,22 @@ def parser() -> OneLineParser:
     return p
 
 
-def hetero_mix(a, start_minutes: float | None = None) -> Mix:
-    return Mix(head_usd_per_hour=catalog.node_usd_per_hour("g5.xlarge", "us-east-1", "gp3", 150),
-               node_usd_per_hour=catalog.node_usd_per_hour("c5.4xlarge", "us-east-1", "gp3", 100),
-               node_vcpus=catalog.preprocess_vcpus("c5.4xlarge"), min_nodes=a.min_nodes, max_nodes=a.max_nodes,
-               start_median_s=60.0 * (a.start_minutes if start_minutes is None else start_minutes))
+def hetero_mix(a) -> tuple[Mix, str]:
+    """`hetero.yaml` as the kit builds and prices it (each node type's $/h with its disks,
+    scripts/pricing/cost.py; the preprocess type's vCPUs, as the template offers them), its
+    preprocess type between --min-nodes and --max-nodes; and the mix in words."""
+    built = build("hetero")
+    priced = node_hour_prices(built)
+    if priced is None:
+        raise KitError("cluster_templates/hetero.yaml has no price: `make cost CLUSTER=hetero` says why")
+    prices, basis = priced
+    (kind,) = roles.preprocess_types(built.values)
+    head, worker = built.values["head"]["instance_type"], built.values["workers"][kind]["instance_type"]
+    mix = Mix(head_usd_per_hour=prices["head"], node_usd_per_hour=prices[kind],
+              node_vcpus=catalog.preprocess_vcpus(worker), min_nodes=a.min_nodes, max_nodes=a.max_nodes,
+              start_median_s=60.0 * a.start_minutes)
+    return mix, (f"{head} (${mix.head_usd_per_hour:.3f}/h) + {a.min_nodes}-{a.max_nodes} x {worker} "
+                 f"(${mix.node_usd_per_hour:.3f}/h, {mix.node_vcpus} vCPUs preprocess), {basis}")
 
 
 def heavy_cpu_s(a, mix: Mix) -> float:
@@ -99,17 +114,17 @@ def table(rows: list[dict], trace_name: str, about: str) -> list[str]:
     return lines
 
 
-def regime_map(a, pool) -> list[dict]:
+def regime_map(a, mix: Mix, pool) -> list[dict]:
     """Square waves (heavy and light phases of L minutes) at each start latency D: per cell,
     the autopilot's median $ per million images against the best of its rivals'."""
     cells, jobs = [], []
     per_cell = 3 * (1 + len(RIVALS))
     for d in MAP_START_MINUTES:
-        mix = hetero_mix(a, d)
+        at_d = dataclasses.replace(mix, start_median_s=60.0 * d)
         for minutes in MAP_MINUTES:
-            trace = square_wave(minutes, min(8.0, max(2.0, 8 * minutes / 60)), a.trainer, heavy_cpu_s(a, mix))
+            trace = square_wave(minutes, min(8.0, max(2.0, 8 * minutes / 60)), a.trainer, heavy_cpu_s(a, at_d))
             cells.append((d, minutes))
-            jobs += [(trace, mix, policy, seed) for policy in ("autopilot", *RIVALS) for seed in range(3)]
+            jobs += [(trace, at_d, policy, seed) for policy in ("autopilot", *RIVALS) for seed in range(3)]
     rows = list(pool.map(one, jobs, chunksize=6))  # in the jobs' order: per_cell rows a cell
     out = []
     for i, (d, minutes) in enumerate(cells):
@@ -174,11 +189,10 @@ def simulate(a) -> int:
             raise KitError(f"ARGS: --{name.replace('_', '-')} must be a positive number")
     if any(not 0.1 <= h <= 48 for h in a.hours):
         raise KitError("ARGS: --hours must be from 0.1 to 48")
-    mix = hetero_mix(a)
+    mix, described = hetero_mix(a)
     started = time.time()
     folder = BUILD / "sim" / time.strftime("%Y%m%d-%H%M%S")
-    print(f"simulated: g5.xlarge (${mix.head_usd_per_hour:.3f}/h) + {a.min_nodes}-{a.max_nodes} x c5.4xlarge "
-          f"(${mix.node_usd_per_hour:.3f}/h, {mix.node_vcpus} vCPUs preprocess), us-east-1 on-demand; the A10G "
+    print(f"simulated: {described}; the A10G "
           f"takes {a.trainer:g} images/s, a heavy phase needs {a.heavy_nodes:g} nodes; D ~ {a.start_minutes:g} min "
           f"(lognormal); {a.seeds} seeds. Uncalibrated: it ranks policies under one model, no bill forecast.")
     rows = []
@@ -193,7 +207,7 @@ def simulate(a) -> int:
             for trace in traces:
                 print()
                 print("\n".join(table(found, trace.name, f"{trace.about} ({hours:g} h)")))
-        cells = regime_map(a, pool) if a.map else []
+        cells = regime_map(a, mix, pool) if a.map else []
     make_dir(folder.parent)
     make_dir(folder)
     (folder / "rows.json").write_text(json.dumps({"args": vars(a), "rows": rows, "map": cells}, indent=1))
