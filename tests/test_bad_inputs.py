@@ -1223,3 +1223,21 @@ def test_a_mistyped_cluster_or_region_gets_a_did_you_mean(capsys):
     assert "did you mean hetero? choose one of: " in capsys.readouterr().err
     assert kit.main(["plan", "--args", "--region us-est-1 --trainer-images-per-s 30 --cpu-images-per-s 10"]) == 2
     assert "--region 'us-est-1' is no AWS region (did you mean us-east-1?)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text,likely", [
+    ("cluster_name: mine\nworkers:\n  cpu_worker:\n    instance_type: c5.2xlarge\n    min_workers: 3\n", "aws"),
+    ("cluster_name: mine\nworkers:\n  cpu:\n    pod: {cpus: 4}\n", "kuberay"),
+    ("cluster_name: mine\nworkers:\n  cpu:\n    cpus: 2\n", "local"),
+    ("cluster_name: namespace-x\n", "local"),  # a word in a value decides nothing
+])
+def test_a_values_file_without_a_provider_is_pointed_at_the_one_its_keys_belong_to(text, likely):
+    """The README's mix snippet saved as a file of its own was told `provider: local`,
+    though its workers name instance types: the hint is the provider whose schema knows
+    the file's keys best."""
+    from scripts.build import build_text
+    from scripts.core.errors import KitError
+
+    with pytest.raises(KitError) as refused:
+        build_text("mine", text.encode())
+    assert str(refused.value).endswith(f"provider: None is not one of aws, kuberay, local; set `provider: {likely}`")

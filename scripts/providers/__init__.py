@@ -146,16 +146,25 @@ PROVIDERS: dict[str, Provider] = {aws.NAME: aws, kuberay.NAME: kuberay, local.NA
 
 def provider(name, where: str, raw: dict | None = None) -> Provider:
     """The provider a values file names; one line where it names none the kit knows,
-    suggesting the one its keys point at (instance types: aws; a namespace: kuberay)."""
+    suggesting the one whose schema knows most of the file's top-level keys."""
     if name not in PROVIDERS:
-        text = str(raw or {})
-        likely = ("kuberay" if "namespace" in text or "node_selector" in text else
-                  "aws" if "instance_type" in text else "local")
         raise KitError(f"{where}: provider: {short(name)} is not one of "
-                       f"{', '.join(PROVIDERS)}; set `provider: {likely}` (or copy a file of "
-                       f"cluster_templates/ that runs there, such as "
-                       f"{ {'aws': 'hetero', 'kuberay': 'k8s_hetero', 'local': 'local'}[likely] }.yaml)")
+                       f"{', '.join(PROVIDERS)}; set `provider: {likely_provider(raw or {})}`")
     return PROVIDERS[name]
+
+
+def likely_provider(raw: dict) -> str:
+    """The provider whose values schema knows the file's keys best (fewest unknown keys,
+    at any depth; local on a tie): instance types under the workers point at aws, pods at
+    kuberay, cpus at local. A file half written (required keys missing) is judged too."""
+    from scripts.core.paths import SCHEMAS
+    from scripts.core.values import load_schema, schema_problems
+
+    def unknown(name: str) -> int:
+        schema = load_schema(SCHEMAS / f"{name}.schema.yaml")
+        found = schema_problems(dict(raw, provider=name) if isinstance(raw, dict) else {}, schema)
+        return sum(": unknown key;" in problem for problem in found)
+    return min(PROVIDERS, key=lambda name: (unknown(name), name != local.NAME))
 
 
 def load_record(cluster: str) -> dict | None:
