@@ -141,8 +141,7 @@ def companion_files(cluster: str, values: dict) -> dict[str, str]:
             "user-policy.json": json.dumps(user_policy(), indent=2) + "\n"}
 
 
-S3_URI = re.compile(r"s3://([^/\s]+)")
-S3_READ = re.compile(r"s3://[^\s,]+")
+S3_READ = re.compile(r"s3://[^\s,]+")  # an s3:// place in an argument (--data a,b lists several)
 
 
 def job_problems(record: dict, job: str, args: list[str]) -> list[str]:
@@ -154,7 +153,7 @@ def job_problems(record: dict, job: str, args: list[str]) -> list[str]:
     readable = set(record.get("data_buckets") or [])
     writable = list(record.get("output_buckets") or [])
     storage = storage_of(args)
-    written = storage if storage and S3_URI.match(storage) else None
+    written = storage if storage and storage.startswith("s3://") else None
     read = {m.group(0) for arg in args for m in S3_READ.finditer(arg)} - {written}
     named = sorted({written_bucket(uri) for uri in read
                     if written_bucket(uri) not in readable and not under_any(uri, writable)})
