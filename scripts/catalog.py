@@ -246,10 +246,13 @@ def preprocess_vcpus(instance_type: str) -> int:
 
 
 def node_usd_per_hour(instance_type: str, region: str, volume_type: str = "gp3",
-                      disk_gb: int = 0) -> float | None:
-    """An instance's on-demand list price plus its EBS volumes', per hour; None where
-    neither this table nor a price list fetched for the region (`make prices`) has one."""
-    price, ebs = instance_usd_per_hour(instance_type, region), ebs_usd_per_gb_month(region, volume_type)
+                      disk_gb: int = 0, spot: bool = False, zone: str | None = None) -> float | None:
+    """An instance's price plus its EBS volumes', per hour: on-demand, or for a spot node
+    the spot price `make prices` read (spot_usd_per_hour; on-demand, its ceiling, where none
+    was read); None where neither this table nor a price list fetched for the region
+    (`make prices`) has one."""
+    price = (spot and spot_usd_per_hour(instance_type, region, zone)) or instance_usd_per_hour(instance_type, region)
+    ebs = ebs_usd_per_gb_month(region, volume_type)
     if price is None or ebs is None:
         return None
     return price + disk_gb * ebs / HOURS_PER_MONTH
@@ -344,6 +347,82 @@ def ebs_usd_per_gb_month(region: str, volume_type: str) -> float | None:
         if price is not None:
             return price
     return None
+
+
+# --- spot prices: `make prices` also reads the region's current spot prices -----------
+# (EC2 DescribeSpotPriceHistory) into <values dir>/prices/aws-<region>-spot.json: per
+# instance type, the price in effect in each zone when read, with that time. Spot prices
+# move, so every figure priced with them carries their date.
+SPOT_LIST_FIELDS = {"region", "source", "fetched", "usd_per_hour"}
+
+
+def spot_price_list_path(region: str, folder=None):
+    return price_list_path(region, folder).with_name(f"aws-{region}-spot.json")
+
+
+@functools.cache
+def fetched_spot_prices(region: str) -> dict | None:
+    """The spot prices `make prices` read for the region, checked; None where none were.
+    A file that is not one is one error line naming it."""
+    from scripts.core.errors import KitError
+
+    if region not in REGIONS:
+        return None
+    for folder in VALUES_DIRS:
+        path = spot_price_list_path(region, folder)
+        if not path.is_file():
+            continue
+        try:
+            found = strict_json(path.read_text())
+            problem = spot_list_problem(found, region)
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+            problem = f"not JSON ({str(e)[:80]})"
+        if problem:
+            raise KitError(f"{path}: {problem}; run `make prices CLUSTER=...` for {region} again, "
+                           "or delete the file")
+        return found
+    return None
+
+
+def spot_list_problem(found, region: str) -> str | None:
+    """What makes `found` no spot price list of `region`; None when it is one."""
+    if not isinstance(found, dict) or set(found) != SPOT_LIST_FIELDS:
+        return f"a spot price list has exactly the keys {', '.join(sorted(SPOT_LIST_FIELDS))}"
+    if found["region"] != region:
+        return f"it prices {str(found['region'])[:40]!r}, not {region}"
+    if not isinstance(found["fetched"], str) or not isinstance(found["source"], str):
+        return "fetched and source are text"
+    if not isinstance(found["usd_per_hour"], dict):
+        return "usd_per_hour maps instance types to zones' prices"
+    for name, zones in found["usd_per_hour"].items():
+        if name not in INSTANCE_TYPES:
+            return f"usd_per_hour: {str(name)[:40]!r} is not a type the kit knows"
+        if not isinstance(zones, dict) or not zones:
+            return f"usd_per_hour.{name} maps zones to prices"
+        for zone, price in zones.items():
+            if not isinstance(zone, str) or zone[:-1] != region:
+                return f"usd_per_hour.{name}: {str(zone)[:40]!r} is not a zone of {region}"
+            if isinstance(price, bool) or not isinstance(price, (int, float)) \
+                    or not math.isfinite(price) or not 0 < price < 10_000:
+                return f"usd_per_hour.{name}.{zone}: {json.dumps(price)[:40]} is not a price in USD"
+    return None
+
+
+def spot_usd_per_hour(instance_type: str, region: str, zone: str | None = None) -> float | None:
+    """The type's spot $/h as `make prices` read it: in `zone` where the mix pins one, else
+    the highest of the region's zones (Ray may launch in any); None where none was read
+    (or the zone offers none)."""
+    fetched = fetched_spot_prices(region)
+    zones = fetched["usd_per_hour"].get(instance_type, {}) if fetched else {}
+    if zone:
+        return zones.get(zone)
+    return max(zones.values()) if zones else None
+
+
+def spot_source(region: str) -> str | None:
+    """When and how the region's spot prices were read; None where they were not."""
+    fetched = fetched_spot_prices(region)
+    return fetched and f"spot prices read {fetched['fetched']} by `make prices`"
 
 
 def priced_regions() -> list[str]:

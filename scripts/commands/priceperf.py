@@ -41,7 +41,7 @@ def cmd_plan(a) -> int:
     if options.help:
         planner.parser().print_help()
         return 0
-    ranked, alone = planner.options(profile, options.region)
+    ranked, alone = planner.options(profile, options.region, options.spot)
     chosen = ranked[0]
     if options.write:
         write_plan(options.write, chosen, options.region)
@@ -53,7 +53,9 @@ def cmd_plan(a) -> int:
     print(f"profile: {nodes}{profile.gpu_instance} trains{' each' if nodes else ''} "
           f"{profile.trainer_images_per_s:g} images/s "
           f"when fed; one vCPU preprocesses {profile.cpu_images_per_s:g} images/s "
-          f"({options.region} on-demand prices + root EBS; a mix feeds the trainers when the "
+          f"({options.region} on-demand prices + root EBS"
+          + (f"; CPU workers at the {catalog.spot_source(options.region)}, the highest zone's" if options.spot else "")
+          + "; a mix feeds the trainers when the "
           f"predicted data wait is < {planner.MAX_DATA_WAIT:.0%})")
     print(f"choice: {chosen.name}: ${chosen.usd_per_hour:.3f}/h, {chosen.images_per_s:.1f} images/s, "
           f"{chosen.data_wait:.0%} data wait, ${chosen.usd_per_million_images:.2f} per million images")

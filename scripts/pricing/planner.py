@@ -119,12 +119,16 @@ class Option:
     def name(self) -> str:
         gpus = [self.head] if self.train_nodes == 1 else [f"{self.train_nodes} x {self.head}"]
         return " + ".join([self.coordinator] * bool(self.coordinator) + gpus
-                          + [f"{w['count']} x {w['instance_type']}" for w in self.workers])
+                          + [f"{w['count']} x {w['instance_type']}{' (spot)' if w.get('spot') else ''}"
+                             for w in self.workers])
 
 
-def node_usd(instance_type: str, region: str) -> float:
+def node_usd(instance_type: str, region: str, spot: bool = False) -> float:
+    """A node's $/h with its root disk: on-demand, or spot (the highest of the region's
+    zones, as `make prices` read them)."""
     gpu = catalog.INSTANCE_TYPES[instance_type].gpus > 0
-    price = catalog.node_usd_per_hour(instance_type, region, ROOT_VOLUME_TYPE, catalog.min_root_gb(gpu))
+    price = catalog.node_usd_per_hour(instance_type, region, ROOT_VOLUME_TYPE, catalog.min_root_gb(gpu),
+                                      spot=spot)
     if price is None:  # a fetched price list has only what its region offers
         raise KitError(f"plan: {instance_type} has no price in {region} (its price list from "
                        "`make prices` lacks it: the region does not offer it); pick another "
@@ -161,7 +165,7 @@ def option(profile: Profile, head: str, workers: list, region: str) -> Option:
     own = catalog.preprocess_vcpus(head) if n == 1 else 0
     vcpus = own + sum(w["count"] * catalog.preprocess_vcpus(w["instance_type"]) for w in workers)
     usd = (n * node_usd(head, region) + (node_usd(COORDINATOR, region) if n > 1 else 0)
-           + sum(w["count"] * node_usd(w["instance_type"], region) for w in workers))
+           + sum(w["count"] * node_usd(w["instance_type"], region, w.get("spot", False)) for w in workers))
     cpu_rate = profile.delivered(vcpus)
     remote = cpu_rate * (vcpus - own) / vcpus if vcpus else 0.0
     carried = network_images_per_s(profile, head, workers)
@@ -327,9 +331,11 @@ def priced_in(region: str, instance_type: str) -> bool:
     return catalog.instance_usd_per_hour(instance_type, region) is not None
 
 
-def cpu_types(region: str) -> list[str]:
+def cpu_types(region: str, spot: bool = False) -> list[str]:
+    """The CPU types that can preprocess, priced in the region (spot: at a spot price read)."""
     return [t for t, spec in catalog.INSTANCE_TYPES.items()
-            if spec.gpus == 0 and catalog.preprocess_vcpus(t) > 0 and priced_in(region, t)]
+            if spec.gpus == 0 and catalog.preprocess_vcpus(t) > 0 and priced_in(region, t)
+            and (not spot or catalog.spot_usd_per_hour(t, region) is not None)]
 
 
 def same_gpus(instance_type: str, region: str) -> list[str]:
@@ -343,7 +349,7 @@ def feeds(o: Option) -> bool:
     return o.data_wait < MAX_DATA_WAIT
 
 
-def workers_of(profile: Profile, head: str, cpu: str, region: str) -> Option | None:
+def workers_of(profile: Profile, head: str, cpu: str, region: str, spot: bool = False) -> Option | None:
     """The fewest `cpu` workers beside `head` that feed the trainers; where no count up
     to MAX_WORKERS_PER_TYPE does, the count with the lowest $ per million images (a limit
     holds the mix: CPUs past it add cost, not images). None where the type adds nothing."""
@@ -351,7 +357,7 @@ def workers_of(profile: Profile, head: str, cpu: str, region: str) -> Option | N
     linear = math.ceil(max(1, missing_vcpus(profile, head)) / catalog.preprocess_vcpus(cpu))
     start = linear if profile.curve is None and not profile.bytes_per_image else 1
     for count in range(max(1, min(start, MAX_WORKERS_PER_TYPE)), MAX_WORKERS_PER_TYPE + 1):
-        o = option(profile, head, [{"instance_type": cpu, "count": count}], region)
+        o = option(profile, head, [{"instance_type": cpu, "count": count, "spot": spot}], region)
         if feeds(o):
             return o
         if best is None or o.usd_per_million_images < best.usd_per_million_images:
@@ -361,17 +367,17 @@ def workers_of(profile: Profile, head: str, cpu: str, region: str) -> Option | N
     return best
 
 
-def options(profile: Profile, region: str) -> tuple[list[Option], Option]:
+def options(profile: Profile, region: str, spot: bool = False) -> tuple[list[Option], Option]:
     """(every option that feeds the trainers, best first; or, where a limit lets none
     feed them, every CPU type's best count, by $ per million images; the GPU instance
-    alone)."""
+    alone). spot: the CPU workers priced at the spot prices `make prices` read."""
     node_usd(profile.gpu_instance, region)  # priced in the region, or one line saying it is not
     found = []
     for head in same_gpus(profile.gpu_instance, region):
         if missing_vcpus(profile, head) <= 0 and feeds(option(profile, head, [], region)):
             found.append(option(profile, head, [], region))
             continue
-        found += [o for cpu in cpu_types(region) if (o := workers_of(profile, head, cpu, region))]
+        found += [o for cpu in cpu_types(region, spot) if (o := workers_of(profile, head, cpu, region, spot))]
     feeding = [o for o in found if feeds(o)]
     limited = profile.curve is not None or bool(profile.bytes_per_image)  # a limit may hold every mix
     ranked = feeding or ([o for o in found if o.images_per_s > 0] if limited else [])
@@ -391,17 +397,19 @@ def cheaper_mix_of_types(chosen: Option, profile: Profile, region: str) -> Optio
     if not chosen.workers or chosen.limit != "trainers":
         return None
     missing = missing_vcpus(profile, chosen.head)
+    spot = chosen.workers[0].get("spot", False)
     best = None
-    for first in cpu_types(region):
+    for first in cpu_types(region, spot):
         per_first = catalog.preprocess_vcpus(first)
         for n_first in range(1, min(math.ceil(missing / per_first), MAX_WORKERS_PER_TYPE + 1)):
             rest = missing - n_first * per_first
-            for second in cpu_types(region):
+            for second in cpu_types(region, spot):
                 n_second = math.ceil(rest / catalog.preprocess_vcpus(second))
                 if second == first or n_second > MAX_WORKERS_PER_TYPE:
                     continue
-                mix = option(profile, chosen.head, [{"instance_type": first, "count": n_first},
-                                                    {"instance_type": second, "count": n_second}], region)
+                mix = option(profile, chosen.head, [
+                    {"instance_type": first, "count": n_first, "spot": spot},
+                    {"instance_type": second, "count": n_second, "spot": spot}], region)
                 if feeds(mix) and (best is None or mix.usd_per_hour < best.usd_per_hour):
                     best = mix
     return best if best and best.usd_per_hour < chosen.usd_per_hour - 0.005 else None
@@ -424,6 +432,9 @@ def parser() -> OneLineParser:
     p.add_argument("--train-nodes", type=int, default=1, help="GPU nodes of --gpu-instance that train "
                    "together, each as fast as the profiled one (default 1; more: a coordinating head)")
     p.add_argument("--region", default="us-east-1", help="whose prices (default us-east-1)")
+    p.add_argument("--spot", action="store_true", help="price the CPU workers at the region's spot "
+                   "prices as `make prices` read them (the highest zone's), and write them spot: "
+                   "a spot worker may be reclaimed (the job goes on with fewer)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--write", metavar="NAME", help="write cluster_templates/NAME.yaml for the choice")
     p.add_argument("--help", action="store_true", help="this help")
@@ -510,6 +521,9 @@ def profile_from(args: list[str], profile_path: str) -> tuple[Profile | None, ar
         raise KitError(f"ARGS: --region {typo}; use one of "
                        f"{', '.join(catalog.priced_regions())}, or read its prices from AWS with "
                        "`make prices CLUSTER=<a values file of that region>`")
+    if a.spot and catalog.spot_source(a.region) is None:
+        raise KitError(f"ARGS: --spot: no spot prices were read for {a.region}; `make prices "
+                       "CLUSTER=<a values file of that region>` reads them from AWS (free)")
     trainer = a.trainer_images_per_s if a.trainer_images_per_s is not None else found.get("trainer_images_per_s")
     cpu = a.cpu_images_per_s if a.cpu_images_per_s is not None else found.get("preprocess_images_per_s_per_cpu")
     for key, figure in (("trainer_images_per_s", trainer), ("preprocess_images_per_s_per_cpu", cpu)):
@@ -579,7 +593,7 @@ def values_for(name: str, chosen: Option, region: str) -> dict:
 
     workers = {f"cpu_worker{'' if i == 0 else i + 1}": {
         "role": "preprocess", "instance_type": w["instance_type"], "min_workers": w["count"],
-        "max_workers": w["count"], "spot": False, "disk": disk(False)}
+        "max_workers": w["count"], "spot": w.get("spot", False), "disk": disk(False)}
         for i, w in enumerate(chosen.workers)}
     if chosen.train_nodes > 1:  # multi_g5.yaml's recipe
         return {"cluster_name": name, "provider": "aws", "mix": "heterogeneous",

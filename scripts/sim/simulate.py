@@ -16,6 +16,7 @@ Not calibrated against a measured run yet (docs/autopilot.md says what would be)
 figures compare policies under one model, they are no forecast of a bill.
 """
 
+import copy
 import dataclasses
 import json
 import os
@@ -24,8 +25,10 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
+import yaml
+
 from scripts import catalog
-from scripts.build import build
+from scripts.build import build, build_text
 from scripts.core import roles
 from scripts.core.errors import KitError, command_exit
 from scripts.core.inputs import OneLineParser, split_args
@@ -56,15 +59,24 @@ def parser() -> OneLineParser:
     return p
 
 
-def hetero_mix(a) -> tuple[Mix, str]:
+def hetero_mix(a, spot: bool = False) -> tuple[Mix, str]:
     """`hetero.yaml` as the kit builds and prices it (each node type's $/h with its disks,
     scripts/pricing/cost.py; the preprocess type's vCPUs, as the template offers them), its
-    preprocess type between --min-nodes and --max-nodes; and the mix in words."""
+    preprocess type between --min-nodes and --max-nodes; and the mix in words. spot: its
+    preprocess workers spot, priced as `make cost` would price them (the spot prices `make
+    prices` read, else on-demand, said in the words)."""
     built = build("hetero")
+    if spot:
+        values = copy.deepcopy(built.values)
+        for worker in values["workers"].values():
+            worker["spot"] = worker["role"] == "preprocess"
+        built = build_text("hetero", yaml.safe_dump(values).encode())
     priced = node_hour_prices(built)
     if priced is None:
         raise KitError("cluster_templates/hetero.yaml has no price: `make cost CLUSTER=hetero` says why")
     prices, basis = priced
+    if spot and "spot" not in basis:
+        basis += "; no spot prices read (`make prices CLUSTER=hetero`): spot workers at on-demand"
     (kind,) = roles.preprocess_types(built.values)
     head, worker = built.values["head"]["instance_type"], built.values["workers"][kind]["instance_type"]
     mix = Mix(head_usd_per_hour=prices["head"], node_usd_per_hour=prices[kind],
@@ -190,16 +202,20 @@ def simulate(a) -> int:
     if any(not 0.1 <= h <= 48 for h in a.hours):
         raise KitError("ARGS: --hours must be from 0.1 to 48")
     mix, described = hetero_mix(a)
+    spot_mix, spot_described = hetero_mix(a, spot=True)
     started = time.time()
     folder = BUILD / "sim" / time.strftime("%Y%m%d-%H%M%S")
     print(f"simulated: {described}; the A10G "
           f"takes {a.trainer:g} images/s, a heavy phase needs {a.heavy_nodes:g} nodes; D ~ {a.start_minutes:g} min "
           f"(lognormal); {a.seeds} seeds. Uncalibrated: it ranks policies under one model, no bill forecast.")
+    if any(TRACES[name](1, a.trainer, 1).spot_per_hour for name in a.traces):
+        print(f"spot traces: {spot_described}")
     rows = []
     with ProcessPoolExecutor(max_workers=2) as pool:
         for hours in a.hours:
             traces = [TRACES[name](hours, a.trainer, heavy_cpu_s(a, mix)) for name in a.traces]
-            jobs = [(trace, mix, policy, seed) for trace in traces for policy in POLICIES for seed in range(a.seeds)]
+            jobs = [(trace, spot_mix if trace.spot_per_hour else mix, policy, seed)
+                    for trace in traces for policy in POLICIES for seed in range(a.seeds)]
             found = list(pool.map(one, jobs, chunksize=4))
             for row in found:
                 row["hours"] = hours

@@ -85,7 +85,7 @@ def test_cost_table_adds_ebs_and_counts_min_and_max_workers(hetero_values):
 
 def test_cost_notes_spot_workers_and_regions_without_prices(hetero_values):
     hetero_values["workers"]["cpu_worker"]["spot"] = True
-    assert any(line.startswith("spot: cpu_worker is billed at the spot price")
+    assert any(line.startswith("spot: cpu_worker is priced at on-demand, its ceiling")
                for line in aws_prices.cost_table(hetero_values))
     hetero_values["aws"]["region"] = "eu-west-1"
     assert aws_prices.cost_table(hetero_values)[0].startswith("no list prices for eu-west-1")
@@ -192,7 +192,7 @@ def test_make_plan_json_has_the_documented_shape():
     found = json.loads(run.stdout)
     chosen = found["chosen"]
     assert {"head", "workers", "usd_per_hour", "preprocess_vcpus", "images_per_s"} <= chosen.keys()
-    assert all(set(w) == {"instance_type", "count"} for w in chosen["workers"])
+    assert all(set(w) == {"instance_type", "count", "spot"} for w in chosen["workers"])
     assert found["options"][0] == chosen and len(found["options"]) > 10
 
 

@@ -16,7 +16,7 @@ from botocore.stub import Stubber
 from conftest import USER_VALUES, load_example, make
 from scripts import catalog
 from scripts.core.errors import KitError
-from scripts.providers.aws import price_list
+from scripts.providers.aws import iam, price_list
 
 REGION = "eu-west-1"
 # what the stubbed price list answers (made-up prices: a test of the plumbing, not of AWS);
@@ -91,7 +91,7 @@ def test_a_regions_prices_are_read_from_awss_price_list_and_price_the_mix(euw):
     run = make("cost", "CLUSTER=euw")
     assert run.returncode == 0, run.stdout + run.stderr
     head = euw["head"]["disk"]["root_gb"] + euw["head"]["disk"]["data_gb"]
-    assert (f"'euw' on AWS {REGION}: on-demand list prices and EBS (AWS's price list, read "
+    assert (f"'euw' on AWS: on-demand list prices in {REGION}, EBS included (AWS's price list, read "
             f"{saved['fetched']} by `make prices`;") in run.stdout
     assert f"{1.123 + head * 0.088 / 730:.4f}" in run.stdout
     # the planner prices the region too, with the types its price list has
@@ -188,10 +188,25 @@ def test_make_prices_needs_an_aws_mix_and_credentials_before_it_asks_aws(euw, mo
 
 def test_the_providers_fetch_prices_reads_the_values_files_region_and_says_what_it_does(euw, capsys):
     client, stub = stubbed_pricing(PRICES, EBS, extra={"g5.xlarge": 1.2})
-    written = price_list.fetch_prices(euw, pricing=client)
-    stub.assert_no_pending_responses()
-    assert written == str(catalog.price_list_path(REGION))
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"reading the on-demand prices of {len(catalog.INSTANCE_TYPES)} instance types")
-    assert out[1] == "g5.xlarge: AWS's price list gives 2 prices (1.123, 1.2); left unpriced"
-    assert catalog.fetched_prices(REGION)["usd_per_hour"] == {"c5.4xlarge": 0.768}
+    ec2 = boto3.client("ec2", region_name=REGION)
+    spot = Stubber(ec2)  # the region's spot prices, read after the list (test_spot_prices.py)
+    spot.add_response("describe_spot_price_history", {"SpotPriceHistory": [
+        {"InstanceType": "c5.4xlarge", "AvailabilityZone": f"{REGION}b", "SpotPrice": "0.300000",
+         "ProductDescription": "Linux/UNIX",
+         "Timestamp": datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=2)}]})
+    spot.activate()
+    try:
+        written = price_list.fetch_prices(euw, pricing=client, ec2=ec2)
+        stub.assert_no_pending_responses()
+        spot.assert_no_pending_responses()
+        assert written == f"{catalog.price_list_path(REGION)} and {catalog.spot_price_list_path(REGION)}"
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].startswith(f"reading the on-demand prices of {len(catalog.INSTANCE_TYPES)} instance types")
+        assert out[1] == "g5.xlarge: AWS's price list gives 2 prices (1.123, 1.2); left unpriced"
+        assert out[2].startswith("spot prices of 1 instance types in 1 zones, in effect ")
+        assert catalog.fetched_prices(REGION)["usd_per_hour"] == {"c5.4xlarge": 0.768}
+        assert catalog.spot_usd_per_hour("c5.4xlarge", REGION) == 0.3
+    finally:
+        catalog.spot_price_list_path(REGION).unlink(missing_ok=True)
+        catalog.fetched_spot_prices.cache_clear()
+    assert iam.USER_ACTIONS["make prices"] == ["pricing:GetProducts", "ec2:DescribeSpotPriceHistory"]

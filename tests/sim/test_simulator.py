@@ -118,3 +118,30 @@ def test_make_simulate_prints_a_table_per_trace_and_refuses_bad_flags(capsys, tm
     assert list(tmp_path.glob("sim/*/rows.json"))
     assert main(["--seeds", "0"]) == 2 and "error: ARGS: --seeds" in capsys.readouterr().err
     assert main(["--hours", "100"]) == 2 and "error: ARGS: --hours must be from 0.1 to 48" in capsys.readouterr().err
+
+
+def test_the_spot_trace_prices_its_workers_at_the_spot_prices_make_prices_read():
+    import json
+    from types import SimpleNamespace
+
+    from scripts import catalog
+    from scripts.sim.simulate import hetero_mix
+
+    a = SimpleNamespace(min_nodes=1, max_nodes=4, start_minutes=4.0)
+    catalog.fetched_spot_prices.cache_clear()
+    unread, said = hetero_mix(a, spot=True)
+    assert unread.node_usd_per_hour == hetero_mix(a)[0].node_usd_per_hour
+    assert "no spot prices read" in said
+    path = catalog.spot_price_list_path("us-east-1")
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps({"region": "us-east-1", "source": "test", "fetched": "2026-11-29 06:00 UTC",
+                                "usd_per_hour": {"c5.4xlarge": {"us-east-1a": 0.25, "us-east-1b": 0.3}}}))
+    catalog.fetched_spot_prices.cache_clear()
+    try:
+        spot, said = hetero_mix(a, spot=True)
+    finally:
+        path.unlink()
+        catalog.fetched_spot_prices.cache_clear()
+    disk_usd = unread.node_usd_per_hour - catalog.instance_usd_per_hour("c5.4xlarge", "us-east-1")
+    assert spot.node_usd_per_hour == pytest.approx(0.3 + disk_usd)
+    assert "spot prices read 2026-11-29 06:00 UTC" in said

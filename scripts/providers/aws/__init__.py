@@ -128,7 +128,7 @@ def plan(values: dict, config: dict) -> list[str]:
             node_types[name]["docker"]["worker_image"]
         lines.append(f"  {name}: {count} x {node['instance_type']}"
                      f"{' (spot)' if key != 'head' and node['spot'] else ''}, {volumes} {disk['volume_type']}, "
-                     f"{image}, {usd(node_usd_per_hour(node, aws['region']), '~$%.2f/h each')}")
+                     f"{image}, {usd(node_usd_per_hour(node, aws), '~$%.2f/h each')}")
     return lines
 
 

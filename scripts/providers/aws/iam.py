@@ -161,7 +161,7 @@ USER_ACTIONS = {
                             "cloudwatch:DeleteAlarms", "ec2:DescribeInstanceStatus", "ec2:TerminateInstances",
                             "iam:CreateServiceLinkedRole"],
     "make down PURGE=1": ["ec2:DeleteSecurityGroup", "ec2:DeletePlacementGroup"],
-    "make prices": ["pricing:GetProducts"],
+    "make prices": ["pricing:GetProducts", "ec2:DescribeSpotPriceHistory"],
 }
 ROLE_ACTIONS = ["iam:CreateRole", "iam:TagRole", "iam:PutRolePolicy", "iam:CreateInstanceProfile",
                 "iam:TagInstanceProfile", "iam:AddRoleToInstanceProfile", "iam:GetRole",

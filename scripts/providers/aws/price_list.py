@@ -8,11 +8,17 @@ its own table has no price (it carries us-east-1 and us-east-2 only), so `make c
 The Price List API answers from us-east-1 (also eu-central-1 and ap-south-1) whatever the
 region priced. A product is Linux, shared tenancy, no pre-installed software, capacity
 status "Used": the price `make up`'s instances bill at.
+
+It also reads the region's spot prices in effect now, zone by zone, for the same instance
+types (ec2:DescribeSpotPriceHistory: free, read-only) into aws-<region>-spot.json, where
+`make cost`, `make plan --spot`, the run's bill and the autopilot's price gate read the
+price of a spot worker type (catalog.spot_usd_per_hour).
 """
 
 import datetime
 import json
 import math
+from collections.abc import Callable
 
 from scripts import catalog
 from scripts.core.errors import KitError, short
@@ -77,25 +83,62 @@ def on_demand_prices(product: dict, unit: str) -> set[float]:
     return prices
 
 
-def write(prices: dict) -> str:
-    """Save a fetched price list where catalog.fetched_prices finds it; its path."""
-    path = catalog.price_list_path(prices["region"])
+SPOT_SOURCE = "EC2 DescribeSpotPriceHistory, Linux/UNIX, the price in effect in each zone"
+# EC2 names Linux spot products either way (VPC or not); both bill a Linux instance
+SPOT_PRODUCTS = ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"]
+
+
+def fetch_spot(region: str, ec2, now: datetime.datetime) -> dict:
+    """The spot price of each known instance type in each zone of `region` at `now`, as
+    catalog.fetched_spot_prices reads it back. EC2 answers a window with the price in
+    effect at its start and every change after; the latest point at or before `now` is the
+    price in effect (where two products differ, the higher)."""
+    latest: dict[tuple[str, str], tuple[datetime.datetime, float]] = {}
+    paginator = ec2.get_paginator("describe_spot_price_history")
+    for page in paginator.paginate(InstanceTypes=sorted(catalog.INSTANCE_TYPES),
+                                   ProductDescriptions=SPOT_PRODUCTS,
+                                   StartTime=now - datetime.timedelta(hours=1), EndTime=now):
+        for point in page["SpotPriceHistory"]:
+            name, zone, when = point.get("InstanceType"), point.get("AvailabilityZone"), point.get("Timestamp")
+            try:
+                usd = float(point["SpotPrice"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if name not in catalog.INSTANCE_TYPES or not isinstance(zone, str) or zone[:-1] != region \
+                    or not isinstance(when, datetime.datetime) or when > now \
+                    or not (math.isfinite(usd) and usd > 0):
+                continue
+            held = latest.get((name, zone))
+            if held is None or when > held[0] or (when == held[0] and usd > held[1]):
+                latest[(name, zone)] = (when, usd)
+    prices: dict[str, dict[str, float]] = {}
+    for (name, zone), (_, usd) in sorted(latest.items()):
+        prices.setdefault(name, {})[zone] = usd
+    return {"region": region, "source": SPOT_SOURCE,
+            "fetched": now.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "usd_per_hour": prices}
+
+
+def write(prices: dict, path_of: Callable = catalog.price_list_path) -> str:
+    """Save a fetched price list where the catalog finds it (path_of: which list); its path."""
+    path = path_of(prices["region"])
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(prices, indent=1, sort_keys=True) + "\n")
     except OSError as e:
         raise KitError(f"{path}: cannot be written ({e.strerror}); make its folder writable") from None
     catalog.fetched_prices.cache_clear()
+    catalog.fetched_spot_prices.cache_clear()
     return str(path)
 
 
-def fetch_prices(values: dict, pricing=None) -> str:
+def fetch_prices(values: dict, pricing=None, ec2=None) -> str:
     """`make prices` (the provider interface's fetch_prices): the values file's region."""
-    return fetch_and_write(values["aws"]["region"], pricing)
+    return fetch_and_write(values["aws"]["region"], pricing, ec2)
 
 
-def fetch_and_write(region: str, pricing=None) -> str:
-    """Fetch `region`'s prices and save them; a one-line error for AWS's."""
+def fetch_and_write(region: str, pricing=None, ec2=None) -> str:
+    """Fetch `region`'s list and spot prices and save them; a one-line error for AWS's."""
     import boto3
     import botocore.exceptions
 
@@ -112,4 +155,15 @@ def fetch_and_write(region: str, pricing=None) -> str:
                        "your identity needs pricing:GetProducts") from None
     for line in skipped:
         print(line)
-    return write(prices)
+    written = write(prices)
+    ec2 = ec2 or boto3.client("ec2", region_name=region)
+    try:
+        spot = fetch_spot(region, ec2, datetime.datetime.now(datetime.timezone.utc))
+    except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as e:
+        raise KitError(f"EC2's spot price history (ec2:DescribeSpotPriceHistory) refused: "
+                       f"{short(str(e), 160)}; your identity needs ec2:DescribeSpotPriceHistory "
+                       f"(the on-demand prices are in {written})") from None
+    print(f"spot prices of {len(spot['usd_per_hour'])} instance types in "
+          f"{len({z for zones in spot['usd_per_hour'].values() for z in zones})} zones, in effect "
+          f"{spot['fetched']}")
+    return f"{written} and {write(spot, catalog.spot_price_list_path)}"

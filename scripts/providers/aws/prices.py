@@ -1,6 +1,9 @@
-"""What an AWS mix bills, node by node: each instance's on-demand list price plus its EBS
-volumes' (scripts/catalog.py), times its `share` where a local node stands for part of one
+"""What an AWS mix bills, node by node: each instance's on-demand list price (a spot
+worker's: the spot price `make prices` read, with its date) plus its EBS volumes'
+(scripts/catalog.py), times its `share` where a local node stands for part of one
 (scripts/pricing/cost.py's stand_in_values, for a local mix's prices_as)."""
+
+import datetime
 
 from scripts import catalog
 from scripts.core.prices import Prices
@@ -13,46 +16,57 @@ COST_TABLE_HEADER = ("node type", "instance", "count", "$/h each", "of it EBS", 
 # The head's raykit-node-type label: Ray's own head type name on AWS, "head" on the local
 # cluster that stands for an AWS mix: a summary's nodes carry one or the other
 HEAD_LABELS = ("head", HEAD_TYPE)
+# Spot prices read longer ago than this are said to be old where they price a figure
+SPOT_STALE_DAYS = 7
 
 
-def node_usd_per_hour(node: dict, region: str) -> float | None:
-    """The instance's on-demand price plus its EBS volumes' (billed per GB-month); None
-    where scripts/catalog.py lists no price for the region."""
+def node_usd_per_hour(node: dict, aws: dict) -> float | None:
+    """The instance's price (a spot worker's: its spot price in the mix's zone where read)
+    plus its EBS volumes' (billed per GB-month); None where scripts/catalog.py lists no
+    price for the region. aws: the values file's `aws` block."""
     disk = node["disk"]
-    return catalog.node_usd_per_hour(node["instance_type"], region, disk["volume_type"],
-                                     disk["root_gb"] + disk["data_gb"])
+    return catalog.node_usd_per_hour(node["instance_type"], aws["region"], disk["volume_type"],
+                                     disk["root_gb"] + disk["data_gb"], spot=node.get("spot", False),
+                                     zone=aws["availability_zone"])
 
 
-def worker_usd_per_hour(node: dict, region: str) -> float | None:
+def worker_usd_per_hour(node: dict, aws: dict) -> float | None:
     """One node's $/h, times its `share` where a local node stands for part of it."""
-    price = node_usd_per_hour(node, region)
+    price = node_usd_per_hour(node, aws)
     return None if price is None else price * node.get("share", 1.0)
+
+
+def spot_priced(values: dict) -> list[str]:
+    """The spot worker types of the mix priced at a spot price `make prices` read."""
+    aws = values["aws"]
+    return [name for name, w in values["workers"].items() if w["spot"] and catalog.spot_usd_per_hour(
+        w["instance_type"], aws["region"], aws["availability_zone"]) is not None]
 
 
 def unpriced(values: dict) -> list[str]:
     """The instance types of the mix its region has no price for (a price list fetched by
     `make prices` lists only what the region offers)."""
-    region = values["aws"]["region"]
     return sorted({node["instance_type"] for node in nodes_of(values).values()
-                   if node_usd_per_hour(node, region) is None})
+                   if node_usd_per_hour(node, values["aws"]) is None})
 
 
 def hourly_cost(values: dict) -> tuple[float, float] | None:
     """$/h with min_workers and with max_workers; None where a node type has no price."""
-    region = values["aws"]["region"]
+    aws = values["aws"]
     if unpriced(values):
         return None
-    low = high = node_usd_per_hour(values["head"], region)
+    low = high = node_usd_per_hour(values["head"], aws)
     for w in values["workers"].values():
-        low += w["min_workers"] * worker_usd_per_hour(w, region)
-        high += w["max_workers"] * worker_usd_per_hour(w, region)
+        low += w["min_workers"] * worker_usd_per_hour(w, aws)
+        high += w["max_workers"] * worker_usd_per_hour(w, aws)
     return low, high
 
 
 def cost_table(values: dict) -> list[str]:
     """Per node type: instance, count at min..max, $/h each (EBS included, and shown), the
     type's $/h at min and at max workers; the totals; a note per spot type and per share."""
-    region = values["aws"]["region"]
+    aws = values["aws"]
+    region = aws["region"]
     if region not in catalog.priced_regions():
         return [f"no list prices for {region}: scripts/catalog.py prices "
                 f"{', '.join(catalog.priced_regions())}; `make prices CLUSTER={values['cluster_name']}` "
@@ -66,9 +80,10 @@ def cost_table(values: dict) -> list[str]:
     spot, shares = [], []
     for key, node in nodes_of(values).items():
         name = HEAD_TYPE if key == "head" else key.split(".", 1)[1]
-        each = worker_usd_per_hour(node, region)
-        ebs = (node_usd_per_hour(node, region)
-               - catalog.instance_usd_per_hour(node["instance_type"], region)) * node.get("share", 1.0)
+        each = worker_usd_per_hour(node, aws)
+        disk = node["disk"]
+        ebs = ((disk["root_gb"] + disk["data_gb"]) * catalog.ebs_usd_per_gb_month(region, disk["volume_type"])
+               / catalog.HOURS_PER_MONTH * node.get("share", 1.0))
         least, most = (1, 1) if key == "head" else (node["min_workers"], node["max_workers"])
         rows.append((name, node["instance_type"], str(least) if least == most else f"{least}-{most}",
                      f"{each:.4f}", f"{ebs:.4f}", f"{least * each:.2f}", f"{most * each:.2f}"))
@@ -80,21 +95,46 @@ def cost_table(values: dict) -> list[str]:
                           f"({node['share'] * vcpus:g} of its {vcpus} vCPUs: the cores it runs on)")
     low, high = hourly_cost(values)
     rows.append(("total", "", "", "", "", f"{low:.2f}", f"{high:.2f}"))
-    lines = [f"'{values['cluster_name']}' on AWS {region}: on-demand list prices and EBS "
-             f"({catalog.price_source(region)}; not in it: public IPv4, $0.005/h a node that has one)"]
+    lines = [f"'{values['cluster_name']}' on AWS: on-demand list prices in {region}, EBS included "
+             f"({catalog.price_source(region)}; not in it: public IPv4, $0.005/h a node that has one)"
+             + (f"; spot workers at the {catalog.spot_source(region)}" if spot_priced(values) else "")]
     lines += text_table(rows, left=(0, 1, 2))
-    lines += [f"spot: {name} is billed at the spot price (varies, often well below on-demand; "
-              "not in the catalog) and may be reclaimed: the figures above are its on-demand "
-              "ceiling" for name in spot]
-    return lines + shares
+    return lines + [spot_note(name, values) for name in spot] + shares
+
+
+def basis(values: dict) -> str:
+    """What the mix's figures are priced at, as its tables and the run's bill say."""
+    region = values["aws"]["region"]
+    said = f"on-demand list prices in {region}, EBS included"
+    return said + (f"; spot workers at the {catalog.spot_source(region)}" if spot_priced(values) else "")
+
+
+def spot_note(name: str, values: dict) -> str:
+    """How a spot worker type is priced: at the spot price read, with when and where; at
+    on-demand, its ceiling, where none was read."""
+    aws, node = values["aws"], values["workers"][name]
+    region, zone = aws["region"], aws["availability_zone"]
+    on_demand = catalog.instance_usd_per_hour(node["instance_type"], region)
+    spot = catalog.spot_usd_per_hour(node["instance_type"], region, zone)
+    if spot is None:
+        where = f"zone {zone}" if zone else region
+        return (f"spot: {name} is priced at on-demand, its ceiling: no spot price of "
+                f"{node['instance_type']} in {where} was read; `make prices "
+                f"CLUSTER={values['cluster_name']}` reads the region's (it may be reclaimed)")
+    fetched = catalog.fetched_spot_prices(region)["fetched"]
+    age = (datetime.date.today() - datetime.date.fromisoformat(fetched[:10])).days
+    return (f"spot: {name} is priced at ${spot:.4f}/h (on-demand ${on_demand:.4f}), "
+            f"{'zone ' + zone if zone else 'the highest of the zones of ' + region}, in effect "
+            f"{fetched}" + (f", {age} days ago: spot prices move, `make prices` reads them again"
+                            if age > SPOT_STALE_DAYS else "") + "; it may be reclaimed")
 
 
 def node_hour_prices(values: dict) -> dict[str, float] | None:
     """$/h of one node of each type by its raykit-node-type label; None for a region
     without prices."""
-    region = values["aws"]["region"]
-    prices = {name: worker_usd_per_hour(node, region) for name, node in values["workers"].items()}
-    prices |= {head: node_usd_per_hour(values["head"], region) for head in HEAD_LABELS}
+    aws = values["aws"]
+    prices = {name: worker_usd_per_hour(node, aws) for name, node in values["workers"].items()}
+    prices |= {head: node_usd_per_hour(values["head"], aws) for head in HEAD_LABELS}
     return None if None in prices.values() else prices
 
 
@@ -110,7 +150,7 @@ def node_prices(values: dict) -> Prices:
     region = values["aws"]["region"]
     hourly = hourly_cost(values)
     return Prices(lines=cost_table(values), hourly=hourly, node_hour=node_hour_prices(values),
-                  basis=f"on-demand list prices in {region}, EBS included",
+                  basis=basis(values),
                   network_gbps=network_gbps(values),
                   bench_refusal="" if hourly else (f"region {region} has no prices; `make prices "
                                                    f"CLUSTER={values['cluster_name']}` reads them from AWS"))
