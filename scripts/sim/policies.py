@@ -6,9 +6,9 @@ the preprocess nodes wanted, every `period_s`.
                         vcpus_to_feed) from the profile a user would have measured: the
                         trace's first training phase; held all run
   raydata               Ray Data 2.60's own cluster autoscaler (RATE_BASED, the default),
-                        re-implemented: every 10 s, while its CPUs were at least 50% busy
-                        over 10 s, it asks for twice the CPUs it holds; it never asks for
-                        less, and a node it holds leaves only by Ray's 10-minute idle
+                        re-implemented and checked against Ray's class: every 10 s, while
+                        its CPUs were at least 50% busy over 10 s, it asks for twice the
+                        CPUs it holds; a node it holds leaves only by Ray's 10-minute idle
                         timeout, which backpressured map tasks never let run out
   autopilot             the kit's own: raykit.autopilot.Steering imported from this
                         checkout (never a copy), with the settings the kit passes a job
@@ -61,18 +61,34 @@ class Planner:
 
 
 class RayData:
-    period_s = 10.0        # MIN_GAP_BETWEEN_AUTOSCALING_REQUESTS_S
-    UTILIZATION = 0.5      # the utilization gate (every resource below it: no new request)
-    SCALING_UP_FACTOR = 2.0
+    """Ray Data 2.60's RateBasedClusterAutoscaler.try_trigger_scaling for the kit's
+    pipeline, one map operator of 1-CPU tasks: at most every MIN_GAP_S, where its rolling
+    utilization is under UTILIZATION it sends its last request again; else, once a task
+    has finished (it has a rate), twice the CPUs it holds (its throughput doubled at one
+    task a CPU), at most MAX_CPU_DELTA more; before that, nothing. The request is a floor
+    for Ray's autoscaler: a node above it leaves only by the 10-minute idle timeout, which
+    backpressured map tasks never let run out, so the nodes asked never fall.
+    tests/sim/test_simulator.py drives Ray's own class through its seams beside this one."""
+
+    period_s = MIN_GAP_S = 10.0   # MIN_GAP_BETWEEN_AUTOSCALING_REQUESTS_S
+    UTILIZATION = 0.5             # DEFAULT_CLUSTER_SCALING_UP_*_UTIL_THRESHOLD
+    SCALING_UP_FACTOR = 2.0       # DEFAULT_CLUSTER_SCALING_UP_FACTOR
+    MAX_CPU_DELTA = 256.0         # DEFAULT_CLUSTER_SCALING_UP_MAX_RESOURCE_DELTA's cpu
 
     def start(self, trace: Trace, mix: Mix) -> None:
-        self.mix, self.asked = mix, mix.min_nodes
+        self.mix, self.asked, self.requested_cpus = mix, mix.min_nodes, 0.0
+
+    def request(self, held_cpus: float, utilization: float, has_rate: bool) -> float:
+        """The CPUs it requests now (the sum of its 1-CPU bundles)."""
+        if utilization >= self.UTILIZATION:
+            self.requested_cpus = (math.ceil(min(self.SCALING_UP_FACTOR * held_cpus, held_cpus + self.MAX_CPU_DELTA))
+                                   if has_rate else 0.0)
+        return self.requested_cpus
 
     def poll(self, obs: Observation) -> int:
         held = obs.delivering_vcpus
-        if held and obs.busy_vcpus / held >= self.UTILIZATION:
-            wanted = math.ceil(self.SCALING_UP_FACTOR * held / self.mix.node_vcpus)
-            self.asked = max(self.asked, min(wanted, self.mix.max_nodes))  # never less
+        cpus = self.request(held, obs.busy_vcpus / held if held else 0.0, bool(obs.steps))
+        self.asked = max(self.asked, min(math.ceil(cpus / self.mix.node_vcpus), self.mix.max_nodes))
         return self.asked
 
 

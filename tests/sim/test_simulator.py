@@ -66,12 +66,94 @@ def test_ray_datas_rule_doubles_while_busy_and_never_asks_for_less():
     rule = policies.RayData()
     rule.start(steady(60, 100.0, 0.25), MIX)
 
-    def seen(busy: float, held: float = 15.0) -> Observation:
-        return Observation(0.0, [], [], {}, [], held, busy, 1)
+    def seen(busy: float, held: float = 15.0, steps=((1.0, 1.0, 0.0, 32),)) -> Observation:
+        return Observation(0.0, list(steps), [], {}, [], held, busy, 1)
+    assert rule.poll(seen(busy=15.0, steps=())) == 1  # busy, but no task has finished: no rate yet
     assert rule.poll(seen(busy=5.0)) == 1  # a third busy: the previous request, unchanged
     assert rule.poll(seen(busy=10.0)) == 2  # two thirds: twice the CPUs it holds
     assert rule.poll(seen(busy=30.0, held=30.0)) == 4
     assert rule.poll(seen(busy=0.0, held=60.0)) == 4  # idle now: still never less
+
+
+def test_the_ray_data_rule_requests_what_ray_datas_own_autoscaler_requests():
+    """Ray's RateBasedClusterAutoscaler, driven through its seams (a coordinator that
+    reserves what the cluster holds, a utilization gauge, a clock; one map operator of
+    1-CPU tasks, as the kit's preprocessing), beside the simulator's rule on the same
+    inputs, second by second: the same CPUs requested at the same moments."""
+    from types import SimpleNamespace
+
+    from ray.data._internal.cluster_autoscaler import rate_based_cluster_autoscaler as ray_rule
+    from ray.data._internal.cluster_autoscaler.resource_utilization_gauge import ClusterUtil
+    from ray.data._internal.execution.interfaces.execution_options import ExecutionResources
+
+    now = {"t": 1000.0}
+    seen = {"held": 0.0, "util": 0.0, "rate": None}
+    sent = []
+
+    class Coordinator:  # what DefaultAutoscalingCoordinator answers: the CPUs reserved for it
+        def request_resources(self, resources, expire_after_s, request_remaining=None, **_):
+            sent.append((now["t"], sum(r.get("CPU", 0.0) for r in resources)))
+
+        def get_reserved_resources(self):
+            return {"cluster": {"CPU": seen["held"]}}
+
+        def cancel_request(self):
+            pass
+
+    class Gauge:
+        def observe(self):
+            pass
+
+        def get(self):
+            return ClusterUtil(cpu=seen["util"], gpu=0.0, memory=0.0, object_store_memory=0.0)
+
+    class MapOperator:  # the kit's preprocessing: 1-CPU read-and-augment tasks
+        output_dependencies = []
+        metrics = SimpleNamespace(average_num_inputs_per_task=1.0, average_num_outputs_per_task=1.0,
+                                  num_output_blocks_per_task_s=None)
+
+        def per_task_resource_allocation(self):
+            return ExecutionResources(cpu=1)
+
+        def min_scheduling_resources(self):
+            return ExecutionResources(cpu=1)
+
+        def get_max_concurrency_limit(self):
+            return None
+
+        def has_completed(self):
+            return False
+
+    op = MapOperator()
+    ray_rule_time = ray_rule.time
+    ray_rule.time = SimpleNamespace(monotonic=lambda: now["t"])
+    try:
+        theirs = ray_rule.RateBasedClusterAutoscaler([op], "sim", utility_calculator=Gauge(),
+                                                     autoscaling_coordinator=Coordinator())
+        ours = policies.RayData()
+        ours.start(steady(60, 100.0, 0.25), MIX)
+        # (seconds, CPUs held, utilization, a task has finished): busy before any rate, a
+        # doubling, a quiet spell (the last request again), a node lost while busy, growth
+        # past the 256-CPU step
+        script = [(15, 15, 0.9, False), (20, 15, 0.8, True), (30, 30, 0.3, True), (20, 45, 0.6, True),
+                  (20, 30, 0.7, True), (20, 400, 0.9, True)]
+        mine = [(now["t"], 0.0)]  # both register with an empty request
+        last = now["t"]
+        for seconds, held, util, finished in script:
+            for _ in range(seconds):
+                now["t"] += 1.0
+                seen.update(held=float(held), util=util)
+                op.metrics.num_output_blocks_per_task_s = 2.0 if finished else None
+                theirs.try_trigger_scaling()
+                if now["t"] - last >= ours.MIN_GAP_S:
+                    mine.append((now["t"], ours.request(float(held), util, finished)))
+                    last = now["t"]
+    finally:
+        ray_rule.time = ray_rule_time
+    assert sent == mine
+    # registered; busy without a rate; doubled; quiet: the same again; doubled; a node lost
+    # (Ray asks less: its nodes above it leave only when idle); the step capped at +256
+    assert [cpus for _, cpus in sent] == [0, 0, 30, 30, 30, 30, 30, 90, 90, 60, 60, 656, 656]
 
 
 def test_the_oracle_beats_every_fixed_choice_on_a_long_square_wave_and_each_policy_keeps_its_bounds():
