@@ -14,8 +14,11 @@ wait share w needs about n / (1 - w) nodes where n run now). Below a third of th
 slack: give one node back. Where giving one back made them starve (a mix on the edge of
 the target), the next one goes back only after twice the wait (up to MAX_DOWN_BACKOFF
 cooldowns): such a mix flaps ever more slowly, not every cooldown. The first decision
-waits one cooldown after the start (imports and the pipeline's first fill: a wait more
-nodes would not shorten). After any change, nothing moves for `cooldown_s` (at least the
+waits one cooldown after the start, and the wait for the first batch (the pipeline's
+first fill) is not judged while the nodes import (more nodes would not shorten that):
+only once a window has passed since a preprocessing task first finished, the first batch
+still missing (the preprocessing too slow for it, as heavy augmentation from the first
+batch, which more nodes do shorten). After any change, nothing moves for `cooldown_s` (at least the
 time a node takes to join: its steps would not show yet); a node asked for that has not
 joined after `join_timeout_s` is given up (capacity, quota), not asked for again and again.
 A rise is judged once every node it added has fed a trainer a batch (delivering), not
@@ -48,7 +51,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from raykit import contract, gauges, stall, steps
+from raykit import contract, gauges, ray_state, stall, steps
 from raykit.steps import images_per_s, wait_share  # noqa: F401 (the policy's measures)
 
 SETTINGS_ENV = contract.AUTOPILOT_ENV  # set by the kit (scripts/pricing/cost.py's autopilot_env)
@@ -303,8 +306,9 @@ class Steering:
     in it: Pilot calls it with what Ray says, a simulator or a test with what it plays.
 
     It keeps what decide() needs beyond State: when each steered node was first seen up,
-    the trainers' first step (the pipeline's first fill, never judged), and when the last
-    change's nodes all delivered (a measure starts there, not at the change)."""
+    the trainers' first step (before it, the pipeline's first fill: judged only once the
+    preprocessing has produced for a window), and when the last change's nodes all
+    delivered (a measure starts there, not at the change)."""
 
     def __init__(self, settings: Settings, started: float):
         self.settings, self.started = settings, started
@@ -316,11 +320,13 @@ class Steering:
         self.last_step_end: float | None = None  # the trainers' latest step (a pause is measured from it)
 
     def step(self, now: float, steps: list[tuple[float, float, float, int]], waiting: list[float],
-             delivered: dict[str, float], nodes: list[tuple[str, str]]) -> Decision:
+             delivered: dict[str, float], nodes: list[tuple[str, str]],
+             producing_since: float | None = None) -> Decision:
         """steps: every rank's (end, step s, wait s, images) of the last window; waiting:
         each open wait's start; delivered: node address -> the last step its images fed;
         nodes: the steered type's (node id, address) up now, in Ray's order (the last ones
-        are given back first). Times are epoch seconds."""
+        are given back first); producing_since: when a preprocessing task was first seen
+        finished (None: not yet, or unknown). Times are epoch seconds."""
         settings, state = self.settings, self.state
         share = wait_share([s[:3] for s in steps], now, settings.window_s, waiting)
         before, joined = state.asked, len(nodes)
@@ -344,6 +350,12 @@ class Steering:
         blocked = [w for w in waiting if w < since]
         if measured is None and not rising and blocked and (joined == 0 or now - since >= settings.window_s):
             measured = (1.0, 0.0)  # a trainer blocked all along (no node, or none that delivers)
+        if measured is None and not rising and self.first_step_end is None and waiting and producing_since is not None \
+                and now - max(min(waiting), producing_since) >= settings.window_s:
+            # the first fill: its wait is not judged while the nodes start and import (more
+            # nodes would not shorten that), but a window after the preprocessing began
+            # producing, a first batch still missing is preprocessing too slow for it
+            measured = (1.0, 0.0)
         asked = decide(settings, state, now - self.started, measured, joined, paused_s)  # run-relative times
         give_back = min(before - asked, joined - asked) if asked < before and joined > asked else 0
         rate = images_per_s(steps)
@@ -373,6 +385,7 @@ class Pilot(threading.Thread):
         )
         self.coordinator = DefaultAutoscalingCoordinator(REQUESTER)
         self.budget_refreshes: list[float] = []  # run-relative times it had Ray Data's budget recomputed
+        self.producing_since: float | None = None  # a preprocessing task first seen finished
 
     @property
     def state(self) -> State:
@@ -432,8 +445,12 @@ class Pilot(threading.Thread):
         now = time.time()
         steps, waiting, delivered = ray.get(self.log.window.remote(now - self.settings.window_s), timeout=30)
         nodes = self.steered_nodes()
+        if self.producing_since is None and self.steering.first_step_end is None and waiting \
+                and ray_state.preprocessing_produced(ray.get_runtime_context().get_job_id()):
+            self.producing_since = now  # asked only while the first batch is awaited
         decision = self.steering.step(now, steps, waiting, delivered,
-                                      [(n["NodeID"], n["NodeManagerAddress"]) for n in nodes])
+                                      [(n["NodeID"], n["NodeManagerAddress"]) for n in nodes],
+                                      self.producing_since)
         if decision.joined_more:
             self.refresh_budget(now)
         self.ask(decision.asked)

@@ -1,6 +1,6 @@
-"""What Ray's own state says of a finished run, read by the summary in the driver: the
-nodes lost (dead without a drain) or preempted (drained on a spot notice), each node's type,
-and the preprocessing tasks Ray ran again."""
+"""What Ray's own state says of a run, read in the driver: by the summary, the nodes lost
+(dead without a drain) or preempted (drained on a spot notice), each node's type, and the
+preprocessing tasks Ray ran again; by the autopilot, whether the preprocessing produces yet."""
 
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -57,7 +57,28 @@ def retried_tasks(job_id: str) -> int | None:
     except Exception as e:  # noqa: BLE001 (a summary without the count beats no summary)
         print(f"retried work unknown: Ray's state API failed ({type(e).__name__})", flush=True)
         return None
-    return sum(1 for task in tasks if task.attempt_number > 0 and "Map" in task.name)
+    return sum(1 for task in tasks if task.attempt_number > 0 and is_preprocessing(task.name))
+
+
+def is_preprocessing(task_name: str) -> bool:
+    """A Ray Data map task (its operators fused: `ReadRange->MapBatches(augment)`), not
+    one of Ray's actors' calls or the kit's warm-up."""
+    return "Map" in task_name
+
+
+def preprocessing_produced(job_id: str) -> bool:
+    """Whether a preprocessing task of the job has finished: its node's processes have
+    started and imported, and the pipeline produces (the autopilot's first fill). False
+    where the state API does not answer (the first fill then stays unjudged, as before)."""
+    from ray.util.state import list_tasks
+
+    try:
+        tasks = list_tasks(filters=[("job_id", "=", job_id), ("state", "=", "FINISHED"),
+                                    ("type", "=", "NORMAL_TASK")], limit=1000, timeout=5,
+                           raise_on_missing_output=False)
+    except Exception:  # noqa: BLE001 (the next poll asks again)
+        return False
+    return any(is_preprocessing(task.name) for task in tasks)
 
 
 def node_types(nodes: dict) -> dict[str, str]:

@@ -103,7 +103,8 @@ class Autopilot:
         self.steering = Steering(self.settings, started=0.0)
 
     def poll(self, obs: Observation) -> int:
-        decision = self.steering.step(obs.now, obs.steps, obs.waiting, obs.delivered, obs.nodes)
+        decision = self.steering.step(obs.now, obs.steps, obs.waiting, obs.delivered, obs.nodes,
+                                      obs.producing_since)
         return decision.asked
 
 

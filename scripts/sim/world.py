@@ -120,6 +120,7 @@ class Observation:
     delivering_vcpus: float                         # what preprocesses now
     busy_vcpus: float                               # of which busy (not backpressured), last 10 s mean
     target: int                                     # the count asked now
+    producing_since: float | None = None            # a node's first batch made (its imports done)
 
 
 @dataclass
@@ -202,7 +203,9 @@ class World:
                            waiting=[self.blocked_since] if self.blocked_since is not None else [],
                            delivered=dict(self.delivered), nodes=[(n.id, n.id) for n in joined],
                            delivering_vcpus=delivering, busy_vcpus=sum(recent) / len(recent) if recent else 0.0,
-                           target=self.target)
+                           target=self.target,
+                           producing_since=min((n.delivering_at for n in self.nodes if n.delivering_at <= t),
+                                               default=None))
 
     @property
     def finished(self) -> bool:

@@ -3,6 +3,8 @@ the trainers' wait share at a time and a count of preprocess nodes joined, the i
 following from it (a trainer that takes FED images/s when it never waits), fed to decide()
 as the driver would, every 5 s; the assertions are on the nodes it holds."""
 
+import os
+import subprocess
 import sys
 
 import pytest
@@ -329,6 +331,58 @@ def test_the_steering_step_is_the_pilots_glue_without_ray():
         if decision.give_back:
             break
     assert decision.give_back == 1 and decision.asked == len(nodes) - 1
+
+
+@pytest.mark.parametrize("producing_at,first_ask", [
+    (None, None),      # the nodes still import: the first fill is not judged, however long
+    (40.0, 70.0),      # producing from 40 s, the first batch still missing a window later
+    (200.0, None),     # producing from 200 s: a window has not passed by the first step
+])
+def test_a_first_fill_slow_from_preprocessing_gets_nodes_and_one_slow_from_imports_does_not(producing_at, first_ask):
+    """The trainer waits for its first batch from 20 s to 220 s (heavy augmentation from
+    the first batch: ~190 s measured on local_autopilot, one node held all along). Before,
+    the first fill was never judged. Now it is, once a preprocessing task has finished (the
+    nodes' imports are done) and a window has passed without the batch."""
+    from raykit.autopilot import Steering
+
+    steering = Steering(SETTINGS, started=0.0)
+    node = [("id-1", "10.0.0.1")]
+    asks = {}
+    for t in range(5, 220, 5):
+        producing = producing_at if producing_at is not None and t >= producing_at else None
+        asks[t] = steering.step(float(t), [], [20.0], {}, node, producing).asked
+    asked_at = min((t for t, n in asks.items() if n > 1), default=None)
+    assert asked_at == first_ask, asks
+    if first_ask:
+        assert "wait 100%" in steering.state.reasons[0]
+
+
+def test_the_pilot_sees_the_preprocessing_produce_in_rays_own_task_table(tmp_path):
+    """ray_state.preprocessing_produced on a real Ray: not for Ray's actors' calls or the
+    kit's own tasks, yes once a Ray Data map task has finished."""
+    script = tmp_path / "produced.py"
+    script.write_text('''import time, ray, ray.data
+from raykit import ray_state
+ray.init(num_cpus=1, logging_level="ERROR")
+job = ray.get_runtime_context().get_job_id()
+ray.get(ray.remote(lambda: 1).remote())  # a task of the job's own, no preprocessing
+time.sleep(2)  # task events reach the GCS on a 1 s flush
+print("before", ray_state.preprocessing_produced(job))
+ray.data.DataContext.get_current().enable_progress_bars = False
+next(iter(ray.data.range(100, override_num_blocks=2).map_batches(lambda b: b).iter_batches()))
+seen = False
+for _ in range(20):
+    seen = ray_state.preprocessing_produced(job)
+    if seen:
+        break
+    time.sleep(0.5)
+print("after", seen)
+ray.shutdown()
+''')
+    env = dict(os.environ, PYTHONPATH=str(REPO / "jobs"))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "before False" in run.stdout and "after True" in run.stdout, run.stdout
 
 
 # --- what the kit passes the job, and what the job makes of it --------------------------
