@@ -95,9 +95,12 @@ class RayData:
 class Autopilot:
     period_s = 5.0  # its POLL_S
 
+    def __init__(self, cooldown_s: float = COOLDOWN_S):
+        self.cooldown_s = cooldown_s
+
     def start(self, trace: Trace, mix: Mix) -> None:
         self.settings = Settings(target_wait_share=TARGET_WAIT_SHARE, min_nodes=mix.min_nodes,
-                                 max_nodes=mix.max_nodes, cooldown_s=COOLDOWN_S,
+                                 max_nodes=mix.max_nodes, cooldown_s=self.cooldown_s,
                                  node_usd_per_hour=mix.node_usd_per_hour,
                                  base_usd_per_hour=mix.head_usd_per_hour)
         self.steering = Steering(self.settings, started=0.0)

@@ -35,6 +35,7 @@ from scripts.core.inputs import OneLineParser, split_args
 from scripts.core.paths import BUILD
 from scripts.core.state import make_dir
 from scripts.pricing.cost import node_hour_prices
+from scripts.sim import calibrate
 from scripts.sim.policies import POLICIES
 from scripts.sim.traces import TRACES, square_wave
 from scripts.sim.world import Mix, run
@@ -203,11 +204,18 @@ def simulate(a) -> int:
         raise KitError("ARGS: --hours must be from 0.1 to 48")
     mix, described = hetero_mix(a)
     spot_mix, spot_described = hetero_mix(a, spot=True)
+    calibrated, lines = calibrate.report()
+    print("\n".join(lines))
+    missed = sum(line.startswith("  MISS") for line in lines)
+    print("calibrated: every check passed" if calibrated else
+          f"NOT CALIBRATED: {missed} of {len(lines) - 1} checks missed; the tables below rank policies under "
+          "the model's physics and forecast no bill")
+    print()
     started = time.time()
     folder = BUILD / "sim" / time.strftime("%Y%m%d-%H%M%S")
     print(f"simulated: {described}; the A10G "
           f"takes {a.trainer:g} images/s, a heavy phase needs {a.heavy_nodes:g} nodes; D ~ {a.start_minutes:g} min "
-          f"(lognormal); {a.seeds} seeds. Uncalibrated: it ranks policies under one model, no bill forecast.")
+          f"(lognormal); {a.seeds} seeds.")
     if any(TRACES[name](1, a.trainer, 1).spot_per_hour for name in a.traces):
         print(f"spot traces: {spot_described}")
     rows = []

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 
 TICK_S = 1.0
 NOTICE_S = 120.0  # EC2's spot interruption notice
-MIN_BILLED_S = 60.0  # EC2's per-second billing has a 60 s minimum per instance start
 
 
 @dataclass(frozen=True)
@@ -81,6 +80,7 @@ class Mix:
     efficiency: float = 0.95          # measured supply over n x c (docs/benchmarks.md: 0.92-0.99)
     noise: float = 0.10               # per-second spread of a node's supply
     buffer_images: float = 128.0      # the feed's prefetch and Ray Data's queue
+    min_billed_s: float = 60.0        # EC2's per-second billing: 60 s at least per instance start
 
 
 @dataclass
@@ -93,14 +93,14 @@ class Node:
     leaving_at: float | None = None   # drained (given back, or a spot notice)
     gone_at: float | None = None
 
-    def billed_s(self, end: float) -> float:
+    def billed_s(self, end: float, minimum: float) -> float:
         """Seconds billed while the job ran (from 0, as the kit's bill): from running to
-        gone (or `end`), at least 60 for a node started during it."""
+        gone (or `end`), at least `minimum` for a node started during it."""
         stop = min(self.gone_at if self.gone_at is not None else end, end)
         start = max(self.running_at, 0.0)
         if stop <= start:
             return 0.0  # cancelled before EC2 ran it: pending is free
-        return max(MIN_BILLED_S, stop - start) if self.running_at >= 0 else stop - start
+        return max(minimum, stop - start) if self.running_at >= 0 else stop - start
 
     def delivers(self, t: float) -> bool:
         return t >= self.delivering_at and self.leaving_at is None
@@ -264,7 +264,7 @@ class World:
 
     def bill(self, end: float) -> None:
         m = self.mix
-        node_s = sum(n.billed_s(end) for n in self.nodes)
+        node_s = sum(n.billed_s(end, m.min_billed_s) for n in self.nodes)
         self.outcome.node_s = node_s
         self.outcome.usd = m.head_usd_per_hour * end / 3600 + m.node_usd_per_hour * node_s / 3600
 

@@ -43,12 +43,12 @@ def test_a_fixed_mix_short_of_supply_waits_its_shortfall_and_bills_its_nodes():
 def test_a_node_is_billed_from_running_with_ec2s_minute_minimum_and_pending_is_free():
     node = Node("n", asked_at=0.0, running_at=25.0, joined_at=200.0, delivering_at=215.0)
     node.gone_at = 40.0
-    assert node.billed_s(1000.0) == 60.0  # ran 15 s: billed the minute
+    assert node.billed_s(1000.0, MIX.min_billed_s) == 60.0  # ran 15 s: billed the minute
     early = Node("m", asked_at=0.0, running_at=25.0, joined_at=200.0, delivering_at=215.0)
     early.gone_at = 10.0  # given back while pending: EC2 never ran it
-    assert early.billed_s(1000.0) == 0.0
+    assert early.billed_s(1000.0, MIX.min_billed_s) == 0.0
     late = Node("l", asked_at=0.0, running_at=25.0, joined_at=200.0, delivering_at=215.0)
-    assert late.billed_s(1000.0) == 975.0
+    assert late.billed_s(1000.0, MIX.min_billed_s) == 975.0
 
 
 def test_a_node_asked_delivers_after_its_start_latency_and_the_autoscaler_replaces_a_reclaimed_one():
@@ -193,7 +193,9 @@ def test_make_simulate_prints_a_table_per_trace_and_refuses_bad_flags(capsys, tm
     monkeypatch.setattr(simulate, "BUILD", tmp_path)
     assert main(["--hours", "1", "--seeds", "2", "--traces", "curriculum"]) == 0
     out = capsys.readouterr().out
-    assert "Uncalibrated" in out and "trace curriculum: heavy augmentation for 75%, then light (1 h)" in out
+    assert "calibration on make bench-autopilot of 2026-11-27" in out
+    assert "NOT CALIBRATED" in out  # it misses checks today (tests/sim/test_calibration.py says which)
+    assert "trace curriculum: heavy augmentation for 75%, then light (1 h)" in out
     for policy in policies.POLICIES:
         assert f"\n  {policy} " in out
     assert "the autopilot against the best other (" in out
