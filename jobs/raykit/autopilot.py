@@ -120,6 +120,7 @@ class State:
                                                    # not pay), unless the wait grows past this share
     hold_s: float = 0.0              # how long the next such hold lasts (doubles on each)
     short_since: float | None = None  # since when fewer nodes are up than asked (a rise, or a node lost)
+    price_holds: int = 0             # measures above the target where no node more made an image cheaper
 
 
 MIN_SETTLED_STEPS = 3  # a measure rests on at least this many steps (every rank's)
@@ -253,6 +254,7 @@ def judged(settings: Settings, state: State, now: float, share: float, rate: flo
             if count > state.asked and pays(count):
                 held = f"; held to {count} (max_workers or the $/h ceiling)" if count < up and count == high else ""
                 return count, f"trainers wait {share:.0%} of each step (target {settings.target_wait_share:.0%}){held}"
+        state.price_holds += 1
         return state.asked, ""  # the time they would save is worth less than they cost
     if share < settings.slack_share and now - (state.changed_at or -math.inf) >= settings.cooldown_s * state.down_backoff:
         fewer = state.rates.get(joined - 1)
@@ -481,6 +483,7 @@ class Pilot(threading.Thread):
                 "min_nodes": self.settings.min_nodes, "max_nodes": self.settings.max_nodes,
                 "mean_wait_share": sum(shares) / len(shares) if shares else None,
                 "changes": self.state.reasons, "given_up": self.state.given_up, "drained": self.drained,
+                "price_holds": self.state.price_holds,
                 "budget_refreshes": self.budget_refreshes, "timeline": self.timeline, "errors": self.errors[-5:]}
 
 

@@ -113,7 +113,19 @@ def autopilot_text(report: dict) -> str:
             f"({report['min_nodes']}-{report['max_nodes']} allowed), {len(report['changes'])} change(s); "
             f"trainers waited {'?' if mean is None else f'{mean:.0%}'} of each step on average "
             f"(target {report['target_wait_share']:.0%})"
-            + (f"; {report['given_up']} node(s) never joined" if report["given_up"] else ""))
+            + (f"; {report['given_up']} node(s) never joined" if report["given_up"] else "")
+            + price_note(report))
+
+
+def price_note(report: dict) -> str:
+    """Where the trainers waited well above the target because no node more would have
+    made an image cheaper (the price gate held): cheapest per image is not fastest."""
+    mean, target = report["mean_wait_share"], report["target_wait_share"]
+    if not report.get("price_holds") or mean is None or mean < max(2 * target, target + 0.1):
+        return ""
+    return (f"; above the target because one node more would not have made an image cheaper "
+            f"({report['price_holds']} poll(s)): the cheapest image is not the fastest run; for "
+            "speed at any price, raise the preprocess type's min_workers")
 
 
 def bill_text(node_seconds: dict, run_bill: dict | None) -> str:

@@ -486,6 +486,24 @@ def test_the_summary_row_says_what_it_held_and_the_wait():
                                       "trainers waited 6% of each step on average (target 10%)")
 
 
+def test_a_wait_far_above_the_target_held_by_the_price_gate_is_said_in_the_summary():
+    """At AWS prices the gate holds 2 nodes at a 20% wait (a third would not make an image
+    cheaper): the run's summary says why it stayed above the target, and what buys speed."""
+    state = State(asked=2, changed_at=0.0)
+    for t in range(120, 400, 5):
+        decide(AWS, state, float(t), (0.20, 104.0), 2)
+    assert state.asked == 2 and state.price_holds > 0
+    report = {"node_type": "cpu_worker", "min_nodes": 1, "max_nodes": 4, "target_wait_share": 0.1,
+              "mean_wait_share": 0.20, "changes": [], "given_up": 0, "price_holds": state.price_holds,
+              "timeline": [{"preprocess_nodes": 2}]}
+    assert autopilot_text(report).endswith(
+        f"; above the target because one node more would not have made an image cheaper ({state.price_holds} "
+        "poll(s)): the cheapest image is not the fastest run; for speed at any price, raise the preprocess "
+        "type's min_workers")
+    assert "cheaper" not in autopilot_text(report | {"mean_wait_share": 0.15})  # near the target: not said
+    assert "cheaper" not in autopilot_text(report | {"price_holds": 0})
+
+
 def test_a_kept_summary_with_an_autopilot_timeline_gets_its_chart(tmp_path, capsys):
     """The summary the kit keeps on this machine, and beside it a PNG of the nodes and the
     wait over time (scripts/core/charts.py); a summary without a timeline gets none."""
