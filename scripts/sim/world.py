@@ -22,6 +22,8 @@ The model, and what it leaves out (docs/autopilot.md, "The simulator"):
   launcher's setup and `ray start` (join), then its first task's import (delivering):
   start latency D = ask -> first batch, lognormal around its median. Given back: it stops
   delivering at once (drained) and is gone `removal_s` later; billed to then.
+- On one host (the local cluster; `shared_host_slowdown`), each node at work takes a share
+  of the trainer's rate: its cores are the trainer's neighbours. 0 on a cloud.
 - Spot: each node is interrupted at `spot_per_hour` (a Poisson rate), with EC2's
   2-minute notice, drained at once and gone at the notice's end; whoever still wants the
   node asks for another (Ray's autoscaler keeps the count: min_workers or a request).
@@ -81,6 +83,10 @@ class Mix:
     noise: float = 0.10               # per-second spread of a node's supply
     buffer_images: float = 128.0      # the feed's prefetch and Ray Data's queue
     min_billed_s: float = 60.0        # EC2's per-second billing: 60 s at least per instance start
+    # the trainer's rate lost per preprocess node at work (delivering, or starting: its
+    # processes and imports): 0 on a cloud, where a node is a machine of its own; on one
+    # host (the local cluster) the nodes' cores are the trainer's neighbours
+    shared_host_slowdown: float = 0.0
 
 
 @dataclass
@@ -235,7 +241,8 @@ class World:
             self.blocked_since = None
             self.advance(TICK_S)
         else:
-            want = phase.trainer_images_per_s * TICK_S
+            working = sum(1 for n in self.nodes if n.leaving_at is None and n.joined_at <= t)
+            want = phase.trainer_images_per_s * max(0.0, 1.0 - m.shared_host_slowdown * working) * TICK_S
             have = self.buffer + made_max
             took = min(want, have)
             made = min(made_max, took + m.buffer_images - self.buffer)

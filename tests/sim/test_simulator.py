@@ -40,6 +40,16 @@ def test_a_fixed_mix_short_of_supply_waits_its_shortfall_and_bills_its_nodes():
     assert out.usd == pytest.approx((1.0 + 0.7) * out.wall_s / 3600, rel=0.01)  # the start node: from t = 0
 
 
+def test_on_one_host_each_node_at_work_takes_its_share_of_the_trainers_rate():
+    import dataclasses
+
+    fed = steady(600, 100.0, 0.01)  # supply far above the trainer's: it never waits
+    alone = run(fed, MIX, policies.Fixed("min"), seed=1)
+    shared = run(fed, dataclasses.replace(MIX, shared_host_slowdown=0.1), policies.Fixed("min"), seed=1)
+    assert shared.wall_s == pytest.approx(alone.wall_s / (1 - 0.1 * MIX.min_nodes), rel=0.02)
+    assert shared.wait_s == pytest.approx(alone.wait_s, abs=2)  # slower, not waiting longer: the trainer itself is slower
+
+
 def test_a_node_is_billed_from_running_with_ec2s_minute_minimum_and_pending_is_free():
     node = Node("n", asked_at=0.0, running_at=25.0, joined_at=200.0, delivering_at=215.0)
     node.gone_at = 40.0
