@@ -487,7 +487,12 @@ class Pilot(threading.Thread):
                 "budget_refreshes": self.budget_refreshes, "timeline": self.timeline, "errors": self.errors[-5:]}
 
 
-_last_report: dict | None = None
+@dataclass
+class Steered:
+    """What steering() hands the job: the Pilot while it steers (None where none does),
+    and once the block is left, its report for the summary (summary.summarize's autopilot)."""
+    pilot: "Pilot | None" = None
+    report: dict | None = None
 
 
 @contextmanager
@@ -495,12 +500,16 @@ def steering():
     """Around trainer.fit(): the autopilot steers while it runs, where the kit turned it
     on (RAYKIT_AUTOPILOT); otherwise nothing. It reads the step log the kit's entrypoint
     started (entry.py: the stall watch runs there, for every job); run without the kit, it
-    starts one and the stall watch itself (RAYKIT_STALL_S, stall.py). The autopilot's
-    report goes into the job's summary. Yields the Pilot (None where none steers)."""
-    global _last_report
+    starts one and the stall watch itself (RAYKIT_STALL_S, stall.py). Yields a Steered,
+    whose report the job passes its summary:
+
+        with autopilot.steering() as steered:
+            result = trainer.fit()
+        summary.summarize(..., autopilot=steered.report)"""
     found, stall_limit = settings_from_env(), stall.limit_from_env()
+    steered = Steered()
     if found is None and stall_limit is None:
-        yield None
+        yield steered
         return
     import ray
 
@@ -508,7 +517,7 @@ def steering():
     own = os.environ.get(contract.ENTRY_WATCHES_ENV) != "1"
     log = steps.start_step_log()  # the entrypoint's, where it started it first
     watch = stall.Watch(stall_limit, log) if stall_limit and own else None
-    pilot = Pilot(*found, log) if found else None
+    pilot = steered.pilot = Pilot(*found, log) if found else None
     if pilot:
         settings = pilot.settings
         print(f"autopilot: steering {pilot.node_type} between {settings.min_nodes} and {settings.max_nodes} "
@@ -517,17 +526,12 @@ def steering():
     if watch:
         watch.start()
     try:
-        yield pilot
+        yield steered
     finally:
         if watch:
             watch.stop()
         if pilot:
             pilot.stop()
-            _last_report = pilot.report()
+            steered.report = pilot.report()
         if own:
             ray.kill(log)
-
-
-def last_report() -> dict | None:
-    """The report of this process's last steering (None: none steered)."""
-    return _last_report

@@ -1,14 +1,17 @@
-"""Bottleneck diagnosis in plain words, from figures the job measured.
+"""Bottleneck diagnosis in plain words, from figures the job measured: the one place a
+run's bottleneck is decided (verdict.py prices it; nothing rewrites it).
 
 Pure arithmetic (unit tested): is the trainer waiting for data, and if so is it the CPU
-count (how many more preprocessing CPUs, and nodes of the CPU worker type, would feed it)
-or the pipeline itself (the CPUs suffice on paper, yet batches come late); if not, is its
-GPU the limit, or the host side that drives it. Each verdict's remedy follows from the
-same figures that chose it, so the text never asks for 0 more nodes, and never contradicts
-`make plan` reading the same summary.
+count (how many more preprocessing CPUs, and nodes of the CPU worker type, would feed it),
+the network (the CPU workers' images reach the train nodes about as fast as their links
+carry them) or the pipeline itself (the CPUs suffice on paper, yet batches come late); if
+not, is its GPU the limit, or the host side that drives it. Each verdict's remedy follows
+from the same figures that chose it, so the text never asks for 0 more nodes, and never
+contradicts `make plan` reading the same summary.
 """
 
 import math
+from dataclasses import dataclass
 
 DATA_BOUND_WAIT_FRACTION = 0.10  # the trainer idles >10% of each step waiting for data
 # A trainer that never waits for data yet keeps its GPU busy less than half the time (NVML)
@@ -23,8 +26,41 @@ SHORT_RUN_STEPS = 30
 # a slow start), not a steady shortfall.
 STALL_SHARE = 0.5
 
-VERDICTS = ("data-bound", "pipeline-bound", "data-bound-unmeasured", "trainer-host-bound",
-            "not-data-bound", "compute-bound")
+# The network is the cause where the images the CPU workers preprocessed reach the train
+# nodes at this share or more of the train nodes' baseline bandwidth: more CPUs then add
+# nothing (`make plan` caps them there too)
+NETWORK_BOUND_SHARE = 0.8
+
+VERDICTS = ("data-bound", "pipeline-bound", "data-bound-unmeasured", "network-bound",
+            "trainer-host-bound", "not-data-bound", "compute-bound")
+
+
+@dataclass(frozen=True)
+class Network:
+    """What crossed the train nodes' links: the run's images/s, the share of them
+    preprocessed on other nodes, the images/s those links carry at the images' size."""
+    images_per_s: float
+    remote_share: float
+    carried_images_per_s: float
+    bytes_per_image: float
+
+    @property
+    def full(self) -> bool:
+        return self.images_per_s * self.remote_share >= NETWORK_BOUND_SHARE * self.carried_images_per_s
+
+
+def network_of(images_per_s: float, node_types: dict[str, str], trainer_nodes: list[str],
+               preprocessed: dict[str, int], bytes_per_image: float | None,
+               network_gbps: dict[str, float]) -> Network | None:
+    """node_types: {node ip: its type}; trainer_nodes: the ips that train; preprocessed:
+    {node ip: images it preprocessed}; network_gbps: each type's baseline Gbit/s (the kit
+    passes it). None where the links' bandwidth or the images' size is unknown."""
+    total = sum(preprocessed.values())
+    remote = sum(n for ip, n in preprocessed.items() if ip not in trainer_nodes) / total if total else 0.0
+    link = sum(network_gbps.get(node_types.get(ip, ""), 0.0) for ip in trainer_nodes)
+    if not link or not bytes_per_image:
+        return None
+    return Network(images_per_s, remote, link * 1e9 / 8 / bytes_per_image, bytes_per_image)
 
 
 def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, images_per_step: int,
@@ -32,7 +68,8 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
              worker_type: str | None, cpus_per_worker: float, gpu_busy: float | None = None,
              on_gpu: bool = False, steps: int | None = None,
              max_wait_s: float | None = None, train_type: str | None = None,
-             steps_needed: int | None = None, host_cores: int | None = None) -> dict:
+             steps_needed: int | None = None, host_cores: int | None = None,
+             network: Network | None = None) -> dict:
     """mean_step_s: wall time per step (wait + compute); mean_compute_s: the trainer's
     compute per step had it the hardware to itself (GPU: wall time; CPU: its CPU time);
     preprocess_s_per_image: CPU seconds one preprocessing CPU spends per image (0: no stage
@@ -45,7 +82,8 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
     nodes), for a remedy that names it; steps_needed: where the run was too short to leave
     its start-up's stock (steady.py), the steps a run needs to show its steady flow;
     host_cores: the cores of the one machine every node shares (a local cluster), None
-    where the nodes are machines of their own."""
+    where the nodes are machines of their own; network: what crossed the train nodes'
+    links (network_of), None where unknown."""
     wait_fraction = mean_wait_s / mean_step_s if mean_step_s > 0 else 0.0
     compute_s = max(mean_compute_s, 1e-9)
     demand = images_per_step / compute_s            # images/s the trainer could consume
@@ -118,6 +156,14 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
     elif steps_needed:
         text += (f" (The run was too short to leave its start-up's stock: run at least "
                  f"{steps_needed} steps to measure the steady flow.)")
+    if waiting and network and network.full:
+        # the CPUs or the pipeline would be blamed, but the link is full: no CPUs to ask for
+        verdict = "network-bound"
+        text = (f"NETWORK-BOUND: the trainer waits for data {wait_fraction:.0%} of each step, and its CPU "
+                f"workers' images reach it about as fast as the train node's link carries them "
+                f"(~{network.carried_images_per_s:.0f} images/s of {network.bytes_per_image:,.0f} bytes): "
+                "more CPU workers would not help. Ship fewer bytes an image (uint8, smaller crops), "
+                "preprocess on the train node, or train on a type with more bandwidth (`make plan`).")
     if verdict != "data-bound":  # the remedy is not more CPUs: the figures say none to add
         more_cpus = more_nodes = 0
     surplus_nodes = 0
@@ -144,6 +190,7 @@ def diagnose(*, mean_step_s: float, mean_wait_s: float, mean_compute_s: float, i
         "surplus_worker_nodes": surplus_nodes,
         "worker_type": worker_type,
         "host_cores": host_cores,
+        "network_images_per_s": network.carried_images_per_s if network else None,
         "text": text,
     }
 

@@ -1,9 +1,60 @@
-"""What Ray's own state says of a run, read in the driver: by the summary, the nodes lost
-(dead without a drain) or preempted (drained on a spot notice), each node's type, and the
-preprocessing tasks Ray ran again; by the autopilot, whether the preprocessing produces yet."""
+"""What Ray's own state says of a run, read in the driver: once after trainer.fit(), the
+facts the summary assembles (run_facts: each node's type and each type's node-seconds,
+the nodes lost or preempted, the preprocessing tasks Ray ran again); while it runs, for
+the autopilot, whether the preprocessing produces yet."""
 
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What Ray's state says of a run, read once after trainer.fit() (run_facts)."""
+    node_types: dict[str, str]          # every node's type by address
+    node_seconds: dict[str, float]      # each type's node-seconds while the run ran
+    preempted_nodes: list[str]          # of the start's, drained on a spot notice and gone
+    lost_nodes: list[str]               # of the start's (not preempted), gone without a drain
+    retried_preprocessing_tasks: int | None  # None: the state API did not answer
+
+
+def run_facts(shape: dict, fit_began: float) -> RunFacts:
+    """Ray's facts about the run, each read once (the summary's only Ray calls)."""
+    import ray
+
+    preempted = preempted_nodes(shape["nodes"])
+    return RunFacts(
+        node_types=node_types(shape["nodes"]), node_seconds=node_seconds(fit_began),
+        preempted_nodes=preempted,
+        lost_nodes=lost_nodes({ip: node for ip, node in shape["nodes"].items()
+                               if ip not in preempted}),  # no need to probe those
+        retried_preprocessing_tasks=retried_tasks(ray.get_runtime_context().get_job_id()))
+
+
+def node_seconds(since_s: float, now_s: float | None = None, nodes=None) -> dict[str, float]:
+    """Seconds each node type's nodes were up between since_s and now, nodes that joined
+    or left meanwhile included: what the run held, node by node, as Ray's state API lists
+    them (it keeps dead nodes, with their end time). By the node's raykit-node-type label."""
+    from raykit.placement import NODE_TYPE
+
+    now_s = now_s or time.time()
+    if nodes is None:
+        from ray.util.state import list_nodes
+        try:
+            nodes = list_nodes(detail=True, limit=10_000, raise_on_missing_output=False)
+        except Exception as e:  # noqa: BLE001 (a summary without the bill beats no summary)
+            print(f"node time unknown: Ray's state API failed ({type(e).__name__})", flush=True)
+            return {}
+    totals: dict[str, float] = {}
+    for node in nodes:
+        start = (node.start_time_ms or 0) / 1000
+        end = (node.end_time_ms or 0) / 1000 or now_s  # 0: still alive
+        held = min(end, now_s) - max(start, since_s)
+        if start and held > 0:
+            kind = (node.labels or {}).get(NODE_TYPE) or "unlabelled"
+            totals[kind] = totals.get(kind, 0.0) + held
+    return {k: round(v, 1) for k, v in sorted(totals.items())}
 
 
 def lost_nodes(nodes: dict, timeout_s: float = 5) -> list[str]:

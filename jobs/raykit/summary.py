@@ -1,13 +1,20 @@
 """A job's summary, assembled from the measured figures (measure.py: rank 0's steps, every
 rank's preprocessing and train nodes), the cluster's shape (cluster.py), what Ray's state
-says of the run (ray_state.py: nodes lost or preempted, retried tasks), the bill
-(billing.py) and the diagnosis and verdict (diagnosis.py, verdict.py); report.py prints it.
-In the driver, after trainer.fit():
+says of the run (ray_state.run_facts: each node's type and node-seconds, nodes lost or
+preempted, retried tasks), the prices the kit passed (contract.NodePrices), the
+autopilot's report (autopilot.steering()) and the diagnosis, bill and verdict
+(diagnosis.py, billing.py, verdict.py); report.py prints it. In the driver, after
+trainer.fit():
 
-    s = summary.summarize("my_job", result.metrics, shape, workers=..., batch_size=32, wall_s=...)
+    with autopilot.steering() as steered:
+        result = trainer.fit()
+    s = summary.summarize("my_job", result.metrics, shape, workers=..., batch_size=32, wall_s=...,
+                          autopilot=steered.report)
     summary.emit(s)   # prints it, and the RESULT line the kit keeps in build/results/
 
-What `make submit` keeps in build/results/, and `make plan PROFILE=` and `make bench` read.
+summarize reads Ray and the environment once each, then assemble() builds the summary
+from those figures alone (pure: tested without Ray). What `make submit` keeps in
+build/results/, and `make plan PROFILE=` and `make bench` read.
 """
 
 import json
@@ -15,39 +22,73 @@ import os
 import time
 from pathlib import Path
 
-from raykit import autopilot, contract
-from raykit.billing import bill, node_seconds
-from raykit.diagnosis import diagnose
+from raykit import contract
+from raykit.billing import bill
+from raykit.contract import NodePrices
+from raykit.diagnosis import diagnose, network_of
 from raykit.measure import finite
-from raykit.ray_state import lost_nodes, node_types, preempted_nodes, retried_tasks
+from raykit.ray_state import RunFacts, run_facts
 from raykit.report import print_summary
 from raykit.verdict import priced_verdict
 
 
 def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size: int,
-              wall_s: float, extra: dict | None = None) -> dict:
+              wall_s: float, extra: dict | None = None, autopilot: dict | None = None) -> dict:
     """The job's summary from rank 0's metrics (TrainProfile.metrics) and the cluster's
-    shape: what print_summary prints and `make plan PROFILE=` reads."""
-    import ray
-
-    images_per_step = batch_size * workers
-    preempted = preempted_nodes(shape["nodes"])
-    types = node_types(shape["nodes"])
-    mean_step = metrics["mean_step_s"] or float("nan")
+    shape: Ray's facts about the run and the kit's prices read here, once; autopilot: the
+    report steering() handed the job (None where none steered)."""
     fit_began = time.time() - wall_s
-    held = node_seconds(fit_began)  # what the run held, node type by node type
+    return assemble(metrics, shape, run_facts(shape, fit_began), prices_passed(), autopilot,
+                    job=job, workers=workers, batch_size=batch_size, wall_s=wall_s,
+                    fit_began=fit_began, extra=extra)
+
+
+def prices_passed() -> NodePrices | None:
+    """The prices the kit passed the job (RAYKIT_NODE_PRICES), parsed once a run; None
+    where it passed none, or something that is not the kit's (said in one line)."""
+    try:
+        return contract.node_prices()
+    except ValueError as e:
+        print(f"job's cost unknown: {e}", flush=True)
+        return None
+
+
+def assemble(metrics: dict, shape: dict, facts: RunFacts, prices: NodePrices | None,
+             pilot: dict | None, *, job: str, workers: int, batch_size: int, wall_s: float,
+             fit_began: float, extra: dict | None = None) -> dict:
+    """The summary from the run's figures alone: what print_summary prints and `make
+    plan PROFILE=` reads. fit_began: when trainer.fit() was called (epoch seconds)."""
+    images_per_step = batch_size * workers
+    mean_step = metrics["mean_step_s"] or float("nan")
     run = metrics.get("steady") or {}
     # the diagnosis judges the steady flow where the run reached it: the start-up's stock
     # feeds a trainer at its own pace, whatever the preprocessing delivers
     judged_step = run.get("steady_step_s") or metrics["mean_step_s"]
     judged_wait = run["steady_wait_s"] if run.get("steady") else metrics["mean_data_wait_s"]
-    return with_verdict({
+    ranks = metrics.get("ranks") or []
+    trains = {ip: {"type": facts.node_types.get(ip)} | node for ip, node in train_nodes(ranks, batch_size).items()}
+    images_per_s = images_per_step / mean_step
+    judged_rate = run.get("steady_images_per_s") or images_per_s
+    network = network_of(judged_rate, facts.node_types, list(trains) or [metrics.get("trainer_node")],
+                         metrics.get("preprocess_nodes") or {}, metrics.get("bytes_per_image"),
+                         prices.network_gbps if prices else {})
+    diagnosis = diagnose(
+        mean_step_s=judged_step, mean_wait_s=judged_wait,
+        max_wait_s=metrics["max_data_wait_s"], steps=metrics["steps"],
+        mean_compute_s=metrics["mean_trainer_compute_s"], images_per_step=images_per_step,
+        preprocess_s_per_image=metrics["preprocess_s_per_image"],
+        preprocess_cpus=shape["preprocess_cpus"], worker_type=shape["worker_type"],
+        cpus_per_worker=shape["cpus_per_worker"], gpu_busy=metrics["gpu_utilization"],
+        on_gpu=str(metrics["device"]).startswith("cuda"), train_type=shape.get("train_type"),
+        steps_needed=None if run.get("steady", True) else run.get("steps_needed"),
+        host_cores=shape["host_cores"], network=network)
+    return {
         "job": job, "workers": workers, "batch_size": batch_size, **(extra or {}),
         **{k: metrics.get(k) for k in ("steps", "restarts", "resumed_from_step", "device", "gpu_model",
                                        "trainer_node", "warmup_s", "mean_step_s",
                                        "mean_data_wait_s", "max_data_wait_s",
                                        "preprocess_nodes", "final_loss")},
-        "images_per_s": images_per_step / mean_step,
+        "images_per_s": images_per_s,
         # the start-up, the stock and the steady flow (steady.py); the first step also from
         # trainer.fit()'s call, which adds Ray Train's controller and workers' start
         "steady": run or None,
@@ -74,57 +115,28 @@ def summarize(job: str, metrics: dict, shape: dict, *, workers: int, batch_size:
         "trainer_utilization_source": "nvml" if metrics["gpu_utilization"] is not None else "busy share",
         # each train node's workers: their wait and throughput (DDP steps in lockstep, so
         # a node that waits more holds every rank back), and whether the replicas agree
-        "train_nodes": {ip: {"type": types.get(ip)} | node for ip, node
-                        in train_nodes(metrics.get("ranks") or [], batch_size).items()},
-        "node_types": types,
-        "ranks_in_sync": ranks_in_sync(metrics.get("ranks") or []),
+        "train_nodes": trains,
+        "node_types": facts.node_types,
+        "ranks_in_sync": ranks_in_sync(ranks),
         "cpu_use_by_node_type": cpu_use_by_node_type(shape["nodes"], metrics),
         "preprocess_cpus": shape["preprocess_cpus"],
         "preprocess_shares_trainer_cpus": shape["preprocess_shares_trainer_cpus"],
         "host_cores": shape["host_cores"],  # a local cluster's machine; None on a cloud
         "wall_s": wall_s,
         # each node type's node-seconds while the run ran, priced with what the kit passed
-        "node_seconds": held,
-        "bill": bill(held, os.environ.get(contract.NODE_PRICES_ENV, "")),
-        "autopilot": autopilot.last_report(),  # None where none steered
+        "node_seconds": facts.node_seconds,
+        "bill": bill(facts.node_seconds, prices),
+        "autopilot": pilot,  # None where none steered
         # nodes that left during the run, drained on a spot notice or lost; Ray Data re-ran
         # the preprocessing they took with them elsewhere (the retried tasks)
-        "preempted_nodes": preempted,
-        "lost_nodes": lost_nodes({ip: node for ip, node in shape["nodes"].items()
-                                  if ip not in preempted}),  # no need to probe those
-        "retried_preprocessing_tasks": retried_tasks(ray.get_runtime_context().get_job_id()),
-        "diagnosis": diagnose(
-            mean_step_s=judged_step, mean_wait_s=judged_wait,
-            max_wait_s=metrics["max_data_wait_s"], steps=metrics["steps"],
-            mean_compute_s=metrics["mean_trainer_compute_s"], images_per_step=images_per_step,
-            preprocess_s_per_image=metrics["preprocess_s_per_image"],
-            preprocess_cpus=shape["preprocess_cpus"], worker_type=shape["worker_type"],
-            cpus_per_worker=shape["cpus_per_worker"], gpu_busy=metrics["gpu_utilization"],
-            on_gpu=str(metrics["device"]).startswith("cuda"), train_type=shape.get("train_type"),
-            steps_needed=None if run.get("steady", True) else run.get("steps_needed"),
-            host_cores=shape["host_cores"]),
+        "preempted_nodes": facts.preempted_nodes,
+        "lost_nodes": facts.lost_nodes,
+        "retried_preprocessing_tasks": facts.retried_preprocessing_tasks,
+        "diagnosis": diagnosis,
         "warnings": warnings_of(metrics),
-    })
-
-
-def with_verdict(summary: dict) -> dict:
-    """The summary with its priced verdict (verdict.py): the stall, its cause, the workers
-    that would remove it, $ per million images now and with them."""
-    trainers = list(summary.get("train_nodes") or {}) or [summary.get("trainer_node")]
-    verdict = priced_verdict(
-        summary["diagnosis"], summary.get("steady_images_per_s") or summary["images_per_s"],
-        summary["node_types"], trainers,
-        summary.get("preprocess_nodes") or {}, summary.get("bytes_per_image"),
-        os.environ.get(contract.NODE_PRICES_ENV, ""))
-    diagnosis = summary["diagnosis"]
-    if verdict["cause"] == "network":  # the diagnosis must not ask for CPUs the link cannot carry
-        diagnosis = diagnosis | {"verdict": "network-bound", "add_cpus": 0, "add_worker_nodes": 0, "text": (
-            f"NETWORK-BOUND: the trainer waits for data {diagnosis['data_wait_fraction']:.0%} of each step, "
-            f"and its CPU workers' images reach it about as fast as the train node's link carries them "
-            f"(~{verdict['network_images_per_s']:.0f} images/s of {summary['bytes_per_image']:,.0f} bytes): "
-            "more CPU workers would not help. Ship fewer bytes an image (uint8, smaller crops), "
-            "preprocess on the train node, or train on a type with more bandwidth (`make plan`).")}
-    return summary | {"diagnosis": diagnosis, "verdict": verdict}
+        # the stall, its cause (the diagnosis's), the workers that would remove it, priced
+        "verdict": priced_verdict(diagnosis, judged_rate, facts.node_types, prices),
+    }
 
 
 def emit(summary: dict, results: str = "", headline: str = "") -> dict:

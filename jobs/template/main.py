@@ -242,7 +242,7 @@ def main(argv=None) -> int:
         dataset_config=DataConfig(datasets_to_split=["train"], execution_options=data_options),
         run_config=RunConfig(**run, logging_config=cluster.train_logging()))
     started = time.perf_counter()
-    with autopilot.steering():  # where the values file turns it on (autopilot:), nothing else
+    with autopilot.steering() as steered:  # where the values file turns it on (autopilot:), nothing else
         fitted = trainer.fit()
     outputs = checkpoint.outputs(fitted)
     if outputs["model"]:
@@ -250,7 +250,7 @@ def main(argv=None) -> int:
               f"{', '.join(classes[:10])}{', ...' if len(classes) > 10 else ''})", flush=True)
     result = summary.summarize(checkpoint.job_name(), fitted.metrics, shape, workers=workers,
                                batch_size=args.batch_size, wall_s=time.perf_counter() - started,
-                               extra={"outputs": outputs, "classes": classes,
+                               autopilot=steered.report, extra={"outputs": outputs, "classes": classes,
                                       "evaluation": fitted.metrics.get("evaluation") or {}})
     summary.emit(result, args.results)
     return 0

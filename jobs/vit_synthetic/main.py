@@ -247,7 +247,7 @@ def main(argv=None) -> int:
     )
     started = time.perf_counter()
     try:
-        with autopilot.steering():  # where the values file turns it on: CPU nodes sized from the data wait
+        with autopilot.steering() as steered:  # where the values file turns it on: CPU nodes sized from the data wait
             fitted = trainer.fit()
         metrics, outputs = fitted.metrics, checkpoint.outputs(fitted) if args.storage else None
     finally:
@@ -257,7 +257,7 @@ def main(argv=None) -> int:
         print(f"model saved in {outputs['model']}", flush=True)
     result = summary.summarize(
         "vit_synthetic", metrics, shape, workers=workers, batch_size=args.batch_size,
-        wall_s=time.perf_counter() - started,
+        wall_s=time.perf_counter() - started, autopilot=steered.report,
         extra={"model": model, "image_size": args.image_size, "blur_count": args.blur_count,
                "data": args.data, "phases": metrics.get("phases") or [], "outputs": outputs})
     summary.emit(result, args.results, headline=f"ViT-{model}")

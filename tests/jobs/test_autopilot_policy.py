@@ -366,12 +366,16 @@ from raykit import ray_state
 ray.init(num_cpus=1, logging_level="ERROR")
 job = ray.get_runtime_context().get_job_id()
 ray.get(ray.remote(lambda: 1).remote())  # a task of the job's own, no preprocessing
-time.sleep(2)  # task events reach the GCS on a 1 s flush
+from ray.util.state import list_tasks
+for _ in range(120):  # task events reach the GCS on a 1 s flush (later on a loaded machine)
+    if list_tasks(filters=[("job_id", "=", job), ("state", "=", "FINISHED")], timeout=10):
+        break
+    time.sleep(0.5)
 print("before", ray_state.preprocessing_produced(job))
 ray.data.DataContext.get_current().enable_progress_bars = False
 next(iter(ray.data.range(100, override_num_blocks=2).map_batches(lambda b: b).iter_batches()))
 seen = False
-for _ in range(20):
+for _ in range(120):
     seen = ray_state.preprocessing_produced(job)
     if seen:
         break

@@ -16,7 +16,8 @@ from scripts.job_env import job_env
 
 sys.path.insert(0, str(REPO / "jobs"))  # as a job imports it: `raykit`, shipped with every job
 from raykit import contract  # noqa: E402
-from raykit.billing import bill, node_seconds  # noqa: E402
+from raykit.billing import bill  # noqa: E402
+from raykit.ray_state import node_seconds  # noqa: E402
 from raykit.report import bill_text  # noqa: E402
 
 
@@ -35,7 +36,7 @@ def test_node_time_counts_only_the_run_and_nodes_that_came_and_went():
 
 
 def test_the_bill_prices_each_type_and_claims_no_total_with_one_unpriced():
-    prices = json.dumps({"usd_per_hour": {"head": 1.0, "cpu_worker": 0.5}, "basis": "as hetero"})
+    prices = contract.NodePrices({"head": 1.0, "cpu_worker": 0.5}, "as hetero")
     run = bill({"head": 3600.0, "cpu_worker": 7200.0}, prices)
     assert run["usd"] == pytest.approx(1.0 + 1.0) and run["unpriced"] == []
     assert bill_text({"head": 3600.0, "cpu_worker": 7200.0}, run).startswith(
@@ -46,10 +47,18 @@ def test_the_bill_prices_each_type_and_claims_no_total_with_one_unpriced():
     assert "no price for gpu_worker" in bill_text({"head": 60.0}, partial)
 
 
-@pytest.mark.parametrize("given", ["", "not json", '{"usd_per_hour": {"head": "a lot"}, "basis": "x"}',
+@pytest.mark.parametrize("given", ["not json", '{"usd_per_hour": {"head": "a lot"}, "basis": "x"}',
                                    '["a list"]', '{"basis": "no prices"}'])
-def test_prices_that_are_not_the_kits_give_no_bill_and_no_crash(given):
-    assert bill({"head": 60.0}, given) is None
+def test_prices_that_are_not_the_kits_give_no_bill_and_no_crash(given, monkeypatch, capsys):
+    """Parsed once a run (summary.prices_passed): one line, then no bill and no verdict's price."""
+    from raykit.summary import prices_passed
+
+    monkeypatch.setenv(contract.NODE_PRICES_ENV, given)
+    assert prices_passed() is None
+    assert capsys.readouterr().out.startswith("job's cost unknown: ")
+    monkeypatch.setenv(contract.NODE_PRICES_ENV, "")
+    assert prices_passed() is None and capsys.readouterr().out == ""  # none passed: nothing to say
+    assert bill({"head": 60.0}, None) is None
     assert "not priced" in bill_text({"head": 60.0}, None)
 
 

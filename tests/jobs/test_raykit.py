@@ -12,7 +12,7 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "jobs"))
 from raykit import measure  # noqa: E402
-from raykit.diagnosis import VERDICTS, diagnose  # noqa: E402
+from raykit.diagnosis import VERDICTS, Network, diagnose  # noqa: E402
 
 BATCHES, ROWS = 10, 8
 STAGES_MADE = []
@@ -144,19 +144,6 @@ def test_warm_up_flags_carry_through_chained_stages_and_a_run_of_first_batches_s
     # every batch was its process's first: the cost rests on them, and says it overstates
     assert figures["preprocess_cost_includes_warmup"] is True
     assert figures["preprocess_images_measured"] == ROWS
-
-
-def test_the_old_profile_module_still_offers_every_name():
-    from raykit import cluster, profile, summary
-
-    for name in ("measured", "TrainProfile", "report", "GpuUtilization", "finite", "NODE_COLUMN",
-                 "CPU_COLUMN"):
-        assert getattr(profile, name) is getattr(measure, name)
-    for name in ("cluster_shape", "check_shape", "configure_data", "train_logging"):
-        assert getattr(profile, name) is getattr(cluster, name)
-    for name in ("summarize", "emit", "print_summary", "lost_nodes", "preempted_nodes",
-                 "retried_tasks", "cpu_use_by_node_type", "warnings_of"):
-        assert getattr(profile, name) is getattr(summary, name)
 
 
 def test_a_raylet_is_lost_when_its_port_takes_no_connection():
@@ -322,6 +309,10 @@ def test_diagnosis_on_a_gpu_without_nvml_says_it_cannot_tell_instead_of_compute_
     assert diagnose(**args, gpu_busy=None)["verdict"] == "compute-bound"  # a CPU trainer
 
 
+# the train node's link carries 100 images/s, and every image crossed it at 1000 a second
+FULL_LINK = Network(images_per_s=1000.0, remote_share=1.0, carried_images_per_s=100.0, bytes_per_image=1e6)
+
+
 def test_no_verdict_disagrees_with_its_remedy_over_a_grid_of_figures():
     """Every combination of wait, compute, per-image cost, CPUs and GPU busy: each verdict
     is met, and none comes with a remedy its own figures contradict."""
@@ -331,13 +322,13 @@ def test_no_verdict_disagrees_with_its_remedy_over_a_grid_of_figures():
             for per_image in (0.0, 0.001, 0.01, 0.1):
                 for cpus in (1, 2, 16, 64):
                     for gpu in (None, 0.2, 0.9):
-                        for steps in (5, 200):
+                        for steps, network in ((5, None), (200, None), (200, FULL_LINK)):
                             d = diagnose(mean_step_s=wait + compute, mean_wait_s=wait,
                                          mean_compute_s=compute, images_per_step=32,
                                          preprocess_s_per_image=per_image, preprocess_cpus=cpus,
                                          worker_type="w", cpus_per_worker=4, gpu_busy=gpu,
                                          on_gpu=gpu is not None or compute == 1.0,
-                                         steps=steps, max_wait_s=wait)
+                                         steps=steps, max_wait_s=wait, network=network)
                             assert remedy_problems(d) == [], d
                             seen.add(d["verdict"])
     assert seen == set(VERDICTS)
