@@ -7,7 +7,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from scripts.build import build
+from jobs.raykit import contract
 from scripts.commands.checked import checked
 from scripts.commands.lifecycle import (
     dry_run,
@@ -20,8 +20,9 @@ from scripts.commands.lifecycle import (
 )
 from scripts.commands.outputs import head_only_warnings
 from scripts.core import state, submit
-from scripts.core.errors import KitError, not_running
-from scripts.core.inputs import flag, job_dir, job_id, job_requirements, parse_timeout, split_args
+from scripts.core.errors import KitError, not_running, short
+from scripts.core.inputs import (flag, job_dir, job_id, job_requirements, parse_timeout, split_args,
+                                 values_shown)
 from scripts.core.paths import JOB_LIBRARY, RESULTS
 from scripts.core.ray_cli import use_auth_in_this_process
 from scripts.core.signals import signals_deferred
@@ -81,7 +82,7 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
               detach: bool = False) -> tuple[int, dict | None]:
     """The job's exit code and summary (its RESULT line, None if it printed none).
     `env_vars`: the job's prices and autopilot settings where the caller built the values
-    (`make run`, a bench's variant); else read from the record's values file."""
+    (`make run`, a bench's variant); else what `make up` launched it with (launched_env)."""
     provider = PROVIDERS[record["provider"]]
     problem = job_args_problem(job, args)
     if problem:  # before anything is uploaded
@@ -96,7 +97,7 @@ def submit_to(record: dict, job: str, args: list[str], timeout: float | None,
     began = time.time()
     with provider.job_address(record) as (address, python, token):
         code, result = submit.submit(address, job, args, python, token, timeout_s=timeout,
-                                     env_vars=prices_for(record) if env_vars is None else env_vars,
+                                     env_vars=launched_env(record["cluster"]) if env_vars is None else env_vars,
                                      results_dir=RESULTS, verbose=verbose,
                                      job_packages=job_packages_of(provider, record),
                                      job_files=provider.JOB_FILES, detach=detach, cluster=record["cluster"])
@@ -112,15 +113,35 @@ def job_packages_of(provider, record: dict) -> JobPackages:
     return JobPackages.BAKED if record.get("job_packages") == "baked" else provider.JOB_PACKAGES
 
 
-def prices_for(record: dict) -> dict[str, str]:
-    """The job's environment entries from its values file: its nodes' prices (the summary
-    bills the run with them) and the autopilot's settings; none where the values file no
-    longer builds (its bill then says not priced, and no autopilot steers)."""
+# What each entry of the job's environment carries, in the words of the values file
+ENV_MEANING = {contract.NODE_PRICES_ENV: "the nodes' prices (instance types, disks, prices_as)",
+               contract.AUTOPILOT_ENV: "the autopilot's settings (autopilot:, the preprocess type's bounds)",
+               contract.STALL_ENV: "stall_minutes"}
+
+
+def launched_env(cluster: str) -> dict[str, str]:
+    """The job's environment: what `make up` launched the cluster with (its nodes' prices,
+    which the summary bills the run with, the autopilot's settings, the stall limit),
+    checked against the values file as it is now. An edit since that changes what the
+    job would see is refused, naming it (the cluster runs what was launched); a file that
+    no longer builds leaves the launched one in force, said. Without a record (a cluster
+    launched by an older kit), the file as it is now, its errors refused as validate's."""
+    launched = state.load_job_env(cluster)
     try:
-        built = build(record["cluster"])
-    except KitError:
-        return {}
-    return job_env(built)
+        now = job_env(checked(cluster))
+    except KitError as e:
+        if launched is None:
+            raise
+        print(f"note: {values_shown(cluster)} no longer builds ({short(str(e), 120)}); the job gets "
+              f"what '{cluster}' was launched with", flush=True)
+        return launched
+    if launched is None or now == launched:
+        return now
+    changed = sorted({ENV_MEANING.get(k, "the autopilot's switch for Ray Data's own autoscaler")
+                      for k in set(now) | set(launched) if now.get(k) != launched.get(k)})
+    raise KitError(f"{values_shown(cluster)} changed since `make up CLUSTER={cluster}` in what the job "
+                   f"would see: {'; '.join(changed)}; the cluster runs what was launched: undo the edit, "
+                   f"or `make down CLUSTER={cluster}` and `make up` again to launch the new one")
 
 
 @contextmanager

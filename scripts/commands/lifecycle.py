@@ -14,6 +14,7 @@ from scripts.core.errors import CapacityRefused, KitError, NoAccount
 from scripts.core.inputs import check_name, flag, values_file, values_shown
 from scripts.core.paths import BENCH, BUILD, LAUNCHED, RENDERED, RESULTS, RUNS
 from scripts.core.values import parse_yaml
+from scripts.job_env import job_env
 from scripts.pricing.cost import hourly_cost
 from scripts.providers import PROVIDERS, load_record
 
@@ -166,6 +167,9 @@ def launch(built) -> dict:
         print(f"launching '{built.cluster}' on {built.provider.NAME.upper()}: ~${cost[0]:.2f}/h "
               f"with min_workers, up to ~${cost[1]:.2f}/h at max_workers (on-demand list prices)",
               flush=True)
+    # what every job submitted to it will see: `make submit` passes this, not the values
+    # file as it is then (checked against it: an edit since is refused, not taken silently)
+    state.save_job_env(built.cluster, job_env(built))
     record = built.provider.up(built.cluster, built.text, built.values)
     print(f"cluster '{built.cluster}' is up", flush=True)
     return record

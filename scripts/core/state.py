@@ -1,7 +1,8 @@
-"""What the kit knows about clusters it launched: build/launched/<cluster>.{json,yaml}.
+"""What the kit knows about clusters it launched: build/launched/<cluster>.{json,yaml,env.json}.
 
-`up` writes the record (JSON) and the config it launched from (YAML) before anything
-starts, so that `down` always stops what runs even after the values file was edited or
+`up` writes the record (JSON), the config it launched from (YAML) and the job environment
+it launched with (.env.json: the nodes' prices, the autopilot's settings, the stall
+limit; `make submit` passes it to every job) before anything starts, so that `down` always stops what runs even after the values file was edited or
 broken, and so that `render`/`validate` never change a running cluster's config (they
 write build/clusters/, which nothing running reads). Records are validated on every read:
 a corrupt one is an error naming the fix, never a traceback. One lock per cluster keeps
@@ -31,6 +32,36 @@ def record_path(cluster: str) -> Path:
 
 def config_path(cluster: str) -> Path:
     return LAUNCHED / f"{cluster}.yaml"
+
+
+def job_env_path(cluster: str) -> Path:
+    return LAUNCHED / f"{cluster}.env.json"
+
+
+def save_job_env(cluster: str, env: dict[str, str]) -> None:
+    write_atomic(job_env_path(cluster), json.dumps(env, indent=2, sort_keys=True) + "\n")
+
+
+def load_job_env(cluster: str) -> dict[str, str] | None:
+    """The job environment `up` launched the cluster with; None where none was recorded
+    (a cluster launched by an older kit). One that is not the kit's is an error naming it."""
+    path = job_env_path(cluster)
+    if not os.path.lexists(path):
+        return None
+    try:
+        kind = path.lstat()
+        if not stat.S_ISREG(kind.st_mode) or kind.st_size > MAX_RECORD_BYTES:
+            raise ValueError("not a small regular file")
+        env = strict_json(path.read_bytes())
+    except (OSError, ValueError) as e:
+        env, problem = None, short(str(e), 80)
+    else:
+        problem = None if isinstance(env, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()) else "not names to texts"
+    if problem:
+        raise KitError(f"{path} is corrupt ({problem}); it is not the job environment the kit recorded: "
+                       f"delete it, and `make submit` uses the values file's as it is now")
+    return env
 
 
 def make_dir(path: Path) -> None:
@@ -66,6 +97,7 @@ def save(cluster: str, record: dict, config_text: str | None = None) -> None:
 def forget(cluster: str) -> None:
     record_path(cluster).unlink(missing_ok=True)
     config_path(cluster).unlink(missing_ok=True)
+    job_env_path(cluster).unlink(missing_ok=True)
 
 
 def load(cluster: str, record_schemas: dict[str, dict]) -> dict | None:
