@@ -1,5 +1,5 @@
 """One entrance: `make up` records the job environment it launched with (the nodes' prices,
-the autopilot's settings, the stall limit: build/launched/<cluster>.env.json), and `make
+the autopilot's settings, the stall limit: build/launched/job_env/<cluster>.json), and `make
 submit` passes that record, checked against the values file as it is now. An edit that
 changes what the job would see is refused in one line naming it; an edit the job does not
 see passes; a file that no longer builds leaves the launched environment in force (said).
@@ -32,7 +32,6 @@ def launched():
     """local_autopilot's mix, as `make up` would have recorded its job environment."""
     values = load_example("local_autopilot") | {"cluster_name": CLUSTER}
     write(values)
-    state.make_dir(state.job_env_path(CLUSTER).parent)
     state.save_job_env(CLUSTER, job_env(build(CLUSTER)))
     yield values
     state.forget(CLUSTER)
@@ -99,5 +98,11 @@ def test_a_file_that_no_longer_builds_leaves_the_launched_environment_in_force(l
 @pytest.mark.parametrize("text", ["{", "[1]", json.dumps({"RAYKIT_STALL_S": 5})])
 def test_a_recorded_environment_that_is_not_the_kits_is_one_error_line(launched, text):
     state.job_env_path(CLUSTER).write_text(text)
-    with pytest.raises(KitError, match=r"lenv.env.json is corrupt .*delete it"):
+    with pytest.raises(KitError, match=r"job_env/lenv.json is corrupt .*delete it"):
         jobs.launched_env(CLUSTER)
+
+
+def test_a_recorded_environment_is_no_record_of_a_cluster(launched):
+    """`make clean` and the twin check list clusters by their records: the environment
+    beside them is not one."""
+    assert CLUSTER not in state.launched_clusters() and f"{CLUSTER}.env" not in state.launched_clusters()

@@ -1,8 +1,9 @@
-"""What the kit knows about clusters it launched: build/launched/<cluster>.{json,yaml,env.json}.
+"""What the kit knows about clusters it launched: build/launched/<cluster>.{json,yaml} and
+build/launched/job_env/<cluster>.json.
 
 `up` writes the record (JSON), the config it launched from (YAML) and the job environment
-it launched with (.env.json: the nodes' prices, the autopilot's settings, the stall
-limit; `make submit` passes it to every job) before anything starts, so that `down` always stops what runs even after the values file was edited or
+it launched with (job_env/: the nodes' prices, the autopilot's settings, the stall limit;
+`make submit` passes it to every job) before anything starts, so that `down` always stops what runs even after the values file was edited or
 broken, and so that `render`/`validate` never change a running cluster's config (they
 write build/clusters/, which nothing running reads). Records are validated on every read:
 a corrupt one is an error naming the fix, never a traceback. One lock per cluster keeps
@@ -35,10 +36,11 @@ def config_path(cluster: str) -> Path:
 
 
 def job_env_path(cluster: str) -> Path:
-    return LAUNCHED / f"{cluster}.env.json"
+    return LAUNCHED / "job_env" / f"{cluster}.json"  # a folder of its own: a record is <cluster>.json
 
 
 def save_job_env(cluster: str, env: dict[str, str]) -> None:
+    make_dir(job_env_path(cluster).parent)
     write_atomic(job_env_path(cluster), json.dumps(env, indent=2, sort_keys=True) + "\n")
 
 
