@@ -52,7 +52,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from raykit import contract, gauges, ray_state, stall, steps
-from raykit.steps import images_per_s, wait_share  # noqa: F401 (the policy's measures)
+from raykit.rates import images_per_s, wait_share  # noqa: F401 (the policy's measures)
 
 SETTINGS_ENV = contract.AUTOPILOT_ENV  # set by the kit (scripts/pricing/cost.py's autopilot_env)
 POLL_S = float(os.environ.get("RAYKIT_AUTOPILOT_POLL_S") or 5)

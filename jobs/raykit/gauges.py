@@ -21,7 +21,7 @@ import os
 import time
 
 from raykit import contract, placement
-from raykit.steps import images_per_s, wait_share
+from raykit.rates import images_per_s, wait_share
 
 WINDOW_S = 30.0      # the step figures' window
 PUBLISH_EVERY_S = 1.0
