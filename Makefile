@@ -134,7 +134,7 @@ image: $(READY) ## build the container images a KubeRay CLUSTER names, jobs' pac
 cost: $(READY) ## CLUSTER's $/h per node type at min and max workers, EBS included, and totals
 	@$(KIT) cost
 
-prices: $(READY) ## an AWS CLUSTER's region's prices from AWS's price list (your credentials), for cost/plan/bench
+prices: $(READY) ## an AWS CLUSTER's region's list and spot prices from AWS (your credentials, free), for cost/plan/bench
 	@$(KIT) prices
 
 plan: $(READY) ## cheapest mix feeding the GPUs, from PROFILE=<job summary> or ARGS (see ARGS=--help)

@@ -1,6 +1,6 @@
 """The kit's command line; the Makefile calls it (`python -m scripts.kit COMMAND`). This file
 only dispatches: each command lives in scripts/commands/ with its group (lifecycle, jobs,
-day2, priceperf).
+outputs, images, container_image, day2, priceperf), as COMMANDS lists them.
 
   validate  every check on CLUSTER's values file and its rendered config; writes nothing
   render    the same checks, then write the config to build/clusters/<cluster>.yaml (AWS:
@@ -16,6 +16,8 @@ day2, priceperf).
   jobs      the jobs of CLUSTER: id, status, start, duration
   logs      a job's logs (ID=..., default the latest; FOLLOW=1 follows it)
   stop-job  stop the job ID=...
+  fetch     a job's run folder (checkpoints, final model, summary) into build/runs/<ID>/,
+            from S3, the head or the local folder
   dashboard the dashboard's URL (AWS: an SSH tunnel, KubeRay: kubectl port-forward, kept
             open until Ctrl-C)
   attach    a shell on the head (local: a shell aimed at the cluster)
@@ -29,8 +31,9 @@ day2, priceperf).
             Ray's images with the jobs' packages (Docker; DRY_RUN=1: only the commands)
   clean     remove build/, keeping the records of clusters that may be running
   cost      CLUSTER's $/h per node type at min and max workers, with EBS, and totals
-  prices    an AWS CLUSTER's region's on-demand prices, read from AWS's price list (your
-            credentials) into <values dir>/prices/aws-<region>.json, dated
+  prices    an AWS CLUSTER's region's on-demand prices (AWS's price list) and spot prices
+            in effect (EC2's spot price history), your credentials, into <values
+            dir>/prices/aws-<region>.json and aws-<region>-spot.json, dated
   plan      the cheapest mix that feeds the trainers, from PROFILE=<job summary> or ARGS
             (--gpu-instance, --trainer-images-per-s, --cpu-images-per-s; --json, --write NAME)
   bench     the ViT job on each of CLUSTERS in turn (up, job with ARGS, down), then one

@@ -37,7 +37,7 @@ beside it would be replaced at its next tick). The bundle is the type's own reso
 its requester, and Ray Data's budget is what is left, so a bundle of CPUs would keep Ray
 Data off the very nodes asked for it (measured: 6.4 images/s with three nodes, 13.7 with
 one). Ray Data's own cluster autoscaler is switched off meanwhile by the kit
-(scripts/pricing/cost.py's autopilot_env).
+(scripts/job_env.py's autopilot_env).
 Nodes given back are drained (give_back): their raylets exit once their work is done, and
 the cluster's autoscaler removes the machines.
 The kit passes the settings in RAYKIT_AUTOPILOT; without it, steering does nothing.
@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from raykit import contract, gauges, ray_state, stall, steps
 from raykit.rates import images_per_s, wait_share  # noqa: F401 (the policy's measures)
 
-SETTINGS_ENV = contract.AUTOPILOT_ENV  # set by the kit (scripts/pricing/cost.py's autopilot_env)
+SETTINGS_ENV = contract.AUTOPILOT_ENV  # set by the kit (scripts/job_env.py's autopilot_env)
 POLL_S = float(os.environ.get("RAYKIT_AUTOPILOT_POLL_S") or 5)
 REQUESTER = "raykit-autopilot"     # its name at Ray Data's AutoscalingCoordinator
 REQUEST_EXPIRES_S = 120            # re-sent every poll: a dead driver's request lapses

@@ -1,5 +1,5 @@
 """What a job learns from the kit, through its environment: each name, and each JSON
-shape, defined once here. The kit writes them (scripts/pricing/cost.py's job_env, and
+shape, defined once here. The kit writes them (scripts/job_env.py's job_env, and
 scripts/core/submit.py's quiet mode); raykit reads them through this module alone.
 
   RAYKIT_NODE_PRICES   {"usd_per_hour": {node type: $/h}, "network_gbps": {node type:

@@ -30,7 +30,7 @@ import time
 
 from raykit import contract
 
-STALL_ENV = contract.STALL_ENV  # set by the kit (scripts/pricing/cost.py's job_env)
+STALL_ENV = contract.STALL_ENV  # set by the kit (scripts/job_env.py's job_env)
 STALLED_EXIT = 3               # the job's exit code when stopped as stalled
 IDLE_PERCENT = 2               # a GPU this busy or less (NVML's utilization) is idle
 

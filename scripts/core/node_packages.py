@@ -1,6 +1,6 @@
 """The jobs' packages on a cluster's nodes: which ones, at which pins, and the commands
 that install them over a Ray image. One list for every place they are installed: AWS's
-setup commands, the images `make image` bakes (cluster_templates/images/Dockerfile.j2),
+setup commands, the images `make image` bakes (cluster_templates/Dockerfile.j2),
 and what a stock image lacks (Ray's images ship Ray and its own dependencies, no torch).
 
 The pins are requirements.txt's (the local cluster runs exactly those). A CPU-only node

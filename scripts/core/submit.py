@@ -159,7 +159,7 @@ def job_runtime_env(job: str, packages: list[str], job_packages: JobPackages,
     # Every log line, in full: Ray's dedup would fold a job's periodic progress lines.
     # RAY_TRAIN_ENABLE_PRINT_PATCH=0: Ray Train (V2) re-routes a training worker's print()
     # through its logger and also prints it, so every line of it reached the log twice.
-    # jobs/raykit (placement, profile) ships with every job: `import raykit` works there.
+    # jobs/raykit ships with every job: `import raykit` works there.
     # (uploaded even "in place": Ray unpacks a module once per node and never replaces it)
     folder = ({"working_dir": f"local://{job_dir(job)}"} if JobFiles(job_files) is JobFiles.IN_PLACE
               else {"working_dir": str(job_dir(job)), "excludes": EXCLUDES})

@@ -59,10 +59,6 @@ def raylet_pid(proc_dir: str = "/proc") -> int | None:
     return None
 
 
-def raylet_running(proc_dir: str = "/proc") -> bool:
-    return raylet_pid(proc_dir) is not None
-
-
 def heartbeat_age(pid: int, path: str, proc_dir: str = "/proc", now=time.time) -> float | None:
     """Seconds since the watchdog last touched `path` inside the container of process
     `pid` (its root as /proc shows it); None where there is no such file yet."""

@@ -1,7 +1,8 @@
-"""The providers a cluster can run on, one module each, all with the same small interface.
+"""The providers a cluster can run on, one package each (scripts/providers/<name>/), all
+with the same small interface.
 
 A values file names its provider (`provider: aws`); the kit looks it up here and calls
-only what `Provider` lists. Adding a provider is one module here, one template
+only what `Provider` lists. Adding a provider is one package here, one template
 (cluster_templates/<name>.yaml.j2) and one schema (cluster_templates/schema/<name>.schema.yaml).
 An unknown provider is an error, never a fallback.
 """

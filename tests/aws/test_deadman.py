@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 from scripts.providers.aws import render as aws_render
 from scripts.build import build
-from scripts.node.deadman import CANNOT_LOOK, heartbeat_age, raylet_pid, raylet_running, should_power_off, watch
+from scripts.node.deadman import CANNOT_LOOK, heartbeat_age, raylet_pid, should_power_off, watch
 
 GRACE_S, IDLE_S = 45 * 60, 10 * 60
 
@@ -108,9 +108,9 @@ def test_raylet_is_found_by_its_process_name(tmp_path):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "comm").write_text(name + "\n")
     (tmp_path / "self").mkdir()
-    assert raylet_running(str(tmp_path)) and raylet_pid(str(tmp_path)) == 4242
+    assert raylet_pid(str(tmp_path)) == 4242
     (tmp_path / "4242" / "comm").write_text("raylet_monitor\n")
-    assert not raylet_running(str(tmp_path))
+    assert raylet_pid(str(tmp_path)) is None
     assert raylet_pid(str(tmp_path / "absent")) == CANNOT_LOOK  # cannot look: never power off blind
 
 
