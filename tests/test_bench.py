@@ -15,6 +15,7 @@ import yaml
 
 from conftest import REPO, load_example, make
 from jobs.raykit import contract
+from jobs.raykit.contract import run_summary
 from scripts import kit
 from scripts.build import build, build_text
 from scripts.core.errors import KitError
@@ -104,7 +105,7 @@ def test_a_local_mix_is_priced_as_the_aws_mix_it_stands_for_with_its_own_counts(
     assert usd == pytest.approx(aws_prices.hourly_cost(one_core)[0])
     whole = dict(aws, workers={"cpu_worker": dict(worker, min_workers=1)})
     assert aws_prices.hourly_cost(whole)[0] - usd == pytest.approx(
-        aws_prices.worker_usd_per_hour(worker, "us-east-1") * 15 / 16)
+        aws_prices.worker_usd_per_hour(worker, aws["aws"]) * 15 / 16)
     assert cost.priced(build("local_single"))[1] == pytest.approx(aws_prices.hourly_cost(build("single").values)[0])
     unpriced = dict(load_example("local_single"), prices_as=None)
     with pytest.raises(KitError, match="sets no prices_as"):
@@ -112,10 +113,10 @@ def test_a_local_mix_is_priced_as_the_aws_mix_it_stands_for_with_its_own_counts(
 
 
 def test_the_planners_prediction_needs_dedicated_preprocessing_cpus():
-    profile = {"diagnosis": {"trainer_images_per_s": 30.0, "preprocess_images_per_s_per_cpu": 12.0}}
-    fed = {"preprocess_cpus": 4, "preprocess_shares_trainer_cpus": False}
-    starved = {"preprocess_cpus": 1, "preprocess_shares_trainer_cpus": False}
-    shared = {"preprocess_cpus": 2, "preprocess_shares_trainer_cpus": True}
+    profile = run_summary({"diagnosis": {"trainer_images_per_s": 30.0, "preprocess_images_per_s_per_cpu": 12.0}})
+    fed = run_summary({"preprocess_cpus": 4, "preprocess_shares_trainer_cpus": False})
+    starved = run_summary({"preprocess_cpus": 1, "preprocess_shares_trainer_cpus": False})
+    shared = run_summary({"preprocess_cpus": 2, "preprocess_shares_trainer_cpus": True})
     assert bench.predicted(profile, fed) == 30.0       # the trainer bounds it
     assert bench.predicted(profile, starved) == 12.0   # one CPU bounds it
     assert bench.predicted(profile, shared) is None    # the model does not apply
@@ -207,12 +208,12 @@ def test_a_row_reports_the_steady_state_or_says_it_is_too_short():
     """make bench's row from a summary: the steady state's step, wait and rate where the run
     reached it (the stock's faster steps left out), else no rate and the steps needed."""
     summary = STEADY_SUMMARY
-    row = bench.measured_row("mix", 1.0, summary, None)
+    row = bench.measured_row("mix", 1.0, run_summary(summary), None)
     assert (row["mean_step_s"], row["data_wait_share"], row["images_per_s"]) == (0.5, 0.4, 32.0)
     assert row["steady"] is True and row["steps_needed"] is None
     assert (row["first_step_s"], row["ramp_s"]) == (9.5, 1.5)
     short = summary | {"steady": {"steady": False, "steps_needed": 57, "first_step_s": 30.0, "ramp_s": None}}
-    too_short = bench.measured_row("short mix", 1.0, short, None)
+    too_short = bench.measured_row("short mix", 1.0, run_summary(short), None)
     assert too_short["images_per_s"] is None and too_short["steps_needed"] == 57
     assert too_short["mean_step_s"] == 0.3  # the whole run's, said not to be steady
     rows = bench.completed([row, too_short])
@@ -340,7 +341,7 @@ def test_bench_autopilots_table_prices_a_million_images_and_each_phases_wait():
                "autopilot": {"timeline": timeline},
                "phases": [{"load": "light", "steps": [1, 10], "wait_share": 0.02, "images_per_s": 45.0},
                           {"load": "heavy", "steps": [11, 30], "wait_share": 0.31, "images_per_s": 30.0}]}
-    row = bench_autopilot.measured("autopilot", summary, "cpu_worker", "1-3")
+    row = bench_autopilot.measured("autopilot", run_summary(summary), "cpu_worker", "1-3")
     assert row["usd_per_1k_images"] == pytest.approx(0.048 / 480 * 1000)
     assert row["usd_per_million_images"] == pytest.approx(0.048 / 480 * 1e6)
     # the ramp counts: the first step (20 s, the pipeline's fill) as waiting

@@ -83,6 +83,7 @@ def assemble(metrics: dict, shape: dict, facts: RunFacts, prices: NodePrices | N
         steps_needed=None if run.get("steady", True) else run.get("steps_needed"),
         host_cores=shape["host_cores"], network=network)
     return {
+        "summary_version": contract.SUMMARY_VERSION,  # the shape contract.run_summary reads
         "job": job, "workers": workers, "batch_size": batch_size, **(extra or {}),
         **{k: metrics.get(k) for k in ("steps", "restarts", "resumed_from_step", "device", "gpu_model",
                                        "trainer_node", "warmup_s", "mean_step_s",

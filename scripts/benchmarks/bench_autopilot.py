@@ -32,6 +32,7 @@ import sys
 
 import yaml
 
+from jobs.raykit.contract import RunSummary
 from scripts.build import build_text
 from scripts.commands.checked import checked
 from scripts.commands.jobs import run_once
@@ -39,6 +40,7 @@ from scripts.core import charts, roles
 from scripts.core.errors import KitError, command_exit
 from scripts.core.inputs import OneLineParser, check_name, json_text, split_args
 from scripts.core.paths import BENCH
+from scripts.core.results import summary_of
 from scripts.kit import raise_keyboard_interrupt
 from scripts.pricing.bench_table import new_run_dir
 from scripts.core.tables import cell, text_table
@@ -63,30 +65,27 @@ def variant(values: dict, row: str) -> dict:
     return values
 
 
-def whole_run_wait_share(summary: dict) -> float | None:
+def whole_run_wait_share(summary: RunSummary) -> float | None:
     """The trainers' wait over the whole run, ramp included: the first step (the pipeline's
     fill, which the summary's means leave out) counted as waiting."""
-    steps, first = summary.get("steps") or 0, summary.get("warmup_s") or 0.0
-    rest = max(0, steps - 1)
-    total = summary["mean_step_s"] * rest + first if summary.get("mean_step_s") is not None else 0
-    return (summary["mean_data_wait_s"] * rest + first) / total if total > 0 else None
+    rest, first = max(0, summary.steps - 1), summary.warmup_s
+    total = summary.mean_step_s * rest + first if summary.mean_step_s is not None else 0
+    return (summary.mean_data_wait_s * rest + first) / total if total > 0 else None
 
 
-def measured(row: str, summary: dict, kind: str, bounds: str) -> dict:
-    images = (summary.get("steps") or 0) * summary["batch_size"] * summary["workers"]  # all ranks' trained images
-    usd = (summary.get("bill") or {}).get("usd")
-    phases = summary.get("phases") or []
-    return {"row": row, "policy": row, "preprocess_nodes": bounds, "wall_s": summary["wall_s"],
-            "images_per_s": summary["images_per_s"], "data_wait_fraction": summary["data_wait_fraction"],
+def measured(row: str, summary: RunSummary, kind: str, bounds: str) -> dict:
+    images, usd, phases = summary.images, summary.usd, summary.phases  # all ranks' trained images
+    return {"row": row, "policy": row, "preprocess_nodes": bounds, "wall_s": summary.wall_s,
+            "images_per_s": summary.images_per_s, "data_wait_fraction": summary.data_wait_fraction,
             "phases": phases,
             "phase_wait_shares": " ".join(f"{p['load']} {p['wait_share']:.0%}" for p in phases
                                           if p.get("wait_share") is not None),
             "mean_wait_share": whole_run_wait_share(summary),
-            "preprocess_node_s": (summary.get("node_seconds") or {}).get(kind),
-            "node_seconds": summary.get("node_seconds") or {},
+            "preprocess_node_s": summary.node_seconds.get(kind),
+            "node_seconds": summary.node_seconds,
             "usd": usd, "usd_per_1k_images": usd / images * 1000 if usd is not None and images else None,
             "usd_per_million_images": usd / images * 1e6 if usd is not None and images else None,
-            "timeline": (summary.get("autopilot") or {}).get("timeline") or []}
+            "timeline": (summary.autopilot or {}).get("timeline") or []}
 
 
 def table(rows: list[dict]) -> list[str]:
@@ -130,8 +129,9 @@ def run(a) -> int:
         code, summary = run_once(built, "vit_synthetic", split_args(a.args), None)
         if code != 0 or summary is None:
             raise KitError(f"bench-autopilot: the {row} run failed (exit {code}); its log is above")
+        summary = summary_of(summary, f"the {row} run's summary")
         rows.append(measured(row, summary, kind, bounds))
-        reports[row] = summary.get("autopilot")
+        reports[row] = summary.autopilot
     out = new_run_dir(BENCH, "-autopilot")
     (out / "rows.json").write_text(json_text({"cluster": cluster, "args": a.args, "rows": rows,
                                               "autopilot": reports.get("autopilot")}) + "\n")

@@ -17,6 +17,7 @@ from scripts.commands.checked import checked
 from scripts.commands.jobs import running_or_started, submit_to
 from scripts.core.errors import KitError, command_exit
 from scripts.core.inputs import OneLineParser, check_name, split_args
+from scripts.core.results import summary_of
 from scripts.kit import raise_keyboard_interrupt
 
 CASES = {"224px": "--blur-count 1", "64px": "--blur-count 1 --image-size 64"}
@@ -45,15 +46,15 @@ def run(args) -> int:
             if code != 0 or summary is None:
                 raise KitError(f"bench-wait: the {name} run failed (exit {code}); its log "
                                "is above")
-            summaries[name] = summary
+            summaries[name] = summary_of(summary, f"the {name} run's summary")
     print(f"\ntrainer's data wait with one blur on '{args.cluster}' "
           f"(targets: < {TARGET_WAIT_FRACTION:.0%} of each step, longest < {TARGET_MAX_WAIT_S:g} s)")
     for name, s in summaries.items():
-        ok = (s["data_wait_fraction"] < TARGET_WAIT_FRACTION
-              and s["max_data_wait_s"] < TARGET_MAX_WAIT_S)
-        print(f"  {name:6} step {s['mean_step_s']:.3f} s, waiting {s['mean_data_wait_s']:.4f} s "
-              f"= {s['data_wait_fraction']:.1%}, longest wait {s['max_data_wait_s']:.3f} s, "
-              f"{s['images_per_s']:.1f} images/s  {'met' if ok else 'NOT met'}")
+        ok = (s.data_wait_fraction < TARGET_WAIT_FRACTION
+              and s.max_data_wait_s < TARGET_MAX_WAIT_S)
+        print(f"  {name:6} step {s.mean_step_s:.3f} s, waiting {s.mean_data_wait_s:.4f} s "
+              f"= {s.data_wait_fraction:.1%}, longest wait {s.max_data_wait_s:.3f} s, "
+              f"{s.images_per_s:.1f} images/s  {'met' if ok else 'NOT met'}")
     return 0
 
 

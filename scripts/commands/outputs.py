@@ -8,9 +8,11 @@ outputs live only on a head it is about to end."""
 import shutil
 from pathlib import Path, PurePosixPath
 
+from jobs.raykit.contract import RunSummary
 from scripts.core.errors import KitError, short
 from scripts.core.inputs import job_id, shown, strict_json
 from scripts.core.paths import RESULTS, RUNS
+from scripts.core.results import readable, summary_of
 from scripts.core.state import make_dir
 from scripts.core.submit import JobFiles
 from scripts.providers import PROVIDERS, load_record
@@ -54,9 +56,8 @@ def kept_result(submission_id: str) -> dict:
 
 def run_folder(submission_id: str) -> str:
     """Where job `submission_id` left its run's folder, from the summary the kit kept."""
-    outputs = kept_result(submission_id)["result"].get("outputs")
-    folder = outputs.get("run_folder") if isinstance(outputs, dict) else None
-    if not isinstance(folder, str) or not (folder.startswith("/") or folder.startswith("s3://")) \
+    folder = summary_of(kept_result(submission_id), f"ID={submission_id}'s kept summary").run_folder
+    if folder is None or not (folder.startswith("/") or folder.startswith("s3://")) \
             or ".." in PurePosixPath(folder).parts:
         raise KitError(f"job {submission_id} kept no run folder (a job that saves through "
                        "raykit.checkpoint names one; the ViT job only with --storage)")
@@ -101,10 +102,12 @@ def head_only_warnings(cluster: str, provider, kept_since: float | None = None) 
             continue
         try:
             kept = strict_json(path.read_text())
-            folder = kept["result"]["outputs"]["run_folder"]
-        except (ValueError, KeyError, TypeError, OSError):
+        except (ValueError, OSError):
             continue
-        if kept.get("cluster") == cluster and isinstance(folder, str) and folder.startswith("/") \
+        if not isinstance(kept, dict):
+            continue
+        folder = (readable(kept) or RunSummary()).run_folder
+        if kept.get("cluster") == cluster and folder is not None and folder.startswith("/") \
                 and not (RUNS / path.stem).exists():
             lines.append(f"warning: job {path.stem}'s model and checkpoints are only on the head "
                          f"({short(folder)}): `make fetch ID={path.stem} CLUSTER={cluster}` before `make down` "

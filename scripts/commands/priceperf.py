@@ -12,6 +12,7 @@ from scripts.core.errors import KitError
 from scripts.core.inputs import (available_clusters, check_name, flag, json_text, parse_timeout,
                                  shown, split_args)
 from scripts.core.paths import BENCH, VALUES_DIRS
+from scripts.core.results import summary_of
 from scripts.pricing import bench_table as bench
 from scripts.pricing import elastic_bench
 from scripts.pricing import planner
@@ -155,6 +156,7 @@ def cmd_bench(a) -> int:
                 if code != 0 or summary is None:
                     raise KitError(f"bench: the ViT job failed on '{built.cluster}' (exit {code}); "
                                    "its log is above")
+                summary = summary_of(summary, f"the ViT job's summary on '{built.cluster}'")
                 profile = profile or summary
                 measured.append(bench.measured_row(name, usd_per_hour, summary, profile))
         except (KitError, KeyboardInterrupt):  # a failed run, Ctrl-C: the rows measured stay

@@ -19,10 +19,12 @@ import time
 import uuid
 from pathlib import Path
 
+from jobs.raykit.contract import RunSummary
 from scripts.core import charts
 from scripts.core.errors import KitError, short
 from scripts.core.inputs import job_dir, job_requirements, json_text, shown, strict_json
 from scripts.core.paths import JOB_LIBRARY
+from scripts.core.results import readable
 from scripts.core.ray_cli import use_auth_in_this_process
 from scripts.core.state import write_atomic
 from scripts.node.autostop import JOB_LIMIT_KEY
@@ -144,8 +146,9 @@ def submit(address: str, job: str, args: list[str], python: str, auth_token: str
         result = None  # the job printed no summary (it failed early, or prints none)
     if results_dir is not None and result is not None:
         keep_result(results_dir, submission_id, job, args, code, result, cluster)
-    if isinstance(result, dict) and result.get("status") == "stalled":
-        print(f"job {submission_id} stalled: {short(str(result.get('reason')), 200)[1:-1]}; "
+    said = readable(result)
+    if said and said.status == "stalled":
+        print(f"job {submission_id} stalled: {short(str(said.reason), 200)[1:-1]}; "
               f"stopped by the values file's stall_minutes; its logs: make logs ID={submission_id}",
               flush=True)
     return code, result
@@ -206,7 +209,7 @@ def keep_result(results_dir: Path, submission_id: str, job: str, args: list[str]
     write_atomic(path, json_text({"submission_id": submission_id, "job": job, "args": args, "cluster": cluster,
                                   "exit_code": code, "result": result}) + "\n", 0o644)
     print(f"summary kept in {shown(path)}", flush=True)
-    report = result.get("autopilot") if isinstance(result, dict) else None
+    report = (readable(result) or RunSummary()).autopilot
     if report and report.get("timeline"):
         chart = path.with_name(f"{submission_id}.autopilot.png")
         try:

@@ -34,6 +34,7 @@ import re
 import time
 from pathlib import Path
 
+from jobs.raykit.contract import RunSummary
 from scripts.core.errors import KitError, short
 from scripts.core.inputs import check_name, json_text, read_json
 from scripts.core.state import make_dir
@@ -66,35 +67,32 @@ def cluster_names(text: str) -> list[str]:
     return names
 
 
-def measured_row(name: str, usd_per_hour: float, summary: dict, profile: dict | None) -> dict:
+def measured_row(name: str, usd_per_hour: float, summary: RunSummary, profile: RunSummary | None) -> dict:
     """A row from the job's summary (its RESULT line); `profile` is the first row's
     summary, whose measured rates predict this mix's images/s. The steady state's figures
     where the run reached it; otherwise no rate, and the steps a run would need."""
-    run = summary.get("steady") or {}
-    steady = bool(run.get("steady"))
+    steady = summary.reached_steady
     return {
         "name": name,
         "usd_per_hour": usd_per_hour,
-        "mean_step_s": run["steady_step_s"] if steady else summary["mean_step_s"],
-        "data_wait_share": run["steady_wait_share"] if steady else summary["data_wait_fraction"],
-        "trainer_utilization": summary["trainer_utilization"],
-        "cpu_utilization": {node_type: use["utilization"]
-                            for node_type, use in summary["cpu_use_by_node_type"].items()},
-        "images_per_s": run["steady_images_per_s"] if steady else None,
+        "mean_step_s": summary.steady_step_s if steady else summary.mean_step_s,
+        "data_wait_share": summary.steady_wait_share if steady else summary.data_wait_fraction,
+        "trainer_utilization": summary.trainer_utilization,
+        "cpu_utilization": summary.cpu_utilization,
+        "images_per_s": summary.steady_images_per_s if steady else None,
         "predicted_images_per_s": predicted(profile or summary, summary),
         "steady": steady,
-        "steps_needed": None if steady else run.get("steps_needed"),
-        "first_step_s": run.get("first_step_s"),
-        "ramp_s": run.get("ramp_s"),
+        "steps_needed": None if steady else summary.steps_needed,
+        "first_step_s": summary.first_step_s,
+        "ramp_s": summary.ramp_s,
     }
 
 
-def predicted(profile: dict, summary: dict) -> float | None:
-    if summary["preprocess_shares_trainer_cpus"]:
+def predicted(profile: RunSummary, summary: RunSummary) -> float | None:
+    if summary.preprocess_shares_trainer_cpus:
         return None
-    rates = profile["diagnosis"]
-    return predicted_images_per_s(rates["trainer_images_per_s"],
-                                  rates["preprocess_images_per_s_per_cpu"], summary["preprocess_cpus"])
+    return predicted_images_per_s(profile.trainer_images_per_s, profile.preprocess_images_per_s_per_cpu,
+                                  summary.preprocess_cpus)
 
 
 def completed(rows: list[dict]) -> list[dict]:

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from scripts import catalog
 from scripts.core.errors import KitError, short
 from scripts.core.inputs import OneLineParser, read_json
+from scripts.core.results import summary_of
 from scripts.pricing.formulas import usd_per_million_images
 from scripts.core.tables import text_table
 
@@ -241,14 +242,14 @@ def timeline_points(summary: dict, path_text: str) -> list[dict]:
     count of the steered type's nodes, the median images/s of the timeline's windows that
     count held throughout, while the trainers waited for data. vCPUs are Ray's CPUs of
     those nodes (the planner's preprocess vCPUs: the AWS template offers Ray exactly those)."""
-    result = summary.get("result", summary)
-    report = result.get("autopilot") if isinstance(result, dict) else None
     where = f"ARGS: --points {short(path_text)}"
+    s = summary_of(summary, where)
+    report = s.autopilot
     if not isinstance(report, dict) or not isinstance(report.get("timeline"), list):
         raise KitError(f"{where}: a summary with no autopilot timeline; pass the summary of a run "
                        "on a values file with an autopilot: block, or a list of points")
     node_type = report.get("node_type")
-    use = (result.get("cpu_use_by_node_type") or {}).get(node_type) if isinstance(node_type, str) else None
+    use = s.cpu_use_by_node_type.get(node_type) if isinstance(node_type, str) else None
     try:
         cores_per_node = float(use["cores"]) / int(use["nodes"])
         window = float(report.get("window_s", 30.0))
@@ -462,22 +463,19 @@ def read_profile(path_text: str) -> dict:
     {"trainer_images_per_s": ..., "preprocess_images_per_s_per_cpu": ...}."""
     data = read_json("PROFILE", path_text, "pass a job summary such as "
                      "build/results/<submission id>.json", MAX_PROFILE_BYTES)
-    kept = {}  # the summary's own keys the diagnosis lacks: what the trainer ran on, its images' size
-    for key in ("result", "diagnosis"):  # build/results/ -> the job's summary -> its diagnosis
-        if isinstance(data, dict) and isinstance(data.get(key), dict):
-            kept |= {k: data[k] for k in SUMMARY_KEYS if data.get(k) is not None}
-            data = data[key]
-    if isinstance(data, dict):
-        data = kept | data
+    if isinstance(data, dict) and any(isinstance(data.get(k), dict) for k in ("result", "diagnosis")):
+        s = summary_of(data, f"PROFILE={short(path_text)}")  # build/results/<id>.json, or a summary
+        data = {k: v for k, v in (("bytes_per_image", s.bytes_per_image), ("device", s.device),
+                                  ("gpu_model", s.gpu_model), ("model", s.model)) if v is not None}
+        if s.diagnosis.keys() >= {"trainer_images_per_s", "preprocess_images_per_s_per_cpu"}:
+            data |= {"trainer_images_per_s": s.trainer_images_per_s,
+                     "preprocess_images_per_s_per_cpu": s.preprocess_images_per_s_per_cpu}
     if not isinstance(data, dict) or not {"trainer_images_per_s",
                                           "preprocess_images_per_s_per_cpu"} <= data.keys():
         raise KitError(f"PROFILE={short(path_text)}: no trainer_images_per_s and "
                        "preprocess_images_per_s_per_cpu in it; pass the summary of a "
                        "vit_synthetic run (build/results/), or give both figures in ARGS")
     return data
-
-
-SUMMARY_KEYS = ("bytes_per_image", "device", "gpu_model", "model")
 
 
 def trainer_warning(found: dict, gpu: str, from_args: bool) -> str | None:

@@ -88,3 +88,32 @@ def test_the_summary_is_assembled_from_the_runs_figures_without_ray():
     assert data["train_nodes"] == {"10.0.0.1": {"type": "head", "workers": 2, "mean_step_s": 0.5,
                                                 "mean_data_wait_s": 0.3, "images_per_s": 64.0}}
     assert data["first_step_after_fit_s"] == 10.0 and data["images_per_s"] == 64.0
+
+
+def test_the_kit_reads_the_summary_back_through_one_typed_loader():
+    """contract.run_summary: the RESULT line's shape, versioned; the kit's benches, planner
+    and `make submit` read a summary's figures from it, never by key."""
+    sys.path.insert(0, str(REPO / "jobs"))
+    from raykit.contract import SUMMARY_VERSION, RunSummary, run_summary
+
+    written = assembled({"data": (metrics(0.3, 1000), PILOT)})["data"]
+    s = run_summary({"submission_id": "raysubmit_1", "result": written})  # as build/results/ keeps it
+    assert s.version == SUMMARY_VERSION == written["summary_version"]
+    assert (s.steps, s.workers, s.batch_size, s.images) == (200, 2, 16, 6400)
+    assert s.mean_step_s == 0.5 and s.data_wait_fraction == 0.6 and s.usd == written["bill"]["usd"]
+    assert s.reached_steady and s.steady_images_per_s == 64.0 and s.trainer_images_per_s == 160.0
+    assert s.autopilot == PILOT and s.cpu_use_by_node_type == written["cpu_use_by_node_type"]
+    older = {k: v for k, v in written.items() if k != "summary_version"}
+    assert run_summary(older).version == 0 and run_summary(older).steps == 200  # an older job's line
+    assert run_summary({"status": "stalled", "reason": "no step for 30 min", "steps": 3}).status == "stalled"
+    assert run_summary({}) == RunSummary()
+    for bad, said in (({"summary_version": SUMMARY_VERSION + 1}, "newer than this kit reads"),
+                      ({"steps": "many"}, "steps: \"many\" is not a whole number"),
+                      ({"mean_step_s": True}, "mean_step_s: true is not a number"),
+                      ({"autopilot": [1]}, "autopilot: [1] is not an object"), ([], "a JSON object")):
+        try:
+            run_summary(bad)
+        except ValueError as e:
+            assert said in str(e), (bad, e)
+        else:
+            raise AssertionError(f"{bad} was read")
