@@ -933,7 +933,7 @@ def test_what_the_kit_writes_as_json_it_reads_back(tmp_path):
 
 def test_a_jobs_summary_is_standard_json():
     sys.path.insert(0, str(REPO / "jobs"))
-    from raykit.profile import finite
+    from raykit.contract import finite
 
     assert json.dumps(finite({"d": {"rate": float("inf")}, "x": [float("nan"), 2.0]}),
                       allow_nan=False) == '{"d": {"rate": null}, "x": [null, 2.0]}'

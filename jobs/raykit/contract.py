@@ -58,6 +58,20 @@ def node_prices(text: str | None = None) -> NodePrices | None:
         raise ValueError(f"{NODE_PRICES_ENV} is not the kit's prices") from e
 
 
+def finite(value):
+    """`value` with each non-finite number (a rate over a time measured as zero, say) as
+    None: JSON has no Infinity, and the kit reads every JSON strictly. The one definition:
+    a job's summary and metrics (summary.emit, measure.report) and the kit's own files
+    (scripts/core/inputs.py's json_text) go through it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 # --- the RESULT line, as the kit reads it back ------------------------------------------
 SUMMARY_VERSION = 1  # summary.assemble writes it; a line without one is an older job's (0)
 

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from raykit import steps as step_log
+from raykit.contract import finite
 from raykit.steady import steady_state, stock_steps
 
 NODE_COLUMN = "node"
@@ -383,18 +384,3 @@ class GpuUtilization:
         self.stopped.set()
         self.thread.join()
         return sum(self.samples) / len(self.samples) / 100 if self.samples else None
-
-
-def finite(value):
-    """The summary with each non-finite number (a rate over a time measured as zero, say)
-    as None: JSON has no Infinity, and `make plan PROFILE=` reads the summary strictly.
-    (The job runs on the cluster without the kit; the kit's json_text does the same.)"""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value
-
-

@@ -24,9 +24,8 @@ from pathlib import Path
 
 from raykit import contract
 from raykit.billing import bill
-from raykit.contract import NodePrices
+from raykit.contract import NodePrices, finite
 from raykit.diagnosis import diagnose, network_of
-from raykit.measure import finite
 from raykit.ray_state import RunFacts, run_facts
 from raykit.report import print_summary
 from raykit.verdict import priced_verdict

@@ -15,6 +15,7 @@ import re
 import shlex
 from pathlib import Path
 
+from jobs.raykit.contract import finite
 from scripts.core.errors import KitError, short
 from scripts.core.paths import JOB_DIRS, REPO, VALUES_DIRS
 
@@ -172,15 +173,7 @@ def job_id(text: str) -> str:
 def json_text(value, indent: int | None = 2) -> str:
     """JSON as the kit writes it: standard JSON only. A non-finite number (a rate over a
     time measured as zero) becomes null, so that every file the kit writes reads back
-    through read_json, which refuses NaN and Infinity."""
-    def finite(v):
-        if isinstance(v, float) and not math.isfinite(v):
-            return None
-        if isinstance(v, dict):
-            return {k: finite(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [finite(x) for x in v]
-        return v
+    through read_json, which refuses NaN and Infinity (contract.finite: one definition)."""
     return json.dumps(finite(value), indent=indent, allow_nan=False)
 
 

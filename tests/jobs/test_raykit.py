@@ -1,6 +1,6 @@
 """jobs/raykit, the library shipped with every job: the measuring (a process's warm-up left
 out of the preprocessing cost), the diagnosis (every verdict with a remedy its own figures
-give), and the old `from raykit import profile` names."""
+give), the placement and the data settings."""
 
 import sys
 import time
