@@ -18,7 +18,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests import lanes, network_guard  # noqa: E402
+from tests.harness import lanes, network_guard  # noqa: E402
 
 # Dummy credentials for every test: a real ~/.aws profile must never be picked up.
 for key, value in {
@@ -187,7 +187,7 @@ def shared_local_cluster(tmp_path_factory):
     """One `make up CLUSTER=local` for the tests that only submit to it and read it
     (test_adaptdl_mnist, test_local_cluster, test_own_job, test_vit_synthetic): (env,
     record); `make down` and the check that nothing is left come at the end of the session.
-    `make test-cluster` runs its tests in a lane of their own (tests/lanes.py); in any
+    `make test-cluster` runs its tests in a lane of their own (tests/harness/lanes.py); in any
     other run they come last (pytest_collection_modifyitems), so it never idles beside
     the clusters the other tests start one at a time."""
     with local_cluster_up(tmp_path_factory.mktemp("shared-build")) as up:
@@ -219,13 +219,13 @@ def publish_dlami(ec2, release: str = "20261020") -> str:
 
 def pytest_addoption(parser):
     parser.addoption("--lane", choices=lanes.LANES,
-                     help="only this lane's tests (tests/lanes.py): `make test-cluster` runs both side by side")
+                     help="only this lane's tests (tests/harness/lanes.py): `make test-cluster` runs both side by side")
 
 
 def pytest_collection_modifyitems(session, config, items):
     """Every test that runs a local cluster is marked `cluster` (the slow ones, those on
     the shared cluster, and those marked by hand); the shared local cluster's tests run
-    last, and in each lane the `alone` tests first (tests/lanes.py), otherwise in their
+    last, and in each lane the `alone` tests first (tests/harness/lanes.py), otherwise in their
     modules' order (a stable sort). With --lane, only that lane's."""
     for item in items:
         if "slow" in item.keywords or lanes.lane_of(item) == "shared":
@@ -241,7 +241,7 @@ LANE = None  # this run's lane (--lane, read in pytest_configure), where `make t
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """In `make test-cluster`'s two lanes, each test takes its lane's turn (tests/lanes.py)
+    """In `make test-cluster`'s two lanes, each test takes its lane's turn (tests/harness/lanes.py)
     for the whole of its run, the fixtures it sets up or tears down included (a module's
     or the session's cluster): an `alone` test runs with the other lane paused, and keeps
     the turn for the lane's next test if that is `alone` too."""
@@ -265,7 +265,7 @@ def pytest_configure(config):
         "markers", "slow: runs a real cluster for a minute or more (chaos, autostop, bench); "
         "CI runs them, `pytest -m 'not slow'` skips them")
     # `make test` runs the tests that are not `cluster` on two processes side by side
-    # (pytest-xdist), then the `cluster` ones in two lanes (tests/lanes.py): those on the
+    # (pytest-xdist), then the `cluster` ones in two lanes (tests/harness/lanes.py): those on the
     # shared local cluster, and the others, each lane one test at a time.
     config.addinivalue_line(
         "markers", "cluster: starts or uses a local Ray cluster (every slow test is one); "

@@ -110,7 +110,9 @@ def test_the_launcher_install_is_the_requirements_launcher_block_without_torch(t
     assert {"ray", "boto3", "jinja2", "pyyaml"} <= names and not names & {"torch", "torchvision", "timm", "moto"}
     full = (REPO / "requirements.txt").read_text()
     assert all(line in full for line in block.splitlines())  # the same pins, one file
-    ready = {m.group(1) for m in re.finditer(r"^([a-z-]+): \$\(READY\) ##", makefile, re.M)}
-    stamped = {m.group(1) for m in re.finditer(r"^([a-z-]+): \$\(STAMP\) ##", makefile, re.M)}
+    rules = makefile + (REPO / "tests" / "test.mk").read_text()  # the test targets: included
+    assert "include tests/test.mk" in makefile
+    ready = {m.group(1) for m in re.finditer(r"^([a-z-]+): \$\(READY\) ##", rules, re.M)}
+    stamped = {m.group(1) for m in re.finditer(r"^([a-z-]+): \$\(STAMP\) ##", rules, re.M)}
     assert {"validate", "up", "down", "submit", "fetch", "plan", "cost"} <= ready
     assert {"demo", "run", "bench", "test", "test-changed"} <= stamped

@@ -1,4 +1,4 @@
-"""The cluster phase's lanes (tests/lanes.py): an `alone` test waits for the other lane's
+"""The cluster phase's lanes (tests/harness/lanes.py): an `alone` test waits for the other lane's
 test under way, and the other lane starts nothing new meanwhile. Real processes and real
 flock locks; the order is read from what each process wrote."""
 
@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from tests import lanes
+from tests.harness import lanes
 
 TAKER = """
 import sys, time
 from pathlib import Path
-from tests import lanes
+from tests.harness import lanes
 name, alone, log, release = sys.argv[1], sys.argv[2] == "alone", Path(sys.argv[3]), Path(sys.argv[4])
 with lanes.turn(alone=alone):
     with log.open("a") as f:
@@ -91,7 +91,7 @@ def test_shared_turns_run_side_by_side(tmp_path, taker):
 KEEPER = """
 import sys, time
 from pathlib import Path
-from tests import lanes
+from tests.harness import lanes
 log, release, release2 = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 
 def say(line):
@@ -187,8 +187,8 @@ def test_ran():
 def test_a_test_s_wait_for_its_turn_is_reported_apart_from_its_time(tmp_path, taker):
     """The kit's conftest, in a pytest run in a lane: the other lane's `alone` test holds
     the turn for ~1.5 s; the first test's JUnit time leaves the wait out, its property and
-    the slowest tests' list (tests/timing.py) give it."""
-    from tests import timing
+    the slowest tests' list (tests/harness/timing.py) give it."""
+    from tests.harness import timing
 
     lock, release = tmp_path / "lanes", tmp_path / "release"
     other = taker("x", True, tmp_path, lock, str(release))

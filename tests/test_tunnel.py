@@ -84,7 +84,7 @@ runner.run(None if remote != "-" else "true", port_forward=None if remote == "-"
 
 @pytest.fixture
 def sshd_server(tmp_path):
-    from tests import ssh_testbed
+    from tests.harness import ssh_testbed
 
     why = ssh_testbed.why_unavailable()
     if why:

@@ -57,9 +57,9 @@ def stand_in_autoscaler(endpoint: str, stop: threading.Event) -> None:
 def test_make_up_submit_status_and_down_on_aws(moto_server, standin_head, tmp_path):
     """The tunnel to the head (`make dashboard`, `make submit`) runs Ray's `ray dashboard`
     and the real OpenSSH client it starts, with Ray's ControlPersist master, against a real
-    sshd on loopback (tests/ssh_testbed.py): the kit once refused that master's listener
+    sshd on loopback (tests/harness/ssh_testbed.py): the kit once refused that master's listener
     as another program's on every Linux client."""
-    from tests import ssh_testbed
+    from tests.harness import ssh_testbed
 
     why = ssh_testbed.why_unavailable()
     if why:

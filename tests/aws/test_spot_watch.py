@@ -6,7 +6,7 @@ import datetime
 import yaml
 
 from conftest import REPO, load_example
-from imds_standin import Imds
+from tests.harness.imds_standin import Imds
 from scripts.node import spot_watch
 from scripts.build import build, build_text
 

@@ -14,7 +14,7 @@ import numpy
 import pytest
 
 from conftest import REPO
-from imds_standin import Imds
+from tests.harness.imds_standin import Imds
 
 COMPAT_DIR = REPO / "jobs" / "adaptdl_mnist"
 sys.path.insert(0, str(COMPAT_DIR))

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import REPO, adaptdl_replica_dirs, kept_summary, make, processes_of, report
-from faults import finish, kill, start_job, the_one_running
+from tests.harness.faults import finish, kill, start_job, the_one_running
 
 JOB_DIR = REPO / "jobs" / "adaptdl_mnist"
 

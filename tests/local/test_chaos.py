@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from conftest import REPO, local_cluster_up, make, processes_of, report
-from faults import finish, kill, start_job
-from imds_standin import Imds
+from tests.harness.faults import finish, kill, start_job
+from tests.harness.imds_standin import Imds
 from scripts.core.ray_cli import ray_env
 
 HEAD_IP = "127.0.0.2"

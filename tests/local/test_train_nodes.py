@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from conftest import REPO, local_cluster_up, report
-from faults import finish, kill
+from tests.harness.faults import finish, kill
 from test_chaos import raylet_trees
 
 CLUSTER = "local_multi"

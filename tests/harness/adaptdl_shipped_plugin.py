@@ -2,7 +2,7 @@
 packages (adaptdl/*_test.py, adaptdl/torch/*_test.py, adaptdl_ray/aws/test_*.py) under the
 kit's compatibility fixes, i.e. against the exact versions the job runs with.
 
-  python -m pytest -p tests.adaptdl_shipped_plugin -o asyncio_mode=auto \
+  python -m pytest -p tests.harness.adaptdl_shipped_plugin -o asyncio_mode=auto \
       --pyargs adaptdl adaptdl_ray.aws
 """
 
@@ -11,7 +11,7 @@ import sys
 import types
 
 from scripts.core.paths import REPO
-from tests import network_guard
+from tests.harness import network_guard
 
 COMPAT_DIR = str(REPO / "jobs" / "adaptdl_mnist")
 sys.path.insert(0, COMPAT_DIR)

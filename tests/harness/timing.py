@@ -1,7 +1,7 @@
 """`make test`'s closing lines: each phase's wall time and the slowest tests of the run, from
 the JUnit reports its pytest runs wrote and the times the Makefile stamped.
 
-    python -m tests.timing build/test-reports
+    python -m tests.harness.timing build/test-reports
 
 The reports folder holds `*.xml` (pytest --junitxml: each test's duration) and the stamps
 `start`, `offline-end`, `cluster-end` (epoch seconds, one per line, as `date +%s` writes).
@@ -11,7 +11,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from tests.lanes import WAITED
+from tests.harness.lanes import WAITED
 
 SLOWEST = 15
 
@@ -26,7 +26,7 @@ def stamp(folder: Path, name: str) -> float | None:
 def tests(folder: Path) -> list[tuple[float, str, float]]:
     """(seconds, test id, seconds waited) of every test case in the folder's reports: a
     cluster test's JUnit time (its setup, call and teardown), and apart from it what it
-    waited for its lane's turn before them (tests/lanes.py)."""
+    waited for its lane's turn before them (tests/harness/lanes.py)."""
     found = []
     for report in sorted(folder.glob("*.xml")):
         try:

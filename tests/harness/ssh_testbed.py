@@ -3,7 +3,7 @@ dashboard`'s port forward to an AWS head): Debian's openssh-server, started by a
 free port of 127.0.0.1 with a host key, a client key and a config of its own; never the
 system's sshd, its config or port 22.
 
-    python -m tests.ssh_testbed ensure   # `make test`: install openssh-server if missing
+    python -m tests.harness.ssh_testbed ensure   # `make test`: install openssh-server if missing
 
 Installing needs root and apt-get; where either is missing `ensure` says so in one line and
 the tests that need sshd are skipped; under CI=true that is an error."""
@@ -159,5 +159,5 @@ def stop_group(process: subprocess.Popen) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["ensure"]:
-        sys.exit("usage: python -m tests.ssh_testbed ensure")
+        sys.exit("usage: python -m tests.harness.ssh_testbed ensure")
     ensure()

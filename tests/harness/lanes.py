@@ -31,7 +31,7 @@ LOCK_ENV = "RAYKIT_TEST_LANE_LOCK"
 PROGRESS_FD_ENV = "RAYKIT_TEST_PROGRESS_FD"
 LANES = ("shared", "own")
 # A test's JUnit property: the seconds it waited for its turn, before its setup: its JUnit
-# time leaves them out, and tests/timing.py says them beside it
+# time leaves them out, and tests/harness/timing.py says them beside it
 WAITED = "lane_wait_s"
 _kept = None  # the open (gate, lock) files of an exclusive turn kept for the lane's next test
 

@@ -4,8 +4,8 @@ changed module of the kit (scripts/, jobs/raykit/, a job's own modules), found b
 the tests' imports. Changed means: in a commit since main's last one (or since HEAD on
 main itself), staged, unstaged, or new and not ignored.
 
-    python -m tests.changed            # runs pytest on them, on two processes
-    python -m tests.changed --list     # only lists them
+    python -m tests.harness.changed            # runs pytest on them, on two processes
+    python -m tests.harness.changed --list     # only lists them
 """
 
 import ast
@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
 
 
