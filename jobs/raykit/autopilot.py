@@ -148,7 +148,7 @@ def delivering(nodes: dict[str, float], delivered: dict[str, float], now: float)
     the autopilot first saw it up, `delivered` each address to the last step its images
     fed. A node counts from its first batch after it joined, not from its join: one that
     joins mid-run starts its processes and imports torch first (20-30 s on a quarter core,
-    docs/benchmarks.md), and a measure taken meanwhile judged it on work it had not begun
+    docs/benchmark-log.md), and a measure taken meanwhile judged it on work it had not begun
     (the third node "made 29.2 images/s against 72.3 with 2", given back, asked again). One
     that has fed nothing DELIVERY_GRACE_S after it joined counts anyway: Ray Data may never
     use it, and the measure then says so."""

@@ -1,7 +1,7 @@
 """Batches to the trainer as they are made, from the first one on.
 
 Two things of Ray Data's hold a trainer's first batch back, measured on Ray 2.60
-(docs/benchmarks.md):
+(docs/benchmark-log.md, "The data path"):
 
 - A task's output leaves it as one block: whatever a map stage yields is gathered in an
   output buffer up to the DataContext's target_max_block_size (128 MiB), so a task that

@@ -13,7 +13,7 @@ its own (`make run`), the values file changed only as the row says:
 The default job's appetite changes: light (one blur pass), heavy (--blur-count passes),
 light again (`--phases light:..,heavy:..,light:..`), on local_autopilot's mix: a head that
 trains (no quota), one to three quarter-core preprocess nodes, each priced as a quarter of
-one of a c5.4xlarge's vCPUs (scripts/pricing/cost.py). Measured (docs/benchmarks.md): even
+one of a c5.4xlarge's vCPUs (scripts/pricing/cost.py). Measured (docs/benchmark-log.md): even
 three nodes leave this trainer waiting in the heavy phase, so the bench does not yet show
 the sizing the issue asks for.
 

@@ -2,7 +2,7 @@
 plays the set's other rows, and says how close it lands. Absolute figures differ up to
 2.4x between sets on the 2-core machine, so a fit never crosses sets.
 
-The set: `make bench-autopilot` of 2026-11-27 (docs/benchmarks.md, "Counting a node from
+The set: `make bench-autopilot` of 2026-11-27 (docs/benchmark-log.md, "Counting a node from
 its first batch"): the ViT job, light/heavy/light phases of 60/120/60 steps of 16 images,
 on local_autopilot (a 2-core head that trains; 1-3 preprocess nodes of a quarter core),
 priced as hetero (the head as a g5.xlarge, a node as a quarter of one of a c5.4xlarge's
@@ -49,7 +49,7 @@ class Row:
     usd_per_million_images: float
 
 
-MEASURED = {  # docs/benchmarks.md, "Counting a node from its first batch (2026-11-27)"
+MEASURED = {  # docs/benchmark-log.md, "Counting a node from its first batch (2026-11-27)"
     "fixed_min": Row(80, 71.3, 0.47, (0.40, 0.50, 0.47), 80, 5.99),
     "fixed_max": Row(67, 110.5, 0.02, (0.02, 0.02, 0.02), 202, 5.13),
     "raydata": Row(65, 103.0, 0.16, (0.41, 0.02, 0.01), 165, 4.95),

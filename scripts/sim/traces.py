@@ -2,7 +2,7 @@
 the trainer's images/s and the CPU cost per image. `trainer` is the GPU's images/s at full
 size (the A10G's is not measured yet: swept), `cpu_s` one vCPU's seconds per image of the
 kit's heavy pipeline (10 blurs at 224 px: ~0.1-0.14 s on a c5 vCPU, estimated from the
-measured 9.9-12.8 images/s a host core, docs/benchmarks.md)."""
+measured 9.9-12.8 images/s a host core, docs/benchmark-log.md)."""
 
 import random
 

@@ -79,7 +79,7 @@ class Mix:
     ec2_s: float = 25.0               # ask -> running (billing starts); from D's part
     first_task_s: float = 15.0        # join -> first batch (process start, imports); from D's part
     removal_s: float = 30.0           # given back -> gone (drain, then the autoscaler terminates it)
-    efficiency: float = 0.95          # measured supply over n x c (docs/benchmarks.md: 0.92-0.99)
+    efficiency: float = 0.95          # measured supply over n x c (docs/benchmark-log.md: 0.92-0.99)
     noise: float = 0.10               # per-second spread of a node's supply
     buffer_images: float = 128.0      # the feed's prefetch and Ray Data's queue
     min_billed_s: float = 60.0        # EC2's per-second billing: 60 s at least per instance start

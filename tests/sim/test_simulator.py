@@ -1,6 +1,6 @@
 """make simulate (scripts/sim/): the simulated cluster's physics and bill, each policy's
 rule, the kit's own autopilot driven from this checkout, and the supply model against the
-runs docs/benchmarks.md measured (the first rung of the calibration the simulator still
+runs docs/benchmark-log.md records (the first rung of the calibration the simulator still
 lacks: docs/autopilot.md, "The simulator")."""
 
 import math
@@ -189,7 +189,7 @@ def test_the_oracle_beats_every_fixed_choice_on_a_long_square_wave_and_each_poli
     ("machine B, local_gpu_single", 3, 106.0, 27.4),
 ])
 def test_the_supply_model_predicts_the_measured_data_bound_rows_within_12_percent(row, cpus, ms_an_image, measured):
-    """docs/benchmarks.md's H100 rows (2026-11-27): each data-bound row's steady images/s
+    """docs/benchmark-log.md's H100 rows (2026-11-27): each data-bound row's steady images/s
     from its own CPU cost an image (fit on the row, never across machines: they differ 40%)."""
     mix = Mix(head_usd_per_hour=1.0, node_usd_per_hour=0.1, node_vcpus=cpus, min_nodes=1, max_nodes=1)
     out = run(steady(1800, 300.0, ms_an_image / 1000), mix, policies.Fixed("min"), seed=0)

@@ -4,7 +4,7 @@ CFS weight of 36; the job's driver runs at 0, 1024). On a real cluster a trainer
 node to itself; here it shares the cores with the preprocess nodes' workers and with Ray's
 own daemons (raylets, GCS, dashboard: nice 0), and at nice 15 it lost to both. On 2 cores
 the demo's trainer ran below speed for 6.2-10.5 s while its two CPU workers made the images
-(docs/benchmarks.md).
+(docs/benchmark-log.md).
 
 So a node that trains or coordinates (the head, a `role: train` worker type) starts its
 workers at nice 0, as the driver is, and a preprocess node keeps Ray's 15: the trainers
