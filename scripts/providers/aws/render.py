@@ -10,6 +10,7 @@ from scripts.core.submit import JOB_START_ENV
 from scripts import catalog
 from scripts.core import node_packages
 from scripts.core.paths import NODE_PROGRAMS
+from scripts.core.restart_loop import RESTART_S, restart_loop
 from scripts.providers.aws.names import (
     HEAD_TYPE,
     KIT_TAG,
@@ -62,7 +63,7 @@ DEADMAN_IDLE_MIN = 10
 # The head's watchdog (autostop.py) is restarted by a loop named WATCHDOG_LOOP_NAME (its
 # $0); the head's dead-man switch powers off once its heartbeat is WATCHDOG_SILENT_MIN old
 # while Ray runs (a dead loop, or a watchdog that fails every try).
-WATCHDOG_RESTART_S = 10
+WATCHDOG_RESTART_S = RESTART_S  # core/restart_loop.py's, the loop KubeRay's watchdog runs too
 WATCHDOG_LOOP_NAME = "raykit-watchdog-loop"
 WATCHDOG_HEARTBEAT = "/tmp/raykit-watchdog.heartbeat"
 WATCHDOG_PID_FILE = "/tmp/raykit-watchdog.pid"
@@ -142,10 +143,7 @@ def autostop_command(values: dict) -> str:
         "--minutes", str(values["autostop_minutes"]),
         "--aws", values["cluster_name"], values["aws"]["region"],
         "--heartbeat", WATCHDOG_HEARTBEAT])
-    loop = (f"echo $$ > {WATCHDOG_PID_FILE}; "
-            f"while :; do {watchdog}; code=$?; [ $code -eq 0 ] && exit 0; "
-            f"echo \"autostop: the watchdog exited ($code); restarting in {WATCHDOG_RESTART_S} s\"; "
-            f"sleep {WATCHDOG_RESTART_S}; done")
+    loop = f"echo $$ > {WATCHDOG_PID_FILE}; " + restart_loop(watchdog)
     # the loop's own process group (setsid): ending it ends the watchdog it runs too; the
     # pid file is trusted only where that process is still the loop
     end_previous = (f"(pid=$(cat {WATCHDOG_PID_FILE} 2>/dev/null) && "

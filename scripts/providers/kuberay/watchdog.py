@@ -14,6 +14,7 @@ import base64
 import copy
 
 from scripts.core.paths import NODE_PROGRAMS
+from scripts.core.restart_loop import RESTART_S, restart_loop  # noqa: F401 (RESTART_S: the loop's, said here)
 
 NAME = "raykit-watchdog"  # the head pod's container that runs scripts/node/autostop.py
 # The program travels in the container's arguments, base64-encoded (it never meets a
@@ -25,9 +26,7 @@ RESOURCES = {"cpu": "100m", "memory": "512Mi"}  # Python, Ray's job client, a po
 # The operator gives a head pod of autoscaler v2 restartPolicy Never (v1.7.0 common/pod.go),
 # so the kubelet never restarts an exited container: a shell loop does, RESTART_S after any
 # exit but its teardown's (0). bash -c's $0 is BOOT, "$@" the program and its arguments.
-RESTART_S = 10
-LOOP = ('while :; do python -c "$0" "$@"; code=$?; [ $code -eq 0 ] && exit 0; '
-        f'echo "autostop: the watchdog exited ($code); restarting in {RESTART_S} s"; sleep {RESTART_S}; done')
+LOOP = restart_loop('python -c "$0" "$@"')
 
 
 def container(values: dict, dashboard_port: int) -> dict:

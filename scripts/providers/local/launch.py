@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import psutil
@@ -55,20 +56,27 @@ def up(cluster: str, config_text: str, values: dict) -> dict:
     return record
 
 
-def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
-    """Start the head on six free ports and wait for every min_workers node; the record,
-    or None (everything it started stopped) when another program took one of the ports
-    first. On any failure, Ctrl-C included, everything it started is stopped."""
-    head = values["head"]
-    head_gpus, worker_gpus = gpus.head_and_pool(values, gpus.machine_gpus())
-    ports = free_ports(8)
-    (gcs_port, dashboard_port, client_port, agent_port, metrics_port, runtime_env_port,
-     dashboard_metrics_port, autoscaler_metrics_port) = ports
-    record = {
+@dataclass(frozen=True)
+class Ports:
+    """The head's ports, each picked free (free_ports): Ray's defaults are the same for
+    every Ray on the machine."""
+    gcs: int
+    dashboard: int
+    client: int
+    agent: int
+    metrics: int
+    runtime_env: int
+    dashboard_metrics: int
+    autoscaler_metrics: int
+
+
+def head_record(cluster: str, values: dict, ports: Ports) -> dict:
+    """The record `make down` and `make submit` find the cluster by."""
+    return {
         "cluster": cluster,
         "provider": NAME,
-        "gcs_address": f"{HEAD_IP}:{gcs_port}",
-        "dashboard_url": f"http://127.0.0.1:{dashboard_port}",
+        "gcs_address": f"{HEAD_IP}:{ports.gcs}",
+        "dashboard_url": f"http://127.0.0.1:{ports.dashboard}",
         # Ray opens its temp dir to everyone (mode 0777); inside a private (0700),
         # unpredictable parent, nobody else can reach it.
         "temp_dir": tempfile.mkdtemp(prefix="raykit-", dir="/tmp") + "/ray",
@@ -77,27 +85,36 @@ def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
         "up_at": time.time(),
         "autostop_minutes": autostop_minutes(values),
     }
-    command = [
+
+
+def head_command(cluster: str, values: dict, record: dict, ports: Ports, gpu_count: int) -> list[str]:
+    """`ray start --head` for the cluster: its ports, its resources, its labels."""
+    head = values["head"]
+    return [
         ray_cli(), "start", "--head", "--disable-usage-stats",
-        f"--node-ip-address={HEAD_IP}", f"--port={gcs_port}",
-        "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-        f"--ray-client-server-port={client_port}",
-        f"--dashboard-agent-listen-port={agent_port}",
-        f"--metrics-export-port={metrics_port}",
-        f"--runtime-env-agent-port={runtime_env_port}",
+        f"--node-ip-address={HEAD_IP}", f"--port={ports.gcs}",
+        "--dashboard-host=127.0.0.1", f"--dashboard-port={ports.dashboard}",
+        f"--ray-client-server-port={ports.client}",
+        f"--dashboard-agent-listen-port={ports.agent}",
+        f"--metrics-export-port={ports.metrics}",
+        f"--runtime-env-agent-port={ports.runtime_env}",
         # its workers on ports the OS picks, as the worker nodes' (loopback_node_provider.py):
         # Ray's default range (10002-19999) is the same for every head on 127.0.0.2
         "--min-worker-port=0", "--max-worker-port=0",
         f"--temp-dir={record['temp_dir']}",
         f"--autoscaling-config={state.config_path(cluster)}",
-        f"--num-cpus={head['cpus']}", f"--num-gpus={len(head_gpus)}",
+        f"--num-cpus={head['cpus']}", f"--num-gpus={gpu_count}",
         # ray start takes labels as key=value,...: the values are the kit's own names
         # and counts (placement.py), never a values file's free text
         "--labels=" + ",".join(f"{k}={v}" for k, v in head_labels(values).items()),
         f"--object-store-memory={head['object_store_mb'] * MIB}",
         f"--memory={head['memory_mb'] * MIB}",
     ]
-    env = ray_env(record["auth_token"], {
+
+
+def head_env(cluster: str, values: dict, record: dict, ports: Ports) -> dict[str, str]:
+    """The environment the head's processes start in (and the autoscaler's nodes inherit)."""
+    return ray_env(record["auth_token"], {
         MARKER: cluster_id(cluster),
         "RAY_FAKE_CLUSTER": "1",
         "RAYKIT_GCS_ADDRESS": record["gcs_address"],
@@ -106,21 +123,34 @@ def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
         # The dashboard's and the autoscaler's metrics servers, which `ray start` takes no
         # flag for: Ray's fixed defaults (44227, 44217) are the same for every Ray on the
         # machine, and the second to start logs "Address already in use"
-        "DASHBOARD_METRIC_PORT": str(dashboard_metrics_port),
-        "AUTOSCALER_METRIC_PORT": str(autoscaler_metrics_port),
+        "DASHBOARD_METRIC_PORT": str(ports.dashboard_metrics),
+        "AUTOSCALER_METRIC_PORT": str(ports.autoscaler_metrics),
         # Ray Train's PreemptionWatcher restarts training early when a node holding a
         # training worker is drained for preemption; here none ever is (the kit's spot watch
         # and the autopilot drain preprocess nodes), and the watcher, a 0-CPU actor Ray
         # places off a busy head, took seconds of a quarter-core preprocess node's start
         # (its warming came 5-8 s after the other node's). Its processes inherit this.
         "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
-    } | priority.env(priority.worker_niceness(head["role"])))  # the autoscaler's nodes set their own
+    } | priority.env(priority.worker_niceness(values["head"]["role"])))  # the autoscaler's nodes set their own
+
+
+def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
+    """Start the head on eight free ports and wait for every min_workers node; the record,
+    or None (everything it started stopped) when another program took one of the ports
+    first. On any failure, Ctrl-C included, everything it started is stopped."""
+    head = values["head"]
+    head_gpus, worker_gpus = gpus.head_and_pool(values, gpus.machine_gpus())
     head_cores, worker_cores = core_sets(values)
-    env[cpu_sets.WORKER_CORES_ENV] = cpu_sets.to_text(worker_cores)
-    env[gpus.WORKER_GPUS_ENV] = gpus.to_text(worker_gpus)
-    env[gpus.VISIBLE] = gpus.to_text(head_gpus)  # its own, or none: no CUDA context elsewhere
-    group = quota_group(cluster, values)
-    env[cpu_quota.GROUP_ENV] = str(group or "")
+    ports = Ports(*free_ports(8))
+    record = head_record(cluster, values, ports)
+    command = head_command(cluster, values, record, ports, len(head_gpus))
+    group = quota_group(cluster, values)  # the cgroup the nodes' quotas live in (made now)
+    env = head_env(cluster, values, record, ports) | {
+        # what the autoscaler's nodes take from (loopback_node_provider.py): the cores and
+        # GPUs left to the workers, the quota group; the head sees its own GPUs, or none
+        cpu_sets.WORKER_CORES_ENV: cpu_sets.to_text(worker_cores),
+        gpus.WORKER_GPUS_ENV: gpus.to_text(worker_gpus), gpus.VISIBLE: gpus.to_text(head_gpus),
+        cpu_quota.GROUP_ENV: str(group or "")}
     state.save(cluster, record, config_text)
     try:
         head_group = group and head["cpu_quota"] and cpu_quota.node_group(group, "head", head["cpu_quota"])
@@ -133,7 +163,7 @@ def start_head(cluster: str, config_text: str, values: dict) -> dict | None:
         # on (Ray started anyway, its dashboard elsewhere), or one it holds without listening
         # (a connection's ephemeral port: an agent died of it, and the raylet with it, seen
         # once in a fresh clone's make test). Either way, start again on other ports.
-        taken = taken_by_others(ports, cluster_processes(cluster))
+        taken = taken_by_others(list(astuple(ports)), cluster_processes(cluster))
         clash = (f"port {taken[0]} was taken by another program" if taken else
                  "a port was taken by another program as Ray started (its agent died of it)"
                  if agent_died else
