@@ -21,8 +21,15 @@ from scripts.providers import aws, kuberay, local
 class Provider(Protocol):
     """Everything the kit outside scripts/providers/ may use of a provider, and nothing
     more: tests/test_render.py checks each provider module against it, values, types and
-    signatures included, from these annotations and methods."""
+    signatures included, from these annotations and methods.
 
+    In two parts, as SkyPilot keeps a cloud's model apart from its provisioner: the model
+    (its facts, and what it says of a values file: checks, the rendered config, prices,
+    plans) runs offline, with no account and no machine touched, so validate, render, cost
+    and every dry run work on a laptop without credentials; the provisioner acts on the
+    account or the machine (preflight's read-only calls, up, down, jobs, day 2)."""
+
+    # --- the model: facts and what the provider says of values, offline ----------------
     NAME: str  # as written in `provider:`; the template and schema carry the same name
     HEAD_TYPE: str  # the head's node type in the rendered config
     # A job's time limit when TIMEOUT is empty (None: none): a forgotten job on a cloud
@@ -40,6 +47,10 @@ class Provider(Protocol):
     def value_problems(self, values: dict) -> list[str]:
         """The provider's own rules on schema-checked values: 'key: problem; fix' each."""
 
+    def value_notes(self, values: dict) -> list[str]:
+        """`note:` lines for values that are valid but unwise (never refused), each 'key:
+        what; what to do'; [] when none."""
+
     def template_context(self, cluster: str, values: dict) -> dict:
         """Everything the template lays out, computed from checked values."""
 
@@ -52,25 +63,46 @@ class Provider(Protocol):
         """{file name suffix: text} that `make render` writes beside the config (AWS: the
         head's least-privilege IAM policy); {} when there is none."""
 
-    def preflight(self, values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
-        """Read-only checks of the account or machine before anything is created; return
-        the values with what they decided pinned (e.g. the zone, never one of avoid_zones:
-        those refused capacity), and lines saying what was found. Raise KitError naming
-        every problem and its fix."""
-
     def node_prices(self, values: dict) -> Prices | None:
         """What the mix bills, from scripts/catalog.py's list prices: `make cost`'s table,
         its $/h at min and at max workers, each node type's $/h (the run's bill), its
         bandwidth. None where it bills nothing (this machine's cores): pricing then prices
         it through its prices_as, as the AWS mix it stands for."""
 
+    def plan(self, values: dict, config: dict) -> list[str]:
+        """What `up` would launch, in lines a person reads (`make up DRY_RUN=1`)."""
+
+    def run_plan(self, built, job: str, args: list[str], timeout_s: float | None) -> list[str] | None:
+        """What `make run DRY_RUN=1` says where the platform runs the job itself (KubeRay:
+        the RayJob, its limits and files), in lines a person reads; None where `make run`
+        is up, submit and down (the dry run then says what `up` would launch)."""
+
+    def same_cluster(self, values: dict, record: dict) -> bool:
+        """Whether `values` would launch the cluster `record` (any provider's) names: one
+        cluster to the platform, whatever CLUSTER each came from."""
+
+    def job_problems(self, record: dict, job: str, args: list[str]) -> list[str]:
+        """What would fail the job on the cluster's nodes, said before it runs, one
+        'problem; fix' each: data its ARGS name that the nodes cannot read (AWS: s3://
+        buckets outside aws.data_buckets), packages its nodes' images lack and no runtime_env
+        can install (KubeRay's stock images); [] when none."""
+
+    def images_to_bake(self, values: dict) -> dict[str, str]:
+        """{"gpu"|"cpu": the tag the pods pull} for `make image` to build with the jobs'
+        packages baked in; raise KitError saying why where the nodes get them otherwise."""
+
+    # --- the provisioner: what reads or changes the account, the cluster or the machine --
+
+    def preflight(self, values: dict, avoid_zones: tuple = ()) -> tuple[dict, list[str]]:
+        """Read-only checks of the account or machine before anything is created; return
+        the values with what they decided pinned (e.g. the zone, never one of avoid_zones:
+        those refused capacity), and lines saying what was found. Raise KitError naming
+        every problem and its fix."""
+
     def fetch_prices(self, values: dict) -> str:
         """`make prices`: the region's list prices from the platform's own price list, saved
         where scripts/catalog.py reads them; the file written. KitError where the mix has
         no such list (this machine's cores; KubeRay's node groups, priced in us-east-1)."""
-
-    def plan(self, values: dict, config: dict) -> list[str]:
-        """What `up` would launch, in lines a person reads (`make up DRY_RUN=1`)."""
 
     def up(self, cluster: str, config_text: str, values: dict) -> dict:
         """Save the cluster's record (state.save) before anything starts, launch from the
@@ -79,10 +111,6 @@ class Provider(Protocol):
 
     def wait_until_ready(self, record: dict) -> None:
         """Block until the head and min_workers of every worker type have joined."""
-
-    def same_cluster(self, values: dict, record: dict) -> bool:
-        """Whether `values` would launch the cluster `record` (any provider's) names: one
-        cluster to the platform, whatever CLUSTER each came from."""
 
     def is_running(self, record: dict) -> bool:
         """Whether the recorded cluster may still run (False: its record is stale)."""
@@ -109,18 +137,8 @@ class Provider(Protocol):
     def monitor(self, record: dict, follow: bool) -> int:
         """The autoscaler's log: its last lines, or followed until Ctrl-C."""
 
-    def value_notes(self, values: dict) -> list[str]:
-        """`note:` lines for values that are valid but unwise (never refused), each 'key:
-        what; what to do'; [] when none."""
-
     def fetch_folder(self, record: dict, folder: str, dest: Path) -> None:
         """Copy a run's folder, a path on the head, into `dest` on this machine (`make fetch`)."""
-
-    def job_problems(self, record: dict, job: str, args: list[str]) -> list[str]:
-        """What would fail the job on the cluster's nodes, said before it runs, one
-        'problem; fix' each: data its ARGS name that the nodes cannot read (AWS: s3://
-        buckets outside aws.data_buckets), packages its nodes' images lack and no runtime_env
-        can install (KubeRay's stock images); [] when none."""
 
     def run_job(self, built, job: str, args: list[str], timeout_s: float | None,
                 verbose: bool, env_vars: dict[str, str]) -> tuple[int, dict | None] | None:
@@ -128,15 +146,6 @@ class Provider(Protocol):
         job ends (KubeRay's RayJob): its exit code and summary. None where the platform has
         no such job: the kit then runs up, submit and down itself (scripts/commands/jobs.py).
         built: the checked config (scripts/build.py's Built); the provider preflights it."""
-
-    def run_plan(self, built, job: str, args: list[str], timeout_s: float | None) -> list[str] | None:
-        """What `make run DRY_RUN=1` says where the platform runs the job itself (KubeRay:
-        the RayJob, its limits and files), in lines a person reads; None where `make run`
-        is up, submit and down (the dry run then says what `up` would launch)."""
-
-    def images_to_bake(self, values: dict) -> dict[str, str]:
-        """{"gpu"|"cpu": the tag the pods pull} for `make image` to build with the jobs'
-        packages baked in; raise KitError saying why where the nodes get them otherwise."""
 
     def job_address(self, record: dict) -> AbstractContextManager:
         """Context yielding (dashboard URL, python, auth token) for job submission."""
