@@ -275,17 +275,23 @@ def price_list_path(region: str, folder=None):
 def fetched_prices(region: str) -> dict | None:
     """The price list `make prices` fetched for the region, checked; None where none was.
     A file that is not one (edited, cut short) is one error line naming it."""
+    return read_list(region, price_list_path, price_list_problem)
+
+
+def read_list(region: str, path_of, problem_of) -> dict | None:
+    """The first values folder's list of the region (path_of(region, folder)), checked by
+    problem_of; None where there is none; one error line naming a file that is not one."""
     from scripts.core.errors import KitError
 
     if region not in REGIONS:
         return None
     for folder in VALUES_DIRS:
-        path = price_list_path(region, folder)
+        path = path_of(region, folder)
         if not path.is_file():
             continue
         try:
             found = strict_json(path.read_text())
-            problem = price_list_problem(found, region)
+            problem = problem_of(found, region)
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
             problem = f"not JSON ({str(e)[:80]})"
         if problem:
@@ -364,24 +370,7 @@ def spot_price_list_path(region: str, folder=None):
 def fetched_spot_prices(region: str) -> dict | None:
     """The spot prices `make prices` read for the region, checked; None where none were.
     A file that is not one is one error line naming it."""
-    from scripts.core.errors import KitError
-
-    if region not in REGIONS:
-        return None
-    for folder in VALUES_DIRS:
-        path = spot_price_list_path(region, folder)
-        if not path.is_file():
-            continue
-        try:
-            found = strict_json(path.read_text())
-            problem = spot_list_problem(found, region)
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-            problem = f"not JSON ({str(e)[:80]})"
-        if problem:
-            raise KitError(f"{path}: {problem}; run `make prices CLUSTER=...` for {region} again, "
-                           "or delete the file")
-        return found
-    return None
+    return read_list(region, spot_price_list_path, spot_list_problem)
 
 
 def spot_list_problem(found, region: str) -> str | None:
