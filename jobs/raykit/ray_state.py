@@ -32,6 +32,16 @@ def run_facts(shape: dict, fit_began: float) -> RunFacts:
         retried_preprocessing_tasks=retried_tasks(ray.get_runtime_context().get_job_id()))
 
 
+def state_address() -> str | None:
+    """The GCS of the Ray this process is connected to, for Ray's state API: without it the
+    API looks for a Ray on the machine and, where several run (local clusters side by side,
+    a driver started without RAY_ADDRESS), refuses to pick one ("Found multiple active Ray
+    instances"), and the figures it gives are lost."""
+    import ray
+
+    return ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+
+
 def node_seconds(since_s: float, now_s: float | None = None, nodes=None) -> dict[str, float]:
     """Seconds each node type's nodes were up between since_s and now, nodes that joined
     or left meanwhile included: what the run held, node by node, as Ray's state API lists
@@ -42,7 +52,8 @@ def node_seconds(since_s: float, now_s: float | None = None, nodes=None) -> dict
     if nodes is None:
         from ray.util.state import list_nodes
         try:
-            nodes = list_nodes(detail=True, limit=10_000, raise_on_missing_output=False)
+            nodes = list_nodes(address=state_address(), detail=True, limit=10_000,
+                               raise_on_missing_output=False)
         except Exception as e:  # noqa: BLE001 (a summary without the bill beats no summary)
             print(f"node time unknown: Ray's state API failed ({type(e).__name__})", flush=True)
             return {}
@@ -103,7 +114,7 @@ def retried_tasks(job_id: str) -> int | None:
     from ray.util.state import list_tasks
 
     try:
-        tasks = list_tasks(filters=[("job_id", "=", job_id)], limit=10_000,  # the API's most
+        tasks = list_tasks(address=state_address(), filters=[("job_id", "=", job_id)], limit=10_000,  # the API's most
                            timeout=30, raise_on_missing_output=False)
     except Exception as e:  # noqa: BLE001 (a summary without the count beats no summary)
         print(f"retried work unknown: Ray's state API failed ({type(e).__name__})", flush=True)
@@ -124,7 +135,7 @@ def preprocessing_produced(job_id: str) -> bool:
     from ray.util.state import list_tasks
 
     try:
-        tasks = list_tasks(filters=[("job_id", "=", job_id), ("state", "=", "FINISHED"),
+        tasks = list_tasks(address=state_address(), filters=[("job_id", "=", job_id), ("state", "=", "FINISHED"),
                                     ("type", "=", "NORMAL_TASK")], limit=1000, timeout=5,
                            raise_on_missing_output=False)
     except Exception:  # noqa: BLE001 (the next poll asks again)

@@ -359,7 +359,8 @@ def test_a_first_fill_slow_from_preprocessing_gets_nodes_and_one_slow_from_impor
 
 def test_the_pilot_sees_the_preprocessing_produce_in_rays_own_task_table(tmp_path):
     """ray_state.preprocessing_produced on a real Ray: not for Ray's actors' calls or the
-    kit's own tasks, yes once a Ray Data map task has finished."""
+    kit's own tasks, yes once a Ray Data map task has finished. Beside the suite's other
+    Rays on this machine: the state API is told which (without, it refused to pick one)."""
     script = tmp_path / "produced.py"
     script.write_text('''import time, ray, ray.data
 from raykit import ray_state
@@ -368,7 +369,8 @@ job = ray.get_runtime_context().get_job_id()
 ray.get(ray.remote(lambda: 1).remote())  # a task of the job's own, no preprocessing
 from ray.util.state import list_tasks
 for _ in range(120):  # task events reach the GCS on a 1 s flush (later on a loaded machine)
-    if list_tasks(filters=[("job_id", "=", job), ("state", "=", "FINISHED")], timeout=10):
+    if list_tasks(address=ray_state.state_address(), filters=[("job_id", "=", job), ("state", "=", "FINISHED")],
+                  timeout=10):
         break
     time.sleep(0.5)
 print("before", ray_state.preprocessing_produced(job))
@@ -384,7 +386,18 @@ print("after", seen)
 ray.shutdown()
 ''')
     env = dict(os.environ, PYTHONPATH=str(REPO / "jobs"))
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env)
+    env.pop("RAY_ADDRESS", None)
+    # another Ray on the machine, as the suite's shared cluster is (or a user's second
+    # local cluster): it stops when its driver leaves (stdin closed)
+    other = subprocess.Popen([sys.executable, "-c", "import ray, sys; ray.init(num_cpus=0, include_dashboard=False, "
+                              "logging_level='ERROR'); print('up', flush=True); sys.stdin.read()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert other.stdout.readline().strip() == "up"
+        run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env)
+    finally:
+        other.stdin.close()
+        other.wait(timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "before False" in run.stdout and "after True" in run.stdout, run.stdout
 
