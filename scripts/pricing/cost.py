@@ -20,7 +20,7 @@ from scripts import catalog
 from scripts.build import Built, build
 from scripts.core.errors import KitError
 from scripts.core.inputs import values_shown
-from scripts.core.prices import Prices
+from scripts.providers.common import Prices
 from scripts.core.values import joined
 
 

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from scripts.core import state
 from scripts.core.errors import KitError, short
-from scripts.core.prices import Prices
+from scripts.providers.common import Prices
 from scripts.core.submit import JobFiles, JobPackages
 from scripts.providers import aws, kuberay, local
 

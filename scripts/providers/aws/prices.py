@@ -6,7 +6,7 @@ worker's: the spot price `make prices` read, with its date) plus its EBS volumes
 import datetime
 
 from scripts import catalog
-from scripts.core.prices import Prices
+from scripts.providers.common import Prices
 from scripts.core.tables import text_table
 from scripts.providers.aws.names import HEAD_TYPE
 from scripts.providers.aws.values import nodes_of

@@ -5,7 +5,7 @@ A pod's own price is its node's share (the node's price over the pods of its kin
 holds): what the run's bill and the autopilot count per pod."""
 
 from scripts import catalog
-from scripts.core.prices import Prices
+from scripts.providers.common import Prices
 from scripts.core.tables import text_table
 from scripts.providers.kuberay.values import instance_type_of, node_groups, pods_per_node
 

@@ -1,5 +1,11 @@
-"""What a mix bills, in the one shape every provider answers with (Provider.node_prices) and
-scripts/pricing/ reads: no pricing code asks which provider a mix runs on."""
+"""The provider interface's types, beside the interface (scripts/providers/__init__.py), as
+SkyPilot keeps provision/common.py beside provision/__init__.py: what the kit and every
+provider share without one importing another.
+
+Prices: what a mix bills, in the one shape every provider answers with
+(Provider.node_prices) and scripts/pricing/ reads: no pricing code asks which provider a
+mix runs on. (The job-submission modes, JobPackages and JobFiles, stay in core/submit.py:
+the submission below the providers' layer runs by them.)"""
 
 from dataclasses import dataclass
 
