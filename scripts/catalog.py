@@ -252,10 +252,17 @@ def node_usd_per_hour(instance_type: str, region: str, volume_type: str = "gp3",
     was read); None where neither this table nor a price list fetched for the region
     (`make prices`) has one."""
     price = (spot and spot_usd_per_hour(instance_type, region, zone)) or instance_usd_per_hour(instance_type, region)
-    ebs = ebs_usd_per_gb_month(region, volume_type)
+    ebs = ebs_usd_per_hour(region, volume_type, disk_gb)
     if price is None or ebs is None:
         return None
-    return price + disk_gb * ebs / HOURS_PER_MONTH
+    return price + ebs
+
+
+def ebs_usd_per_hour(region: str, volume_type: str, disk_gb: int) -> float | None:
+    """What `disk_gb` of an EBS volume type bills an hour (priced per GB-month); None where
+    no source prices the volume type in the region."""
+    per_gb = ebs_usd_per_gb_month(region, volume_type)
+    return None if per_gb is None else disk_gb * per_gb / HOURS_PER_MONTH
 
 
 # --- prices of other regions: `make prices` (scripts/providers/aws/price_list.py) -------

@@ -20,7 +20,6 @@ against 0.3 ms an image after it).
 """
 
 import json
-import math
 import os
 import tempfile
 import time

@@ -8,6 +8,7 @@ import time
 from contextlib import contextmanager
 
 from jobs.raykit import contract
+from scripts.build import build
 from scripts.commands.checked import checked
 from scripts.commands.lifecycle import (
     dry_run,
@@ -27,7 +28,7 @@ from scripts.core.paths import JOB_LIBRARY, RESULTS
 from scripts.core.ray_cli import use_auth_in_this_process
 from scripts.core.signals import signals_deferred
 from scripts.core.submit import JobPackages
-from scripts.job_env import job_env
+from scripts.job_env import RAY_DATA_AUTOSCALER_OFF, job_env
 from scripts.providers import PROVIDERS, load_record
 
 
@@ -116,7 +117,8 @@ def job_packages_of(provider, record: dict) -> JobPackages:
 # What each entry of the job's environment carries, in the words of the values file
 ENV_MEANING = {contract.NODE_PRICES_ENV: "the nodes' prices (instance types, disks, prices_as)",
                contract.AUTOPILOT_ENV: "the autopilot's settings (autopilot:, the preprocess type's bounds)",
-               contract.STALL_ENV: "stall_minutes"}
+               contract.STALL_ENV: "stall_minutes"} | {
+    name: "the autopilot's switch for Ray Data's own autoscaler" for name in RAY_DATA_AUTOSCALER_OFF}
 
 
 def launched_env(cluster: str) -> dict[str, str]:
@@ -128,7 +130,7 @@ def launched_env(cluster: str) -> dict[str, str]:
     launched by an older kit), the file as it is now, its errors refused as validate's."""
     launched = state.load_job_env(cluster)
     try:
-        now = job_env(checked(cluster))
+        now = job_env(build(cluster))  # job_env raises what checked() would (its pricing checks)
     except KitError as e:
         if launched is None:
             raise
@@ -137,8 +139,7 @@ def launched_env(cluster: str) -> dict[str, str]:
         return launched
     if launched is None or now == launched:
         return now
-    changed = sorted({ENV_MEANING.get(k, "the autopilot's switch for Ray Data's own autoscaler")
-                      for k in set(now) | set(launched) if now.get(k) != launched.get(k)})
+    changed = sorted({ENV_MEANING.get(k, k) for k in set(now) | set(launched) if now.get(k) != launched.get(k)})
     raise KitError(f"{values_shown(cluster)} changed since `make up CLUSTER={cluster}` in what the job "
                    f"would see: {'; '.join(changed)}; the cluster runs what was launched: undo the edit, "
                    f"or `make down CLUSTER={cluster}` and `make up` again to launch the new one")

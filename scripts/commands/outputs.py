@@ -5,7 +5,6 @@ its provider (AWS: `ray rsync-down` from the head; KubeRay: `kubectl cp` from th
 the local cluster: the folder itself). And the warning `make down` gives where a run's
 outputs live only on a head it is about to end."""
 
-import shutil
 from pathlib import Path, PurePosixPath
 
 from jobs.raykit.contract import RunSummary

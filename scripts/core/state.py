@@ -3,8 +3,8 @@ build/launched/job_env/<cluster>.json.
 
 `up` writes the record (JSON), the config it launched from (YAML) and the job environment
 it launched with (job_env/: the nodes' prices, the autopilot's settings, the stall limit;
-`make submit` passes it to every job) before anything starts, so that `down` always stops what runs even after the values file was edited or
-broken, and so that `render`/`validate` never change a running cluster's config (they
+`make submit` passes it to every job) before anything starts, so that `down` always stops
+what runs even after the values file was edited or broken, and so that `render`/`validate` never change a running cluster's config (they
 write build/clusters/, which nothing running reads). Records are validated on every read:
 a corrupt one is an error naming the fix, never a traceback. One lock per cluster keeps
 two `make up`/`make down` of the same cluster from racing.

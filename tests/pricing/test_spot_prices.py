@@ -18,7 +18,7 @@ from jobs.raykit import contract
 from scripts import catalog
 from scripts.build import build_text
 from scripts.job_env import job_env
-from scripts.providers.aws import iam, price_list
+from scripts.providers.aws import price_list
 
 REGION = "us-east-1"
 NOW = datetime.datetime(2026, 11, 29, 6, 0, tzinfo=datetime.timezone.utc)

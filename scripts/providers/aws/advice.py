@@ -19,12 +19,11 @@ def disk_dearer_than_node(values: dict) -> list[str]:
     out, region = [], values["aws"]["region"]
     for key, node in nodes_of(values).items():
         disk = node["disk"]
-        price = catalog.instance_usd_per_hour(node["instance_type"], region)
-        per_gb = catalog.ebs_usd_per_gb_month(region, disk["volume_type"])
-        if price is None or per_gb is None:
-            continue
         gb = disk["root_gb"] + disk["data_gb"]
-        disk_usd = gb * per_gb / catalog.HOURS_PER_MONTH
+        price = catalog.instance_usd_per_hour(node["instance_type"], region)
+        disk_usd = catalog.ebs_usd_per_hour(region, disk["volume_type"], gb)
+        if price is None or disk_usd is None:
+            continue
         if disk_usd > price:
             out.append(f"{key}.disk: {gb} GB of {disk['volume_type']} bills ${disk_usd:.2f}/h, more than the "
                        f"{node['instance_type']} itself (${price:.2f}/h); a run's data and checkpoints fit in "

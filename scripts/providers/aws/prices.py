@@ -16,6 +16,7 @@ COST_TABLE_HEADER = ("node type", "instance", "count", "$/h each", "of it EBS", 
 # The head's raykit-node-type label: Ray's own head type name on AWS, "head" on the local
 # cluster that stands for an AWS mix: a summary's nodes carry one or the other
 HEAD_LABELS = ("head", HEAD_TYPE)
+ON_DEMAND = "on-demand list prices in {region}, EBS included"
 # Spot prices read longer ago than this are said to be old where they price a figure
 SPOT_STALE_DAYS = 7
 
@@ -82,8 +83,8 @@ def cost_table(values: dict) -> list[str]:
         name = HEAD_TYPE if key == "head" else key.split(".", 1)[1]
         each = worker_usd_per_hour(node, aws)
         disk = node["disk"]
-        ebs = ((disk["root_gb"] + disk["data_gb"]) * catalog.ebs_usd_per_gb_month(region, disk["volume_type"])
-               / catalog.HOURS_PER_MONTH * node.get("share", 1.0))
+        ebs = catalog.ebs_usd_per_hour(region, disk["volume_type"], disk["root_gb"] + disk["data_gb"]) \
+            * node.get("share", 1.0)
         least, most = (1, 1) if key == "head" else (node["min_workers"], node["max_workers"])
         rows.append((name, node["instance_type"], str(least) if least == most else f"{least}-{most}",
                      f"{each:.4f}", f"{ebs:.4f}", f"{least * each:.2f}", f"{most * each:.2f}"))
@@ -95,18 +96,23 @@ def cost_table(values: dict) -> list[str]:
                           f"({node['share'] * vcpus:g} of its {vcpus} vCPUs: the cores it runs on)")
     low, high = hourly_cost(values)
     rows.append(("total", "", "", "", "", f"{low:.2f}", f"{high:.2f}"))
-    lines = [f"'{values['cluster_name']}' on AWS: on-demand list prices in {region}, EBS included "
+    lines = [f"'{values['cluster_name']}' on AWS: {ON_DEMAND.format(region=region)} "
              f"({catalog.price_source(region)}; not in it: public IPv4, $0.005/h a node that has one)"
-             + (f"; spot workers at the {catalog.spot_source(region)}" if spot_priced(values) else "")]
+             + spot_clause(values)]
     lines += text_table(rows, left=(0, 1, 2))
     return lines + [spot_note(name, values) for name in spot] + shares
 
 
 def basis(values: dict) -> str:
     """What the mix's figures are priced at, as its tables and the run's bill say."""
+    return ON_DEMAND.format(region=values["aws"]["region"]) + spot_clause(values)
+
+
+def spot_clause(values: dict) -> str:
+    """'; spot workers at the spot prices read <when>' where a spot worker type is priced
+    at them; '' where none is."""
     region = values["aws"]["region"]
-    said = f"on-demand list prices in {region}, EBS included"
-    return said + (f"; spot workers at the {catalog.spot_source(region)}" if spot_priced(values) else "")
+    return f"; spot workers at the {catalog.spot_source(region)}" if spot_priced(values) else ""
 
 
 def spot_note(name: str, values: dict) -> str:
