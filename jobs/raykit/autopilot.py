@@ -11,7 +11,10 @@ Above the target the trainers starve: ask for the nodes
 that would feed them (while data-bound, throughput grows with the preprocess nodes, so a
 wait share w needs about n / (1 - w) nodes where n run now). Below a third of the target
 (the hysteresis band between keeps it from flapping) the trainers are compute-bound with
-slack: give one node back. Where giving one back made them starve (a mix on the edge of
+slack: give one node back, if the others could carry its work (the steered nodes' CPUs in
+use, from Ray's resource view over the window, would stay under CARRY_SHARE with one
+fewer; a load between two counts no longer flaps between them). Where giving one back
+made them starve (a mix on the edge of
 the target), the next one goes back only after twice the wait (up to MAX_DOWN_BACKOFF
 cooldowns): such a mix flaps ever more slowly, not every cooldown. The first decision
 waits one cooldown after the start, and the wait for the first batch (the pipeline's
@@ -64,6 +67,7 @@ MEMORY_WINDOWS = 4                 # a count's measured rate is trusted this man
 LOAD_CHANGE_SHARE = 0.1           # a wait share this much above a count's own: the load grew, not the nodes
 GIVE_BACK_DEADLINE_S = 300         # a node given back: its running work's time to finish
 DELIVERY_GRACE_S = 60.0            # a node that joined and fed no trainer counts after this anyway
+CARRY_SHARE = 0.85                 # a node goes back only if the others would stay under this busy
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,16 @@ class State:
 
 
 MIN_SETTLED_STEPS = 3  # a measure rests on at least this many steps (every rank's)
+MIN_BUSY_SAMPLES = 3   # a busy share rests on at least this many polls' samples
+
+
+def busy_share(samples: list[tuple[float, float, float]], now: float, window_s: float) -> float | None:
+    """The steered nodes' CPUs running tasks over the last window: the polls' samples
+    (time, CPUs in use, CPUs), pooled; None with too few (the load is then unknown)."""
+    recent = [(busy, cpus) for t, busy, cpus in samples if t >= now - window_s and cpus > 0]
+    if len(recent) < MIN_BUSY_SAMPLES:
+        return None
+    return sum(busy for busy, _ in recent) / sum(cpus for _, cpus in recent)
 
 
 def steady_measure(steps: list[tuple[float, float, float, int]], waiting: list[float], now: float,
@@ -163,7 +177,7 @@ def fed_since_joining(nodes: dict[str, float], delivered: dict[str, float]) -> s
 
 
 def decide(settings: Settings, state: State, now: float, measured: tuple[float, float] | None,
-           joined: int, paused_s: float = 0.0) -> int:
+           joined: int, paused_s: float = 0.0, busy_share: float | None = None) -> int:
     """The preprocess nodes to hold from now on (state.asked, updated with its reason in
     state.reasons). `measured`: the trainers' (wait share, images/s) in the steady flow
     since the last change settled (None: not measured yet); `joined`: the preprocess nodes
@@ -177,7 +191,9 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
     (MEMORY_WINDOWS): where the target is out of reach, the cheapest count is held, not
     max_workers. Down by one where they wait under a third of the target, or where they
     have taken no batch for pause_give_back_s (`paused_s`: outside their loop, neither
-    stepping nor waiting: an evaluation, a save), one node each cooldown."""
+    stepping nor waiting: an evaluation, a save), one node each cooldown. busy_share: the
+    steered nodes' CPUs running preprocessing over the window (None: unknown): a node goes
+    back for slack only where the others could carry what they all do now."""
     low = settings.min_nodes
     high = min(settings.max_nodes, settings.affordable(), settings.max_nodes - state.given_up)
     high = max(low, high)
@@ -201,7 +217,7 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
     else:
         share, rate = measured
         state.rates[joined] = (rate, share, now)
-        want, why = judged(settings, state, now, share, rate, joined, high)
+        want, why = judged(settings, state, now, share, rate, joined, high, busy_share)
     clamped = min(max(want, low), high)
     if clamped != want and why:
         why += f"; held to {clamped} ({'max_workers or the $/h ceiling' if clamped < want else 'min_workers'})"
@@ -216,7 +232,7 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
 
 
 def judged(settings: Settings, state: State, now: float, share: float, rate: float,
-           joined: int, high: int | None = None) -> tuple[int, str]:
+           joined: int, high: int | None = None, busy_share: float | None = None) -> tuple[int, str]:
     """decide()'s judgement of a settled measure at `joined` nodes: (nodes, why). high:
     the most nodes it may ask for (max_workers, the ceiling, those given up)."""
     high = settings.max_nodes if high is None else high
@@ -260,6 +276,11 @@ def judged(settings: Settings, state: State, now: float, share: float, rate: flo
         fewer = state.rates.get(joined - 1)
         if fewer and now - fewer[2] < MEMORY_WINDOWS * settings.window_s and fewer[1] > settings.target_wait_share:
             return joined, ""  # one fewer starved them a moment ago: these are the nodes that feed them
+        if busy_share is not None and joined > 1 and busy_share * joined / (joined - 1) > CARRY_SHARE:
+            # the others would run past CARRY_SHARE of their CPUs to carry this node's work:
+            # giving it back would starve the trainers, and asking for it again bills its
+            # start (without this, a load between two counts flapped 2, 3, 2, ... all run)
+            return joined, ""
         return state.asked - 1, f"trainers wait only {share:.0%}: compute-bound with slack"
     return state.asked, ""
 
@@ -323,12 +344,13 @@ class Steering:
 
     def step(self, now: float, steps: list[tuple[float, float, float, int]], waiting: list[float],
              delivered: dict[str, float], nodes: list[tuple[str, str]],
-             producing_since: float | None = None) -> Decision:
+             producing_since: float | None = None, busy_share: float | None = None) -> Decision:
         """steps: every rank's (end, step s, wait s, images) of the last window; waiting:
         each open wait's start; delivered: node address -> the last step its images fed;
         nodes: the steered type's (node id, address) up now, in Ray's order (the last ones
         are given back first); producing_since: when a preprocessing task was first seen
-        finished (None: not yet, or unknown). Times are epoch seconds."""
+        finished (None: not yet, or unknown); busy_share: the steered nodes' CPUs running
+        preprocessing tasks over the window (None: unknown). Times are epoch seconds."""
         settings, state = self.settings, self.state
         share = wait_share([s[:3] for s in steps], now, settings.window_s, waiting)
         before, joined = state.asked, len(nodes)
@@ -358,7 +380,8 @@ class Steering:
             # nodes would not shorten that), but a window after the preprocessing began
             # producing, a first batch still missing is preprocessing too slow for it
             measured = (1.0, 0.0)
-        asked = decide(settings, state, now - self.started, measured, joined, paused_s)  # run-relative times
+        asked = decide(settings, state, now - self.started, measured, joined, paused_s,  # run-relative times
+                       busy_share)
         give_back = min(before - asked, joined - asked) if asked < before and joined > asked else 0
         rate = images_per_s(steps)
         point = {"t": round(now - self.started, 1), "preprocess_nodes": joined,
@@ -388,6 +411,7 @@ class Pilot(threading.Thread):
         self.coordinator = DefaultAutoscalingCoordinator(REQUESTER)
         self.budget_refreshes: list[float] = []  # run-relative times it had Ray Data's budget recomputed
         self.producing_since: float | None = None  # a preprocessing task first seen finished
+        self.busy_samples: list[tuple[float, float, float]] = []  # (time, CPUs in use, CPUs) a poll
 
     @property
     def state(self) -> State:
@@ -447,12 +471,14 @@ class Pilot(threading.Thread):
         now = time.time()
         steps, waiting, delivered = ray.get(self.log.window.remote(now - self.settings.window_s), timeout=30)
         nodes = self.steered_nodes()
+        self.busy_samples = [s for s in self.busy_samples if s[0] >= now - self.settings.window_s]
+        self.busy_samples.append((now, *ray_state.cpus_in_use(nodes)))
         if self.producing_since is None and self.steering.first_step_end is None and waiting \
                 and ray_state.preprocessing_produced(ray.get_runtime_context().get_job_id()):
             self.producing_since = now  # asked only while the first batch is awaited
         decision = self.steering.step(now, steps, waiting, delivered,
                                       [(n["NodeID"], n["NodeManagerAddress"]) for n in nodes],
-                                      self.producing_since)
+                                      self.producing_since, busy_share(self.busy_samples, now, self.settings.window_s))
         if decision.joined_more:
             self.refresh_budget(now)
         self.ask(decision.asked)

@@ -1,7 +1,7 @@
 """What Ray's own state says of a run, read in the driver: once after trainer.fit(), the
 facts the summary assembles (run_facts: each node's type and each type's node-seconds,
 the nodes lost or preempted, the preprocessing tasks Ray ran again); while it runs, for
-the autopilot, whether the preprocessing produces yet."""
+the autopilot, whether the preprocessing produces yet and how busy its nodes' CPUs are."""
 
 import socket
 import time
@@ -141,6 +141,24 @@ def preprocessing_produced(job_id: str) -> bool:
     except Exception:  # noqa: BLE001 (the next poll asks again)
         return False
     return any(is_preprocessing(task.name) for task in tasks)
+
+
+def cpus_in_use(nodes: list[dict]) -> tuple[float, float]:
+    """(CPUs held by running tasks, CPUs) on `nodes` (ray.nodes() entries), from the GCS's
+    resource view (Ray's own: what its scheduler grants from), leaving out nodes being
+    drained: they take no new task, and their idle CPUs say nothing of the load."""
+    from ray._private.state import available_resources_per_node, state  # DeveloperAPI: the GCS's view
+
+    draining = state.get_draining_nodes()
+    free = available_resources_per_node()
+    busy = total = 0.0
+    for node in nodes:
+        if node["NodeID"] in draining or node["NodeID"] not in free:
+            continue
+        cpus = float(node["Resources"].get("CPU", 0.0))
+        busy += max(0.0, cpus - float(free[node["NodeID"]].get("CPU", 0.0)))
+        total += cpus
+    return busy, total
 
 
 def node_types(nodes: dict) -> dict[str, str]:

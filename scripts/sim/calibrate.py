@@ -1,25 +1,30 @@
 """Calibration before prediction: the simulator, fitted on two rows of one measured run set,
 plays the set's other rows, and says how close it lands. Absolute figures differ up to
-2.4x between sets on the 2-core machine, so a fit never crosses sets.
+2.4x between sets on the 2-core machine, so a fit never crosses sets: each set below is
+fitted on its own fixed rows and judged on its own other rows.
 
-The set: `make bench-autopilot` of 2026-11-27 (docs/benchmark-log.md, "Counting a node from
-its first batch"): the ViT job, light/heavy/light phases of 60/120/60 steps of 16 images,
-on local_autopilot (a 2-core head that trains; 1-3 preprocess nodes of a quarter core),
+The sets: `make bench-autopilot` runs (docs/benchmark-log.md): the ViT job, phases of so
+many steps of 16 images (light: one blur pass an image, heavy: --blur-count), on
+local_autopilot (a 2-core head that trains; 1-3 preprocess nodes of a quarter core),
 priced as hetero (the head as a g5.xlarge, a node as a quarter of one of a c5.4xlarge's
 vCPUs).
 
 Fitted, from fixed_min and fixed_max only:
-- the trainer's images/s never waiting: fixed_max's, over its 2% wait;
+- the trainer's images/s never waiting, and what each node at work beside it on the one
+  host takes from it: a line through both rows' images/s over one less their wait;
 - one node's images/s in each phase: fixed_min's per phase (one node, the trainer's rate
   times one minus the phase's wait);
 - the start before the first step: each fixed row's wall time less its steps' time (mean);
-- a node's start (local, measured): joins ~4 s after the ask, first batch 16-23 s later.
+- a node's start (local, measured on its own, not fitted): joins ~4 s after the ask, first
+  batch 16-23 s later.
 
 Predicted: the raydata and autopilot rows (the autopilot is the checkout's own Steering,
-with local_autopilot's settings), and the autopilot's own asks (2 nodes at 35 s, 3 at 71 s).
-The checks (../shared/research/simulator-design-2026-11-28.md, C3): (a) the ranking by $
-per million images; (b) each row's $ per million images and wall time within 20%; (c) the
-autopilot's asks within two polls (10 s).
+with local_autopilot's settings), and the autopilot's own asks. The checks
+(../shared/research/simulator-design-2026-11-28.md, C3 and C5): (a) the ranking by $ per
+million images, of the rows measured more than RANK_GAP apart (closer, one run each, their
+order is the machine's noise); (b) each row's $ per million images and wall time within
+20%; (c) the autopilot's asks within two polls (10 s); (e) whether the autopilot gave
+nodes back, as it did or did not in the measured run.
 """
 
 import math
@@ -30,13 +35,14 @@ from scripts.sim import policies
 from scripts.sim.world import Mix, Phase, Trace, run
 
 BATCH = 16
-PHASE_STEPS = (60, 120, 60)          # light, heavy, light
 HEAD_USD_PER_HOUR = 1.0224           # hetero's g5.xlarge head with its disk (make cost CLUSTER=hetero)
 NODE_USD_PER_HOUR = 0.691 / 16 * 0.25  # a quarter of one of a c5.4xlarge's 16 vCPUs, with its disk
 COOLDOWN_S = 10.0                    # local_autopilot.yaml's
 JOIN_S, FIRST_BATCH_S = 4.0, 19.5    # ask -> join; join -> first batch (16-23 s measured)
 TOLERANCE = 0.20
 ASK_TOLERANCE_S = 10.0
+RANK_GAP = 0.10                      # rows closer than this in $/M images are not ranked
+BOUNDS = {"fixed_min": (1, 1), "fixed_max": (3, 3), "raydata": (1, 3), "autopilot": (1, 3)}
 
 
 @dataclass(frozen=True)
@@ -44,52 +50,81 @@ class Row:
     wall_s: float
     images_per_s: float
     wait: float                       # over the steps after the first
-    phase_waits: tuple[float, float, float]
+    phase_waits: tuple[float, ...]    # one per phase of the set
     node_s: float
     usd_per_million_images: float
 
 
-MEASURED = {  # docs/benchmark-log.md, "Counting a node from its first batch (2026-11-27)"
-    "fixed_min": Row(80, 71.3, 0.47, (0.40, 0.50, 0.47), 80, 5.99),
-    "fixed_max": Row(67, 110.5, 0.02, (0.02, 0.02, 0.02), 202, 5.13),
-    "raydata": Row(65, 103.0, 0.16, (0.41, 0.02, 0.01), 165, 4.95),
-    "autopilot": Row(103, 50.8, 0.58, (0.01, 0.59, 0.71), 198, 7.76),
-}
-AUTOPILOT_ASKS = ((35.0, 2), (71.0, 3))  # its decisions in that run (seconds from the job's start)
-BOUNDS = {"fixed_min": (1, 1), "fixed_max": (3, 3), "raydata": (1, 3), "autopilot": (1, 3)}
+@dataclass(frozen=True)
+class RunSet:
+    name: str
+    logged: str                                  # its heading in docs/benchmark-log.md
+    phases: tuple[tuple[str, int], ...]          # (light | heavy, steps)
+    rows: dict[str, Row]
+    asks: tuple[tuple[float, int], ...]          # the autopilot's: (s from the job's start, nodes asked)
+    gave_back: bool                              # the autopilot ever asked for fewer nodes
+    load_signal: bool = False                    # its driver passed the nodes' CPUs in use (from 2026-11-29)
+
+    @property
+    def images(self) -> int:
+        return BATCH * sum(steps for _, steps in self.phases)
+
+
+SETS = (
+    RunSet("2026-11-27", "Counting a node from its first batch (2026-11-27)",
+           (("light", 60), ("heavy", 120), ("light", 60)),
+           {"fixed_min": Row(80, 71.3, 0.47, (0.40, 0.50, 0.47), 80, 5.99),
+            "fixed_max": Row(67, 110.5, 0.02, (0.02, 0.02, 0.02), 202, 5.13),
+            "raydata": Row(65, 103.0, 0.16, (0.41, 0.02, 0.01), 165, 4.95),
+            "autopilot": Row(103, 50.8, 0.58, (0.01, 0.59, 0.71), 198, 7.76)},
+           asks=((35.0, 2), (71.0, 3)), gave_back=False),
+    RunSet("2026-11-29", "Calibration sets (2026-11-29)",
+           (("light", 60), ("heavy", 120), ("light", 60)),
+           {"fixed_min": Row(60.0, 118.8, 0.29, (0.32, 0.27, 0.30), 60.1, 4.49),
+            "fixed_max": Row(48.5, 162.7, 0.02, (0.02, 0.02, 0.02), 145.4, 3.70),
+            "raydata": Row(51.7, 146.1, 0.06, (0.13, 0.02, 0.02), 128.9, 3.92),
+            "autopilot": Row(61.2, 101.8, 0.37, (0.02, 0.52, 0.02), 91.0, 4.60)},
+           asks=((30.2, 2),), gave_back=False),
+    RunSet("2026-11-29, load dropping", "Calibration sets (2026-11-29)",
+           (("heavy", 60), ("light", 60)),
+           {"fixed_min": Row(83.7, 31.8, 0.795, (0.857, 0.625), 83.7, 12.51),
+            "fixed_max": Row(48.4, 93.1, 0.358, (0.440, 0.251), 145.1, 7.39),
+            "raydata": Row(52.4, 76.3, 0.453, (0.607, 0.121), 128.3, 7.95),
+            "autopilot": Row(70.0, 44.0, 0.714, (0.828, 0.017), 141.1, 10.57)},
+           asks=((30.2, 3), (65.3, 2)), gave_back=True),
+)
 
 
 @dataclass(frozen=True)
 class Fit:
     trainer_images_per_s: float                     # never waiting, no node at work beside it
     slowdown_per_node: float                        # of that, lost to each node at work (one host)
-    node_images_per_s: tuple[float, float, float]  # one node's, per phase
+    node_images_per_s: tuple[float, ...]            # one node's, per phase
     start_s: float                                  # the job's start to its first step
 
 
-def fit(measured: dict[str, Row] = MEASURED) -> Fit:
+def fit(measured: RunSet) -> Fit:
     """The two fixed rows' trainers ran at different rates never waiting (images/s over
     one less the wait: one node beside it, three): the host's cores are shared, so the
     trainer's rate is a line in the nodes at work, T0 (1 - k n), through both."""
-    low, high = measured["fixed_min"], measured["fixed_max"]
+    low, high = measured.rows["fixed_min"], measured.rows["fixed_max"]
     (n_low, _), (n_high, _) = BOUNDS["fixed_min"], BOUNDS["fixed_max"]
     t_low, t_high = low.images_per_s / (1 - low.wait), high.images_per_s / (1 - high.wait)
     k = (t_low - t_high) / (n_high * t_low - n_low * t_high)
     trainer = t_low / (1 - k * n_low)
     per_node = tuple(t_low * (1 - w) for w in low.phase_waits)
-    images = BATCH * sum(PHASE_STEPS)
-    start = statistics.mean(r.wall_s - images / r.images_per_s for r in (low, high))
+    start = statistics.mean(r.wall_s - measured.images / r.images_per_s for r in (low, high))
     return Fit(trainer, k, per_node, start)
 
 
-def trace_of(f: Fit) -> Trace:
-    """The bench's job as phases of work: the start (no step: Ray Train's workers and the
-    feed start), then light, heavy, light at the trainer's rate, each phase's CPU cost per
-    image the one that makes a node deliver what fixed_min's did."""
+def trace_of(measured: RunSet, f: Fit) -> Trace:
+    """The set's job as phases of work: the start (no step: Ray Train's workers and the
+    feed start), then its phases at the trainer's rate, each phase's CPU cost per image
+    the one that makes a node deliver what fixed_min's did."""
     phases = [Phase(f.start_s, 0.0, 1.0 / f.node_images_per_s[0], kind="eval")]
-    for steps, node_rate in zip(PHASE_STEPS, f.node_images_per_s):
+    for (_, steps), node_rate in zip(measured.phases, f.node_images_per_s):
         phases.append(Phase(steps * BATCH / f.trainer_images_per_s, f.trainer_images_per_s, 1.0 / node_rate))
-    return Trace("bench_2026_11_27", tuple(phases), "make bench-autopilot's job, as measured 2026-11-27")
+    return Trace(f"bench_{measured.name}", tuple(phases), f"make bench-autopilot's job, as measured {measured.name}")
 
 
 def mix_for(row: str, f: Fit) -> Mix:
@@ -100,9 +135,10 @@ def mix_for(row: str, f: Fit) -> Mix:
                buffer_images=4 * BATCH, shared_host_slowdown=f.slowdown_per_node)
 
 
-def policy_for(row: str):
+def policy_for(row: str, measured: RunSet):
+    """The row's policy as it ran: the autopilot with what its driver passed it then."""
     if row == "autopilot":
-        return policies.Autopilot(cooldown_s=COOLDOWN_S)
+        return policies.Autopilot(cooldown_s=COOLDOWN_S, load_signal=measured.load_signal)
     return policies.POLICIES[row]()
 
 
@@ -115,11 +151,11 @@ class Predicted:
     asks: list[tuple[float, int]]     # (time, nodes asked) at each change
 
 
-def predict(seeds: int = 10, f: Fit | None = None) -> dict[str, Predicted]:
-    f = f or fit()
-    trace, out = trace_of(f), {}
-    for row in MEASURED:
-        runs = [run(trace, mix_for(row, f), policy_for(row), seed=seed) for seed in range(seeds)]
+def predict(measured: RunSet, seeds: int = 10, f: Fit | None = None) -> dict[str, Predicted]:
+    f = f or fit(measured)
+    trace, out = trace_of(measured, f), {}
+    for row in measured.rows:
+        runs = [run(trace, mix_for(row, f), policy_for(row, measured), seed=seed) for seed in range(seeds)]
         middle = sorted(runs, key=lambda o: o.usd_per_million_images)[len(runs) // 2]
         asks, last = [], BOUNDS[row][0]
         for point in middle.timeline:
@@ -132,15 +168,22 @@ def predict(seeds: int = 10, f: Fit | None = None) -> dict[str, Predicted]:
     return out
 
 
-def checks(predicted: dict[str, Predicted]) -> list[tuple[str, bool, str]]:
-    """(check, passed, what was compared) for C3's (a), (b) and (c)."""
+def ranked_pairs(usd: dict[str, float]) -> list[tuple[str, str]]:
+    """(cheaper, dearer) for each pair of rows more than RANK_GAP apart."""
+    return [(a, b) for a in usd for b in usd if usd[b] > usd[a] * (1 + RANK_GAP)]
+
+
+def checks(measured: RunSet, predicted: dict[str, Predicted]) -> list[tuple[str, bool, str]]:
+    """(check, passed, what was compared) for C3's (a), (b) and (c) and C5's (e)."""
     found = []
-    order = lambda table: sorted(table, key=table.get)  # noqa: E731
-    measured_order = order({r: m.usd_per_million_images for r, m in MEASURED.items()})
-    predicted_order = order({r: p.usd_per_million_images for r, p in predicted.items()})
-    found.append(("(a) ranking by $/M images", predicted_order == measured_order,
-                  f"measured {' < '.join(measured_order)}; simulated {' < '.join(predicted_order)}"))
-    for row, m in MEASURED.items():
+    usd = {r: m.usd_per_million_images for r, m in measured.rows.items()}
+    pairs = ranked_pairs(usd)
+    kept = [(a, b) for a, b in pairs if predicted[a].usd_per_million_images < predicted[b].usd_per_million_images]
+    found.append((f"(a) ranking by $/M images ({len(pairs)} pairs over {RANK_GAP:.0%} apart)", kept == pairs,
+                  "measured " + " < ".join(sorted(usd, key=usd.get)) + "; simulated "
+                  + " < ".join(sorted(predicted, key=lambda r: predicted[r].usd_per_million_images))
+                  + "".join(f"; {b} measured dearer than {a}, not simulated so" for a, b in pairs if (a, b) not in kept)))
+    for row, m in measured.rows.items():
         p = predicted[row]
         for what, mine, theirs, form in (("$/M images", p.usd_per_million_images, m.usd_per_million_images, "{:.2f}"),
                                          ("wall s", p.wall_s, m.wall_s, "{:.0f}")):
@@ -148,21 +191,29 @@ def checks(predicted: dict[str, Predicted]) -> list[tuple[str, bool, str]]:
             found.append((f"(b) {row} {what}", abs(off) <= TOLERANCE,
                           f"measured {form.format(theirs)}, simulated {form.format(mine)} ({off:+.0%})"))
     asks = predicted["autopilot"].asks
-    for at, count in AUTOPILOT_ASKS:
-        when = next((t for t, n in asks if n >= count), math.inf)
-        found.append((f"(c) the autopilot asks for {count} nodes", abs(when - at) <= ASK_TOLERANCE_S,
-                      f"measured at {at:g} s, simulated " + (f"at {when:g} s" if when < math.inf else "never")))
+    for i, (at, count) in enumerate(measured.asks):  # its i-th change, to the same count
+        when = asks[i][0] if i < len(asks) and asks[i][1] == count else math.inf
+        found.append((f"(c) the autopilot's change {i + 1}: {count} nodes", abs(when - at) <= ASK_TOLERANCE_S,
+                      f"measured at {at:g} s, simulated " + (f"at {when:g} s" if when < math.inf else
+                                                             f"not so ({', '.join(f'{n} at {t:g} s' for t, n in asks) or 'no change'})")))
+    gave = any(n < before for (_, before), (_, n) in zip([(0.0, BOUNDS["autopilot"][0])] + asks, asks))
+    said = lambda gave_back: "gave nodes back" if gave_back else "held what it asked for"  # noqa: E731
+    found.append(("(e) the autopilot gives back, or holds", gave == measured.gave_back,
+                  f"measured: {said(measured.gave_back)}; simulated: {said(gave)}"))
     return found
 
 
 def report(seeds: int = 10) -> tuple[bool, list[str]]:
-    """(every check passed, the lines `make simulate` prints)."""
-    f = fit()
-    predicted = predict(seeds, f)
-    found = checks(predicted)
-    lines = [f"calibration on make bench-autopilot of 2026-11-27 (fitted on fixed_min and fixed_max: trainer "
-             f"{f.trainer_images_per_s:.1f} images/s, less {f.slowdown_per_node:.1%} a node at work beside it on the "
-             f"shared host, one node {', '.join(f'{r:.1f}' for r in f.node_images_per_s)} "
-             f"images/s by phase, start {f.start_s:.0f} s):"]
-    lines += [f"  {'pass' if ok else 'MISS'}  {name}: {said}" for name, ok, said in found]
-    return all(ok for _, ok, _ in found), lines
+    """(every check of every set passed, the lines `make simulate` prints)."""
+    lines, passed = [], True
+    for measured in SETS:
+        f = fit(measured)
+        found = checks(measured, predict(measured, seeds, f))
+        lines.append(f"calibration on make bench-autopilot of {measured.name} "
+                     f"({', '.join(f'{load} {steps}' for load, steps in measured.phases)} steps; fitted on fixed_min "
+                     f"and fixed_max: trainer {f.trainer_images_per_s:.1f} images/s, less {f.slowdown_per_node:.1%} "
+                     f"a node at work beside it on the shared host, one node "
+                     f"{', '.join(f'{r:.1f}' for r in f.node_images_per_s)} images/s by phase, start {f.start_s:.0f} s):")
+        lines += [f"  {'pass' if ok else 'MISS'}  {name}: {said}" for name, ok, said in found]
+        passed = passed and all(ok for _, ok, _ in found)
+    return passed, lines

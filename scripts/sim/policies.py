@@ -28,7 +28,7 @@ from scripts.pricing.planner import vcpus_to_feed
 from scripts.sim.world import Mix, Observation, Trace
 
 sys.path.insert(0, str(JOBS))  # as a job imports it: the autopilot of this checkout
-from raykit.autopilot import Settings, Steering  # noqa: E402
+from raykit.autopilot import Settings, Steering, busy_share  # noqa: E402
 
 TARGET_WAIT_SHARE = 0.1  # the values files' default
 COOLDOWN_S = 60.0
@@ -65,7 +65,9 @@ class RayData:
     pipeline, one map operator of 1-CPU tasks: at most every MIN_GAP_S, where its rolling
     utilization is under UTILIZATION it sends its last request again; else, once a task
     has finished (it has a rate), twice the CPUs it holds (its throughput doubled at one
-    task a CPU), at most MAX_CPU_DELTA more; before that, nothing. The request is a floor
+    task a CPU), at most MAX_CPU_DELTA more; before that, nothing. Its utilization is its
+    tasks' CPUs over the joined nodes' (a task holds its CPU while its worker starts: a
+    node importing counts busy). The request is a floor
     for Ray's autoscaler: a node above it leaves only by the 10-minute idle timeout, which
     backpressured map tasks never let run out, so the nodes asked never fall.
     tests/sim/test_simulator.py drives Ray's own class through its seams beside this one."""
@@ -86,17 +88,19 @@ class RayData:
         return self.requested_cpus
 
     def poll(self, obs: Observation) -> int:
-        held = obs.delivering_vcpus
-        cpus = self.request(held, obs.busy_vcpus / held if held else 0.0, bool(obs.steps))
+        held = obs.held_vcpus
+        cpus = self.request(held, obs.busy_vcpus / held if held else 0.0, obs.producing_since is not None)
         self.asked = max(self.asked, min(math.ceil(cpus / self.mix.node_vcpus), self.mix.max_nodes))
         return self.asked
 
 
 class Autopilot:
+    """load_signal: the steered nodes' CPUs in use reach the policy (each poll's sample,
+    as Pilot takes it); False plays the driver before it did (the runs measured so)."""
     period_s = 5.0  # its POLL_S
 
-    def __init__(self, cooldown_s: float = COOLDOWN_S):
-        self.cooldown_s = cooldown_s
+    def __init__(self, cooldown_s: float = COOLDOWN_S, load_signal: bool = True):
+        self.cooldown_s, self.load_signal = cooldown_s, load_signal
 
     def start(self, trace: Trace, mix: Mix) -> None:
         self.settings = Settings(target_wait_share=TARGET_WAIT_SHARE, min_nodes=mix.min_nodes,
@@ -104,10 +108,14 @@ class Autopilot:
                                  node_usd_per_hour=mix.node_usd_per_hour,
                                  base_usd_per_hour=mix.head_usd_per_hour)
         self.steering = Steering(self.settings, started=0.0)
+        self.samples: list[tuple[float, float, float]] = []
 
     def poll(self, obs: Observation) -> int:
+        self.samples = [s for s in self.samples if s[0] >= obs.now - self.settings.window_s]
+        self.samples.append((obs.now, obs.busy_vcpus, obs.held_vcpus))
+        busy = busy_share(self.samples, obs.now, self.settings.window_s) if self.load_signal else None
         decision = self.steering.step(obs.now, obs.steps, obs.waiting, obs.delivered, obs.nodes,
-                                      obs.producing_since)
+                                      obs.producing_since, busy)
         return decision.asked
 
 

@@ -123,8 +123,8 @@ class Observation:
     waiting: list[float]                            # an open wait's start, while blocked
     delivered: dict[str, float]                     # node address -> the last step it fed
     nodes: list[tuple[str, str]]                    # joined nodes (id, address), oldest first
-    delivering_vcpus: float                         # what preprocesses now
-    busy_vcpus: float                               # of which busy (not backpressured), last 10 s mean
+    held_vcpus: float                               # the joined nodes' (Ray Data's global limits)
+    busy_vcpus: float                               # of which running a task, last 10 s mean (its usage)
     target: int                                     # the count asked now
     producing_since: float | None = None            # a node's first batch made (its imports done)
 
@@ -203,12 +203,12 @@ class World:
 
     def observe(self, t: float) -> Observation:
         joined = [n for n in self.nodes if n.joined(t)]
-        delivering = sum(self.mix.node_vcpus for n in self.nodes if n.delivers(t))
+        held = sum(self.mix.node_vcpus for n in joined)
         recent = self.busy[-10:]
         return Observation(now=t, steps=[r for r in self.records if r[0] >= t - 30.0],
                            waiting=[self.blocked_since] if self.blocked_since is not None else [],
                            delivered=dict(self.delivered), nodes=[(n.id, n.id) for n in joined],
-                           delivering_vcpus=delivering, busy_vcpus=sum(recent) / len(recent) if recent else 0.0,
+                           held_vcpus=held, busy_vcpus=sum(recent) / len(recent) if recent else 0.0,
                            target=self.target,
                            producing_since=min((n.delivering_at for n in self.nodes if n.delivering_at <= t),
                                                default=None))
@@ -262,8 +262,12 @@ class World:
             self.outcome.train_s += TICK_S
             self.outcome.wait_s += TICK_S * (1.0 - took / want)
             self.advance(took)
+        # Ray Data's usage: a task holds its CPU from its submission, so a joined node still
+        # starting its worker (the first task's import) counts busy while the feed has room
         capacity = sum(m.node_vcpus for _ in feeding)
-        self.busy.append(capacity * (made / made_max) if made_max else 0.0)
+        starting = sum(m.node_vcpus for n in self.nodes if n.joined(t) and not n.delivers(t))
+        self.busy.append((capacity * (made / made_max) if made_max else 0.0)
+                         + (starting if self.buffer < m.buffer_images else 0.0))
         if len(self.records) > 120:
             del self.records[:60]
         if len(self.busy) > 60:

@@ -12,17 +12,18 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "jobs"))  # as a job imports it
-from raykit.autopilot import Settings, State, decide, steady_measure, wait_share  # noqa: E402
+from raykit.autopilot import Settings, State, busy_share, decide, steady_measure, wait_share  # noqa: E402
 
 SETTINGS = Settings(target_wait_share=0.10, min_nodes=1, max_nodes=6, cooldown_s=20, join_timeout_s=60)
 FED = 100.0  # images/s the trainers take when they never wait
 
 
 def replay(settings: Settings, trace, joins_after_s: float = 10.0, start: int = 1, never_join: int = 0,
-           leaves_after_s: float = 0.0):
+           leaves_after_s: float = 0.0, busy=None):
     """Drive decide() over time: `trace(t)` gives the wait share at t; asked nodes join
     joins_after_s after the ask (the last never_join of each ask never do), and nodes given
-    back leave leaves_after_s after (a drain). Returns [(t, asked, joined)]."""
+    back leave leaves_after_s after (a drain); `busy(t, joined)`, where given, the steered
+    nodes' CPUs in use. Returns [(t, asked, joined)]."""
     state, joined, pending, leaving, out = State(asked=start), start, [], [], []
     for t in range(0, 600, 5):
         joined += sum(1 for due in pending if due <= t)
@@ -32,7 +33,7 @@ def replay(settings: Settings, trace, joins_after_s: float = 10.0, start: int = 
         asked_before = state.asked
         share = trace(t, joined)
         measured = None if share is None else (share, FED * (1 - share))
-        asked = decide(settings, state, float(t), measured, joined)
+        asked = decide(settings, state, float(t), measured, joined, busy_share=busy and busy(t, joined))
         if asked > asked_before:
             new = asked - max(asked_before, joined + len(pending))
             pending += [t + joins_after_s] * max(0, new - never_join)
@@ -76,6 +77,35 @@ def test_a_mix_on_the_edge_of_the_target_flaps_ever_more_slowly():
     assert len(downs) <= 5, state.reasons  # every 40 s without the back-off: 15
     held = [b - a for a, b in zip(downs, downs[1:])]
     assert held == sorted(held) and held[-1] >= 4 * SETTINGS.cooldown_s, downs
+
+
+# a load of 2.3 nodes' work: 2 nodes leave the trainers waiting, 3 feed them with slack
+BETWEEN = lambda t, joined: max(0.0, 1 - joined / 2.3)  # noqa: E731
+BETWEEN_BUSY = lambda t, joined: min(1.0, 2.3 / max(joined, 1))  # noqa: E731
+
+
+def test_a_load_between_two_counts_holds_the_higher_where_the_others_could_not_carry_it():
+    """3 nodes busy 77%: two would need 115% of their CPUs, so none goes back. Without the
+    signal (a driver that passes none), the same load flaps 3, 2, 3, ... (each change a
+    node's start billed on a cloud)."""
+    out, state = replay(SETTINGS, BETWEEN, start=3, busy=BETWEEN_BUSY)
+    assert {asked for _, asked, _ in out} == {3} and state.reasons == []
+    blind, _ = replay(SETTINGS, BETWEEN, start=3)
+    assert sum(1 for (_, a, _), (_, b, _) in zip(blind, blind[1:]) if b < a) >= 2
+
+
+def test_a_light_load_still_goes_back_to_the_count_that_carries_it():
+    """A load of 1.2 nodes' work on 5: one goes back each cooldown while the others would
+    stay under 85% busy (1.2 / 2 = 60%), and the last one that would not (1.2 / 1) stays."""
+    out, state = replay(SETTINGS, lambda t, joined: 0.0, start=5, busy=lambda t, joined: 1.2 / max(joined, 1))
+    assert out[-1][1] == 2 and [a for _, a, _ in out].count(5) < len(out), state.reasons
+
+
+def test_the_busy_share_pools_the_polls_samples_in_the_window():
+    samples = [(0.0, 15.0, 15.0), (75.0, 6.0, 15.0), (80.0, 9.0, 15.0), (85.0, 12.0, 30.0)]
+    assert busy_share(samples, 90.0, 30.0) == pytest.approx(27.0 / 60.0)  # the sample at 0 s is out of the window
+    assert busy_share(samples[:3], 90.0, 30.0) is None  # two samples: too few to judge a load by
+    assert busy_share([(80.0, 0.0, 0.0)] * 5, 90.0, 30.0) is None  # no CPUs up (all draining)
 
 
 def test_a_wait_inside_the_band_does_not_flap():
@@ -400,6 +430,42 @@ ray.shutdown()
         other.wait(timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "before False" in run.stdout and "after True" in run.stdout, run.stdout
+
+
+def test_the_pilot_reads_the_cpus_in_use_from_rays_resource_view(tmp_path):
+    """ray_state.cpus_in_use on a real Ray: a task holding one of the node's two CPUs is
+    one in use; once it ends, none."""
+    script = tmp_path / "busy.py"
+    script.write_text('''import time, ray
+from raykit import ray_state
+ray.init(num_cpus=2, logging_level="ERROR")
+node = [n for n in ray.nodes() if n["Alive"]]
+@ray.remote(num_cpus=1)
+def hold(seconds):
+    time.sleep(seconds)
+ray.get(hold.remote(0))  # a worker up
+running = hold.remote(20)
+seen = None
+for _ in range(100):  # the GCS's resource view follows the raylet's within a second or so
+    seen = ray_state.cpus_in_use(node)
+    if seen[0] == 1.0:
+        break
+    time.sleep(0.2)
+print("running", seen)
+ray.cancel(running, force=True)
+for _ in range(100):
+    seen = ray_state.cpus_in_use(node)
+    if seen[0] == 0.0:
+        break
+    time.sleep(0.2)
+print("after", seen)
+ray.shutdown()
+''')
+    env = dict(os.environ, PYTHONPATH=str(REPO / "jobs"))
+    env.pop("RAY_ADDRESS", None)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "running (1.0, 2.0)" in run.stdout and "after (0.0, 2.0)" in run.stdout, run.stdout
 
 
 # --- what the kit passes the job, and what the job makes of it --------------------------
