@@ -78,20 +78,35 @@ SETS = (
             "raydata": Row(65, 103.0, 0.16, (0.41, 0.02, 0.01), 165, 4.95),
             "autopilot": Row(103, 50.8, 0.58, (0.01, 0.59, 0.71), 198, 7.76)},
            asks=((35.0, 2), (71.0, 3)), gave_back=False),
-    RunSet("2026-11-29", "Calibration sets (2026-11-29)",
+    RunSet("2026-11-29 07:56", "Calibration sets (2026-11-29)",
            (("light", 60), ("heavy", 120), ("light", 60)),
            {"fixed_min": Row(60.0, 118.8, 0.29, (0.32, 0.27, 0.30), 60.1, 4.49),
             "fixed_max": Row(48.5, 162.7, 0.02, (0.02, 0.02, 0.02), 145.4, 3.70),
             "raydata": Row(51.7, 146.1, 0.06, (0.13, 0.02, 0.02), 128.9, 3.92),
             "autopilot": Row(61.2, 101.8, 0.37, (0.02, 0.52, 0.02), 91.0, 4.60)},
            asks=((30.2, 2),), gave_back=False),
-    RunSet("2026-11-29, load dropping", "Calibration sets (2026-11-29)",
+    RunSet("2026-11-29 08:04, load dropping", "Calibration sets (2026-11-29)",
            (("heavy", 60), ("light", 60)),
            {"fixed_min": Row(83.7, 31.8, 0.795, (0.857, 0.625), 83.7, 12.51),
             "fixed_max": Row(48.4, 93.1, 0.358, (0.440, 0.251), 145.1, 7.39),
             "raydata": Row(52.4, 76.3, 0.453, (0.607, 0.121), 128.3, 7.95),
             "autopilot": Row(70.0, 44.0, 0.714, (0.828, 0.017), 141.1, 10.57)},
            asks=((30.2, 3), (65.3, 2)), gave_back=True),
+    # the autopilot with the load signal (its driver passes the nodes' CPUs in use)
+    RunSet("2026-11-29 08:16", "Calibration sets (2026-11-29)",
+           (("light", 60), ("heavy", 120), ("light", 60)),
+           {"fixed_min": Row(57.7, 116.1, 0.288, (0.268, 0.371, 0.081), 57.7, 4.31),
+            "fixed_max": Row(48.3, 165.3, 0.017, (0.017, 0.017, 0.017), 144.9, 3.69),
+            "raydata": Row(49.1, 148.1, 0.084, (0.188, 0.050, 0.018), 121.9, 3.73),
+            "autopilot": Row(60.9, 103.9, 0.359, (0.015, 0.512, 0.021), 90.4, 4.57)},
+           asks=((30.3, 2),), gave_back=False, load_signal=True),
+    RunSet("2026-11-29 08:21, load dropping", "Calibration sets (2026-11-29)",
+           (("heavy", 60), ("light", 60)),
+           {"fixed_min": Row(72.2, 37.5, 0.779, (0.798, 0.757), 72.3, 10.81),
+            "fixed_max": Row(41.2, 107.1, 0.342, (0.284, 0.393), 123.5, 6.29),
+            "raydata": Row(46.3, 83.5, 0.460, (0.550, 0.329), 115.6, 7.03),
+            "autopilot": Row(65.2, 47.5, 0.701, (0.818, 0.020), 140.8, 9.86)},
+           asks=((25.3, 3),), gave_back=False, load_signal=True),
 )
 
 
@@ -211,7 +226,7 @@ def report(seeds: int = 10) -> tuple[bool, list[str]]:
         found = checks(measured, predict(measured, seeds, f))
         lines.append(f"calibration on make bench-autopilot of {measured.name} "
                      f"({', '.join(f'{load} {steps}' for load, steps in measured.phases)} steps; fitted on fixed_min "
-                     f"and fixed_max: trainer {f.trainer_images_per_s:.1f} images/s, less {f.slowdown_per_node:.1%} "
+                     f"and fixed_max: trainer {f.trainer_images_per_s:.1f} images/s, {-f.slowdown_per_node:+.1%} "
                      f"a node at work beside it on the shared host, one node "
                      f"{', '.join(f'{r:.1f}' for r in f.node_images_per_s)} images/s by phase, start {f.start_s:.0f} s):")
         lines += [f"  {'pass' if ok else 'MISS'}  {name}: {said}" for name, ok, said in found]
