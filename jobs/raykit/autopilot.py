@@ -23,7 +23,8 @@ only once a window has passed since a preprocessing task first finished, the fir
 still missing (the preprocessing too slow for it, as heavy augmentation from the first
 batch, which more nodes do shorten). After any change, nothing moves for `cooldown_s` (at least the
 time a node takes to join: its steps would not show yet); a node asked for that has not
-joined after `join_timeout_s` is given up (capacity, quota), not asked for again and again.
+joined after `join_timeout_s` is given up (capacity, quota), not asked for again and again
+(for an hour: a spot pool's capacity comes back).
 A rise is judged once every node it added has fed a trainer a batch (delivering), not
 when they join: a node joined mid-run spends its first 20-30 s starting processes.
 The count stays within min..max workers and under the $/h ceiling. A node given back is
@@ -67,6 +68,7 @@ MEMORY_WINDOWS = 4                 # a count's measured rate is trusted this man
 LOAD_CHANGE_SHARE = 0.1           # a wait share this much above a count's own: the load grew, not the nodes
 GIVE_BACK_DEADLINE_S = 300         # a node given back: its running work's time to finish
 DELIVERY_GRACE_S = 60.0            # a node that joined and fed no trainer counts after this anyway
+GIVE_UP_LAPSE_S = 3600.0           # nodes given up (never joined) are asked for again after this
 CARRY_SHARE = 0.85                 # a node goes back only if the others would stay under this busy
 
 
@@ -124,6 +126,8 @@ class State:
                                                    # not pay), unless the wait grows past this share
     hold_s: float = 0.0              # how long the next such hold lasts (doubles on each)
     short_since: float | None = None  # since when fewer nodes are up than asked (a rise, or a node lost)
+    short_joined: int = 0            # the nodes up when that shortfall last grew
+    given_up_at: float | None = None  # the last give-up: they may be asked again GIVE_UP_LAPSE_S after
     price_holds: int = 0             # measures above the target where no node more made an image cheaper
 
 
@@ -195,6 +199,8 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
     steered nodes' CPUs running preprocessing over the window (None: unknown): a node goes
     back for slack only where the others could carry what they all do now."""
     low = settings.min_nodes
+    if state.given_up and now - (state.given_up_at or now) >= GIVE_UP_LAPSE_S:
+        state.given_up = 0  # capacity comes back (a spot pool, a quota raised): asked again
     high = min(settings.max_nodes, settings.affordable(), settings.max_nodes - state.given_up)
     high = max(low, high)
     want, why = state.asked, ""
@@ -203,11 +209,17 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
     # from a node lost (a spot reclaim) whose replacement is starting; counted from the
     # last change, hours before, a lost node was given up at once, every time, and a spot
     # mix sank to min_workers for good
-    state.short_since = (state.short_since if state.short_since is not None else now) \
-        if joined < state.asked else None
+    # ... and from each further loss while short: two spot reclaims overlapping (the
+    # second while the first's replacement starts) gave a node up after one timeout from
+    # the first, though each replacement came in its time
+    if joined >= state.asked:
+        state.short_since = None
+    elif state.short_since is None or joined < state.short_joined:
+        state.short_since, state.short_joined = now, joined
     short = now - state.short_since if state.short_since is not None else 0.0
     if joined < state.asked and state.changed_at is not None and min(since, short) >= settings.join_timeout_s:
         state.given_up += state.asked - joined  # capacity or quota said no: stop asking for them
+        state.given_up_at = now
         want, why = max(low, joined), f"{state.asked - joined} node(s) never joined; holding {joined}"
     elif paused_s >= settings.pause_give_back_s and since >= settings.cooldown_s * state.down_backoff:
         want, why = state.asked - 1, (f"trainers took no batch for {paused_s:.0f} s (an evaluation, a save): "
@@ -341,6 +353,7 @@ class Steering:
         self.seen: dict[str, float] = {}  # each steered node (its id): when a poll first saw it up
         self.last_joined = 0
         self.last_step_end: float | None = None  # the trainers' latest step (a pause is measured from it)
+        self.replacing = False  # a node of a settled count lost (a spot reclaim): its replacement not at work yet
 
     def step(self, now: float, steps: list[tuple[float, float, float, int]], waiting: list[float],
              delivered: dict[str, float], nodes: list[tuple[str, str]],
@@ -366,15 +379,24 @@ class Steering:
         settling = self.settled_for != state.changed_at  # the last change's nodes not all at work
         if settling and joined == state.asked and delivering(up, delivered, now):
             self.settled_for, self.settled_at, settling = state.changed_at, now, False
+        # a node lost from a settled count (a spot reclaim, a crash): Ray's autoscaler starts
+        # its replacement for the standing request, and the wait meanwhile is the loss's, not
+        # the load's (read as the load's, a spot mix asked one node more at each reclaim and
+        # gave it back after: 3, 4, 3, ...); measures resume once it delivers
+        if not settling and joined < state.asked:
+            self.replacing = True
+        if self.replacing and joined >= state.asked and delivering(up, delivered, now):
+            self.replacing, self.settled_at = False, now
         since = max(now - settings.window_s, self.settled_at, (self.first_step_end or math.inf) + 1e-6)
         # after a rise, nothing is measured until the nodes added deliver: the steps would
         # judge them on the count before (decide() still gives up a node that never joins)
         rising = settling and state.last_move == 1
-        measured = None if rising else steady_measure(steps, waiting, now, since)
+        unmeasured = rising or self.replacing
+        measured = None if unmeasured else steady_measure(steps, waiting, now, since)
         blocked = [w for w in waiting if w < since]
-        if measured is None and not rising and blocked and (joined == 0 or now - since >= settings.window_s):
+        if measured is None and not unmeasured and blocked and (joined == 0 or now - since >= settings.window_s):
             measured = (1.0, 0.0)  # a trainer blocked all along (no node, or none that delivers)
-        if measured is None and not rising and self.first_step_end is None and waiting and producing_since is not None \
+        if measured is None and not unmeasured and self.first_step_end is None and waiting and producing_since is not None \
                 and now - max(min(waiting), producing_since) >= settings.window_s:
             # the first fill: its wait is not judged while the nodes start and import (more
             # nodes would not shorten that), but a window after the preprocessing began

@@ -330,6 +330,26 @@ def test_a_node_lost_long_after_the_last_change_is_not_given_up_while_its_replac
     assert "1 node(s) never joined" in state.reasons[-1]
 
 
+def test_overlapping_losses_each_get_their_replacements_time_and_a_give_up_lapses():
+    """Two spot reclaims overlapping: the second at 400 s while the first's replacement
+    starts; each replacement joins in its time (500 s, 800 s). The timeout counts from the
+    latest loss, so neither is given up (from the first, one was at 600 s, and the count
+    stayed one short for the rest of a 12-hour spot run: `make simulate`'s spot trace +5%
+    against the planner, +1% now). A node given up for good is asked for again an hour
+    later: a spot pool's capacity comes back."""
+    settings = Settings(target_wait_share=0.1, min_nodes=1, max_nodes=3, cooldown_s=60, join_timeout_s=600)
+    state = State(asked=3, changed_at=0.0)
+    for t in range(7200, 8000, 5):  # the wait of those minutes is the losses' (Steering measures none)
+        joined = 2 if t < 7600 else 1 if t < 7700 else 2
+        assert decide(settings, state, float(t), (0.3, 80.0), joined) == 3, state.reasons
+    assert decide(settings, state, 8000.0, (0.05, 120.0), 3) == 3 and state.given_up == 0
+    for t in range(8100, 8800, 5):  # a third loss whose replacement never comes
+        decide(settings, state, float(t), (0.3, 80.0), 2)
+    assert state.asked == 2 and state.given_up == 1
+    assert decide(settings, state, 8800.0 + 3600, (0.3, 80.0), 2) == 3  # an hour on: asked again
+    assert state.given_up == 0
+
+
 def test_the_steering_step_is_the_pilots_glue_without_ray():
     """raykit.autopilot.Steering: the step log's window and the nodes up in, the nodes to
     ask for, the drains and the timeline's point out; no Ray call (a simulator drives it)."""
@@ -361,6 +381,35 @@ def test_the_steering_step_is_the_pilots_glue_without_ray():
         if decision.give_back:
             break
     assert decision.give_back == 1 and decision.asked == len(nodes) - 1
+
+
+def test_the_wait_while_a_lost_nodes_replacement_starts_asks_for_no_node_more():
+    """A settled count of three loses one (a spot reclaim); Ray's autoscaler starts its
+    replacement for the standing request. The trainers wait 30% meanwhile: the loss's
+    wait, not the load's, so no fourth node is asked (before, a spot mix asked one more at
+    each reclaim and gave it back after: 3, 4, 3, ...). Once the replacement delivers, the
+    measures resume on the steps since."""
+    from raykit.autopilot import Steering
+
+    steering = Steering(SETTINGS, started=0.0)
+    steering.state.asked = 3
+    three = [(f"id-{i}", f"10.0.0.{i}") for i in (1, 2, 3)]
+    t, steps = 0.0, []
+
+    def run_for(seconds, nodes, wait):
+        nonlocal t, steps
+        decision = None
+        for _ in range(int(seconds // 5)):
+            t += 5.0
+            steps = [s for s in steps if s[0] >= t - SETTINGS.window_s] + [(t - 4 + i, 1.0, wait, 16) for i in range(4)]
+            decision = steering.step(t, steps, [], {ip: t for _, ip in nodes}, nodes)
+        return decision
+    assert run_for(120, three, 0.05).asked == 3  # settled, inside the band
+    lost = run_for(200, three[:2], 0.30)  # one reclaimed; its replacement starting for 200 s
+    assert lost.asked == 3 and steering.state.reasons == [], steering.state.reasons
+    replaced = [three[0], three[1], ("id-4", "10.0.0.4")]
+    back = run_for(120, replaced, 0.05)
+    assert back.asked == 3 and steering.state.reasons == [] and not steering.replacing
 
 
 @pytest.mark.parametrize("producing_at,first_ask", [
