@@ -410,7 +410,9 @@ class Steering:
                  # of those up, the nodes that have fed a trainer since they joined
                  "delivering": len(fed_since_joining(up, delivered)),
                  "asked": asked, "wait_share": None if share is None else round(share, 3),
-                 "images_per_s": None if rate is None else round(rate, 2)}
+                 "images_per_s": None if rate is None else round(rate, 2),
+                 # the steered nodes' CPUs in use over the window: why a node stayed or went
+                 "busy_share": None if busy_share is None else round(busy_share, 3)}
         return Decision(asked, give_back, joined_more, point)
 
 

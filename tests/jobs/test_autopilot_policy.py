@@ -360,7 +360,7 @@ def test_the_steering_step_is_the_pilots_glue_without_ray():
     first = steering.step(1005.0, [], [1001.0], {}, node)  # the first fill: blocked, not judged
     assert (first.asked, first.give_back, first.joined_more) == (1, 0, True)
     assert first.point == {"t": 5.0, "preprocess_nodes": 1, "delivering": 0, "asked": 1,
-                           "wait_share": 1.0, "images_per_s": None}
+                           "wait_share": 1.0, "images_per_s": None, "busy_share": None}
     # steady starvation after the cooldown: steps that waited 80% of each, node 1 delivering
     t, steps, decision = 1005.0, [], None
     while t < 1060.0:
