@@ -496,7 +496,10 @@ class Pilot(threading.Thread):
         steps, waiting, delivered = ray.get(self.log.window.remote(now - self.settings.window_s), timeout=30)
         nodes = self.steered_nodes()
         self.busy_samples = [s for s in self.busy_samples if s[0] >= now - self.settings.window_s]
-        self.busy_samples.append((now, *ray_state.cpus_in_use(nodes)))
+        try:
+            self.busy_samples.append((now, *ray_state.cpus_in_use(nodes)))
+        except Exception as e:  # noqa: BLE001 (a poll without the load: the policy judges on the wait alone)
+            self.errors.append(f"CPUs in use: {type(e).__name__}: {str(e)[:120]}")
         if self.producing_since is None and self.steering.first_step_end is None and waiting \
                 and ray_state.preprocessing_produced(ray.get_runtime_context().get_job_id()):
             self.producing_since = now  # asked only while the first batch is awaited
