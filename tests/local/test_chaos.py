@@ -80,8 +80,10 @@ def alive_workers(env: dict) -> int:
 def test_a_cpu_worker_killed_mid_job_costs_no_step_and_is_replaced(cluster, tmp_path, capsys):
     env, state = cluster
     results = tmp_path / "summary.json"
-    steps, batch = 40, 8
-    # preprocessing-bound (PREPROCESSING_BOUND), so the node has work under way when it dies
+    # preprocessing-bound (PREPROCESSING_BOUND), so the node has work under way when it dies;
+    # 80 steps, not 40: on a fresh clone's run (2026-11-29) the node held no task and no
+    # unread output at step 10 of 40, nothing ran again, and the test failed on its schedule
+    steps, batch = 80, 8
     proc, output = start_job(env, "vit_synthetic", f"--steps {steps} --batch-size {batch} "
                              f"{PREPROCESSING_BOUND} --results {results}", until=f"step 10/{steps}:")
     victim = node_processes(state, "127.0.0.4")
