@@ -144,6 +144,21 @@ def busy_share(samples: list[tuple[float, float, float]], now: float, window_s: 
     return sum(busy for busy, _ in recent) / sum(cpus for _, cpus in recent)
 
 
+class BusyWindow:
+    """Each poll's sample of the steered nodes' CPUs in use, kept for one window: what the
+    driver (Pilot) and the simulator both feed the policy."""
+
+    def __init__(self, window_s: float):
+        self.window_s = window_s
+        self.samples: list[tuple[float, float, float]] = []  # (time, CPUs in use, CPUs)
+
+    def add(self, now: float, busy: float, cpus: float) -> None:
+        self.samples = [s for s in self.samples if s[0] >= now - self.window_s] + [(now, busy, cpus)]
+
+    def share(self, now: float) -> float | None:
+        return busy_share(self.samples, now, self.window_s)
+
+
 def steady_measure(steps: list[tuple[float, float, float, int]], waiting: list[float], now: float,
                    since: float) -> tuple[float, float] | None:
     """(wait share, images/s) of the steps that ended since `since` (end time, step s,
@@ -435,7 +450,7 @@ class Pilot(threading.Thread):
         self.coordinator = DefaultAutoscalingCoordinator(REQUESTER)
         self.budget_refreshes: list[float] = []  # run-relative times it had Ray Data's budget recomputed
         self.producing_since: float | None = None  # a preprocessing task first seen finished
-        self.busy_samples: list[tuple[float, float, float]] = []  # (time, CPUs in use, CPUs) a poll
+        self.busy = BusyWindow(settings.window_s)  # the steered nodes' CPUs in use, a sample a poll
 
     @property
     def state(self) -> State:
@@ -495,9 +510,8 @@ class Pilot(threading.Thread):
         now = time.time()
         steps, waiting, delivered = ray.get(self.log.window.remote(now - self.settings.window_s), timeout=30)
         nodes = self.steered_nodes()
-        self.busy_samples = [s for s in self.busy_samples if s[0] >= now - self.settings.window_s]
         try:
-            self.busy_samples.append((now, *ray_state.cpus_in_use(nodes)))
+            self.busy.add(now, *ray_state.cpus_in_use(nodes))
         except Exception as e:  # noqa: BLE001 (a poll without the load: the policy judges on the wait alone)
             self.errors.append(f"CPUs in use: {type(e).__name__}: {str(e)[:120]}")
         if self.producing_since is None and self.steering.first_step_end is None and waiting \
@@ -505,7 +519,7 @@ class Pilot(threading.Thread):
             self.producing_since = now  # asked only while the first batch is awaited
         decision = self.steering.step(now, steps, waiting, delivered,
                                       [(n["NodeID"], n["NodeManagerAddress"]) for n in nodes],
-                                      self.producing_since, busy_share(self.busy_samples, now, self.settings.window_s))
+                                      self.producing_since, self.busy.share(now))
         if decision.joined_more:
             self.refresh_budget(now)
         self.ask(decision.asked)

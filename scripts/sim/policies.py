@@ -28,7 +28,7 @@ from scripts.pricing.planner import vcpus_to_feed
 from scripts.sim.world import Mix, Observation, Trace
 
 sys.path.insert(0, str(JOBS))  # as a job imports it: the autopilot of this checkout
-from raykit.autopilot import Settings, Steering, busy_share  # noqa: E402
+from raykit.autopilot import BusyWindow, Settings, Steering  # noqa: E402
 
 TARGET_WAIT_SHARE = 0.1  # the values files' default
 COOLDOWN_S = 60.0
@@ -108,14 +108,12 @@ class Autopilot:
                                  node_usd_per_hour=mix.node_usd_per_hour,
                                  base_usd_per_hour=mix.head_usd_per_hour)
         self.steering = Steering(self.settings, started=0.0)
-        self.samples: list[tuple[float, float, float]] = []
+        self.busy = BusyWindow(self.settings.window_s)
 
     def poll(self, obs: Observation) -> int:
-        self.samples = [s for s in self.samples if s[0] >= obs.now - self.settings.window_s]
-        self.samples.append((obs.now, obs.busy_vcpus, obs.held_vcpus))
-        busy = busy_share(self.samples, obs.now, self.settings.window_s) if self.load_signal else None
+        self.busy.add(obs.now, obs.busy_vcpus, obs.held_vcpus)
         decision = self.steering.step(obs.now, obs.steps, obs.waiting, obs.delivered, obs.nodes,
-                                      obs.producing_since, busy)
+                                      obs.producing_since, self.busy.share(obs.now) if self.load_signal else None)
         return decision.asked
 
 

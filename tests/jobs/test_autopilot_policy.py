@@ -436,6 +436,14 @@ def test_a_first_fill_slow_from_preprocessing_gets_nodes_and_one_slow_from_impor
         assert "wait 100%" in steering.state.reasons[0]
 
 
+def driver_env() -> dict:
+    """A job driver's environment for a script of its own Ray: raykit importable, no
+    RAY_ADDRESS (the suite's shared cluster) to join instead."""
+    env = dict(os.environ, PYTHONPATH=str(REPO / "jobs"))
+    env.pop("RAY_ADDRESS", None)
+    return env
+
+
 def test_the_pilot_sees_the_preprocessing_produce_in_rays_own_task_table(tmp_path):
     """ray_state.preprocessing_produced on a real Ray: not for Ray's actors' calls or the
     kit's own tasks, yes once a Ray Data map task has finished. Beside the suite's other
@@ -464,8 +472,7 @@ for _ in range(120):
 print("after", seen)
 ray.shutdown()
 ''')
-    env = dict(os.environ, PYTHONPATH=str(REPO / "jobs"))
-    env.pop("RAY_ADDRESS", None)
+    env = driver_env()
     # another Ray on the machine, as the suite's shared cluster is (or a user's second
     # local cluster): it stops when its driver leaves (stdin closed)
     other = subprocess.Popen([sys.executable, "-c", "import ray, sys; ray.init(num_cpus=0, include_dashboard=False, "
@@ -510,8 +517,7 @@ for _ in range(100):
 print("after", seen)
 ray.shutdown()
 ''')
-    env = dict(os.environ, PYTHONPATH=str(REPO / "jobs"))
-    env.pop("RAY_ADDRESS", None)
+    env = driver_env()
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "running (1.0, 2.0)" in run.stdout and "after (0.0, 2.0)" in run.stdout, run.stdout
