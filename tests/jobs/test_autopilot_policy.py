@@ -490,26 +490,31 @@ ray.shutdown()
 
 def test_the_pilot_reads_the_cpus_in_use_from_rays_resource_view(tmp_path):
     """ray_state.cpus_in_use on a real Ray: a task holding one of the node's two CPUs is
-    one in use; once it ends, none."""
+    one in use; once it has ended, none. (The task ends when told, not by a cancel: a
+    force-cancelled worker's CPU was once still held 20 s later on a loaded machine.)"""
     script = tmp_path / "busy.py"
-    script.write_text('''import time, ray
+    flag = tmp_path / "hold"
+    flag.touch()
+    script.write_text(f'''import os, time, ray
 from raykit import ray_state
 ray.init(num_cpus=2, logging_level="ERROR")
 node = [n for n in ray.nodes() if n["Alive"]]
 @ray.remote(num_cpus=1)
-def hold(seconds):
-    time.sleep(seconds)
-ray.get(hold.remote(0))  # a worker up
-running = hold.remote(20)
+def hold(flag):
+    while flag and os.path.exists(flag):
+        time.sleep(0.05)
+ray.get(hold.remote(None))  # a worker up
+running = hold.remote({str(flag)!r})
 seen = None
-for _ in range(100):  # the GCS's resource view follows the raylet's within a second or so
+for _ in range(300):  # the GCS's resource view follows the raylet's within a second or so
     seen = ray_state.cpus_in_use(node)
     if seen[0] == 1.0:
         break
     time.sleep(0.2)
 print("running", seen)
-ray.cancel(running, force=True)
-for _ in range(100):
+os.remove({str(flag)!r})
+ray.get(running)
+for _ in range(300):
     seen = ray_state.cpus_in_use(node)
     if seen[0] == 0.0:
         break
