@@ -76,6 +76,7 @@ def autopilot_env(built: Built, priced: tuple[dict[str, float], str] | None) -> 
     settings = {"node_type": kind, "node_bundle": {placement.type_resource(kind): 1},
                 "min_nodes": worker["min_workers"], "max_nodes": worker["max_workers"],
                 "target_wait_share": pilot["target_wait_share"], "cooldown_s": pilot["cooldown_s"],
+                "join_timeout_s": pilot["join_timeout_s"],
                 "node_usd_per_hour": node_usd, "base_usd_per_hour": base_usd or 0.0,
                 "max_usd_per_hour": ceiling}
     return {contract.AUTOPILOT_ENV: json.dumps(settings)} | RAY_DATA_AUTOSCALER_OFF

@@ -23,8 +23,9 @@ only once a window has passed since a preprocessing task first finished, the fir
 still missing (the preprocessing too slow for it, as heavy augmentation from the first
 batch, which more nodes do shorten). After any change, nothing moves for `cooldown_s` (at least the
 time a node takes to join: its steps would not show yet); a node asked for that has not
-joined after `join_timeout_s` is given up (capacity, quota), not asked for again and again
-(for an hour: a spot pool's capacity comes back).
+joined after `join_timeout_s` (the values file's: above the nodes' start, or every node
+asked is given up before it comes) is given up (capacity, quota), not asked for again and
+again (for an hour: a spot pool's capacity comes back).
 A rise is judged once every node it added has fed a trainer a batch (delivering), not
 when they join: a node joined mid-run spends its first 20-30 s starting processes.
 The count stays within min..max workers and under the $/h ceiling. A node given back is
@@ -79,7 +80,7 @@ class Settings:  # noqa: D101 (documented by its fields)
     min_nodes: int                  # the preprocess type's min_workers..max_workers
     max_nodes: int
     cooldown_s: float               # after a change, this long before the next
-    join_timeout_s: float = 600.0   # a node asked for that has not joined by then is given up
+    join_timeout_s: float = 600.0   # a node asked for that has not joined by then is given up (the values file's)
     window_s: float = 30.0          # the steps the wait share is measured over
     node_usd_per_hour: float | None = None   # one preprocess node's price
     base_usd_per_hour: float = 0.0           # the rest of the cluster's (head, train nodes)
@@ -326,6 +327,7 @@ def settings_from_env(text: str | None = None) -> tuple[Settings, str, dict[str,
         settings = Settings(
             target_wait_share=float(given["target_wait_share"]), min_nodes=int(given["min_nodes"]),
             max_nodes=int(given["max_nodes"]), cooldown_s=float(given["cooldown_s"]),
+            join_timeout_s=float(given["join_timeout_s"]),
             node_usd_per_hour=None if given["node_usd_per_hour"] is None else float(given["node_usd_per_hour"]),
             base_usd_per_hour=float(given["base_usd_per_hour"]),
             max_usd_per_hour=None if given["max_usd_per_hour"] is None else float(given["max_usd_per_hour"]))
@@ -335,8 +337,9 @@ def settings_from_env(text: str | None = None) -> tuple[Settings, str, dict[str,
         raise SystemExit(f"error: {SETTINGS_ENV} is not the kit's autopilot settings "
                          f"({type(e).__name__}: {e}); run the job through `make submit`") from None
     if not (0 < settings.target_wait_share < 1 and 0 <= settings.min_nodes <= settings.max_nodes
-            and bundle and all(v > 0 for v in bundle.values())):
-        raise SystemExit(f"error: {SETTINGS_ENV}: a target outside 0-1, min above max, or an empty bundle")
+            and settings.join_timeout_s > 0 and bundle and all(v > 0 for v in bundle.values())):
+        raise SystemExit(f"error: {SETTINGS_ENV}: a target outside 0-1, min above max, no join timeout, "
+                         "or an empty bundle")
     return settings, node_type, bundle
 
 

@@ -555,7 +555,7 @@ def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_data
     settings = json.loads(env[contract.AUTOPILOT_ENV])
     assert settings | {"node_usd_per_hour": None, "base_usd_per_hour": None} == {
         "node_type": "cpu_worker", "node_bundle": {"raykit-node-cpu_worker": 1}, "min_nodes": 1, "max_nodes": 3,
-        "target_wait_share": 0.1, "cooldown_s": 10, "max_usd_per_hour": None,
+        "target_wait_share": 0.1, "cooldown_s": 10, "join_timeout_s": 600, "max_usd_per_hour": None,
         "node_usd_per_hour": None, "base_usd_per_hour": None}
     prices = cost.node_hour_prices(build("hetero"))[0]  # local_autopilot's prices_as
     # a quarter-core node stands for a quarter of one of the c5.4xlarge's 16 vCPUs
@@ -563,7 +563,7 @@ def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_data
     assert settings["base_usd_per_hour"] == prices["head"]
     assert env["RAY_DATA_DEFAULT_CLUSTER_SCALING_UP_CPU_UTIL_THRESHOLD"] == "2"  # never reached: off
     found, node_type, bundle = settings_from_env(env[contract.AUTOPILOT_ENV])
-    assert (found.min_nodes, found.max_nodes, node_type) == (1, 3, "cpu_worker")
+    assert (found.min_nodes, found.max_nodes, found.join_timeout_s, node_type) == (1, 3, 600, "cpu_worker")
     # the local v1 autoscaler counts the head's free CPUs and ignores selectors: the
     # type's own resource makes each bundle a node of that type; no CPUs, which Ray Data's
     # AutoscalingCoordinator would reserve to the autopilot, out of Ray Data's budget
@@ -578,6 +578,10 @@ def test_the_kit_passes_the_steered_type_its_bounds_prices_and_switches_ray_data
 def test_aws_and_kuberay_mixes_carry_the_resource_the_autopilot_names(cluster):
     built = built_with(cluster, lambda v: v.setdefault("autopilot", {}).update(enabled=True))
     settings = json.loads(job_env(built)[contract.AUTOPILOT_ENV])
+    # a node's start: minutes on EC2, up to ~15 on a cold node group (the cluster autoscaler's)
+    assert settings["join_timeout_s"] == (600 if cluster == "hetero" else 1200)
+    slower = built_with(cluster, lambda v: v.setdefault("autopilot", {}).update(enabled=True, join_timeout_s=2400))
+    assert settings_from_env(job_env(slower)[contract.AUTOPILOT_ENV])[0].join_timeout_s == 2400
     kind = "cpu_worker" if cluster == "hetero" else "cpu-worker"  # KubeRay's group names are DNS labels
     assert settings["node_type"] == kind and settings["node_bundle"] == {f"raykit-node-{kind}": 1}
     if cluster == "hetero":  # Ray's cluster config: the type's resources, its CPUs as before
@@ -592,6 +596,8 @@ def test_aws_and_kuberay_mixes_carry_the_resource_the_autopilot_names(cluster):
     (lambda v: v["workers"]["cpu_worker"].update(max_workers=1), r"min_workers = max_workers \(1\): nothing to steer"),
     (lambda v: v["autopilot"].update(target_wait_share=0), "autopilot.target_wait_share"),
     (lambda v: v["autopilot"].update(cooldown_s=1), "autopilot.cooldown_s"),
+    (lambda v: v["autopilot"].update(join_timeout_s=30), "autopilot.join_timeout_s"),
+    (lambda v: v["autopilot"].update(join_timeout_s="600"), "autopilot.join_timeout_s"),
     (lambda v: v["autopilot"].update(surprise=1), "autopilot"),
 ])
 def test_bad_autopilot_values_are_refused_before_anything_runs(change, message):
@@ -610,10 +616,13 @@ def test_a_ceiling_below_the_mix_at_min_workers_or_without_prices_is_refused():
 
 
 @pytest.mark.parametrize("text", ["{", "[]", '{"target_wait_share": 2}', json.dumps(
-    {"target_wait_share": 0.1, "min_nodes": 1, "max_nodes": 3, "cooldown_s": 5, "node_type": "w",
+    {"target_wait_share": 0.1, "min_nodes": 1, "max_nodes": 3, "cooldown_s": 5, "join_timeout_s": 600, "node_type": "w",
      "node_bundle": {}, "node_usd_per_hour": None, "base_usd_per_hour": 0, "max_usd_per_hour": None}),
     json.dumps(
-    {"target_wait_share": 0.1, "min_nodes": 3, "max_nodes": 1, "cooldown_s": 5, "node_type": "w",
+    {"target_wait_share": 0.1, "min_nodes": 3, "max_nodes": 1, "cooldown_s": 5, "join_timeout_s": 600, "node_type": "w",
+     "node_bundle": {"CPU": 1}, "node_usd_per_hour": None, "base_usd_per_hour": 0, "max_usd_per_hour": None}),
+    json.dumps(
+    {"target_wait_share": 0.1, "min_nodes": 1, "max_nodes": 3, "cooldown_s": 5, "join_timeout_s": 0, "node_type": "w",
      "node_bundle": {"CPU": 1}, "node_usd_per_hour": None, "base_usd_per_hour": 0, "max_usd_per_hour": None})])
 def test_settings_that_are_not_the_kits_stop_the_job_with_one_line(text):
     with pytest.raises(SystemExit) as stopped:
