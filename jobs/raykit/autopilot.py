@@ -71,6 +71,11 @@ GIVE_BACK_DEADLINE_S = 300         # a node given back: its running work's time 
 DELIVERY_GRACE_S = 60.0            # a node that joined and fed no trainer counts after this anyway
 GIVE_UP_LAPSE_S = 3600.0           # nodes given up (never joined) are asked for again after this
 CARRY_SHARE = 0.85                 # a node goes back only if the others would stay under this busy
+# no step for this long (and for three of their usual steps), none waiting for a batch:
+# the trainers are outside their loop (an evaluation, a save). The window's steps are then
+# from before, and the nodes idle (backpressure): read as slack, an evaluation gave nodes
+# back at its start and after it, each one asked again a node's start later
+AWAY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -371,6 +376,8 @@ class Steering:
         self.seen: dict[str, float] = {}  # each steered node (its id): when a poll first saw it up
         self.last_joined = 0
         self.last_step_end: float | None = None  # the trainers' latest step (a pause is measured from it)
+        self.away = False  # the trainers outside their loop now (AWAY_S)
+        self.resumed_at: float | None = None  # back in it: measures wait a window from then
         self.replacing = False  # a node of a settled count lost (a spot reclaim): its replacement not at work yet
 
     def step(self, now: float, steps: list[tuple[float, float, float, int]], waiting: list[float],
@@ -391,9 +398,16 @@ class Steering:
         if self.first_step_end is None and steps:
             self.first_step_end = min(s[0] for s in steps)  # the trainers' first step: the fill
         if steps:
-            self.last_step_end = max(self.last_step_end or -math.inf, max(s[0] for s in steps))
-        # outside their loop: no step in the window and none blocked for a batch
-        paused_s = now - self.last_step_end if self.last_step_end is not None and not steps and not waiting else 0.0
+            newest = max(s[0] for s in steps)
+            if self.away and newest > self.last_step_end:  # back in their loop
+                self.away, self.resumed_at = False, now
+            self.last_step_end = max(self.last_step_end or -math.inf, newest)
+        # outside their loop: no step for a while (the window may still hold the steps
+        # before) and none blocked for a batch; measured from their last step
+        gap_s = now - self.last_step_end if self.last_step_end is not None and not waiting else 0.0
+        usual_s = sorted(s[1] for s in steps)[len(steps) // 2] if steps else 0.0
+        self.away = self.away or gap_s > max(AWAY_S, 3 * usual_s)
+        paused_s = gap_s if self.away else 0.0
         settling = self.settled_for != state.changed_at  # the last change's nodes not all at work
         if settling and joined == state.asked and delivering(up, delivered, now):
             self.settled_for, self.settled_at, settling = state.changed_at, now, False
@@ -409,7 +423,10 @@ class Steering:
         # after a rise, nothing is measured until the nodes added deliver: the steps would
         # judge them on the count before (decide() still gives up a node that never joins)
         rising = settling and state.last_move == 1
-        unmeasured = rising or self.replacing
+        # away, the steps are stale; just back, the first ones are fed from the stock and
+        # the nodes' CPUs in use still hold the pause's idle: a window's flow first
+        resuming = self.resumed_at is not None and now - self.resumed_at < settings.window_s
+        unmeasured = rising or self.replacing or self.away or resuming
         measured = None if unmeasured else steady_measure(steps, waiting, now, since)
         blocked = [w for w in waiting if w < since]
         if measured is None and not unmeasured and blocked and (joined == 0 or now - since >= settings.window_s):

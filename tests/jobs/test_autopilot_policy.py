@@ -316,6 +316,33 @@ def test_an_evaluation_phase_gives_nodes_back_after_the_pause_limit_not_freezes(
     assert "trainers took no batch for 3" in steering.state.reasons[0]
 
 
+def test_an_evaluation_is_not_read_as_slack_at_its_start_nor_after_it():
+    """Three nodes carry a load of 2.5 (83% of their CPUs busy, no wait: none can go). Then
+    a 3-minute evaluation: no step ends, none waits, the nodes idle (backpressure). The
+    window still holds the steps from before (no wait) while the CPUs in use fall: read as
+    slack, a node went back at the evaluation's start and another once it ended (fed from
+    the stock at first), each asked again a node's start later (make simulate's periodic
+    evaluation: 14 changes in 4 hours). Away and just back, nothing is measured: it holds."""
+    from raykit.autopilot import BusyWindow, Steering
+
+    settings = Settings(target_wait_share=0.1, min_nodes=1, max_nodes=4, cooldown_s=60)
+    steering, busy = Steering(settings, started=0.0), BusyWindow(settings.window_s)
+    steering.state = State(asked=3, changed_at=0.0)
+    nodes = [(f"id-{i}", f"10.0.0.{i}") for i in range(1, 4)]
+    steps, asked = [], {}
+    for t in range(5, 900, 5):
+        evaluating = 300 <= t < 480
+        if not evaluating:
+            steps += [(t - 5 + i + 0.5, 0.5, 0.0, 16) for i in range(5)]
+        steps = [s for s in steps if s[0] >= t - settings.window_s]
+        busy.add(float(t), 0.0 if evaluating else 2.5, 3.0)
+        delivered = {ip: max((s[0] for s in steps), default=0.0) for _, ip in nodes}
+        decision = steering.step(float(t), list(steps), [], delivered, nodes, busy_share=busy.share(float(t)))
+        asked[t] = decision.asked
+    assert set(asked.values()) == {3}, (steering.state.reasons, {t: n for t, n in asked.items() if n != 3})
+    assert steering.away is False and steering.resumed_at == 480.0
+
+
 def test_a_node_lost_long_after_the_last_change_is_not_given_up_while_its_replacement_starts():
     """A spot reclaim hours after the last change: the join timeout counted from that change,
     so the node was given up at once (never asked for again), every time; a spot mix sank to
@@ -372,7 +399,9 @@ def test_the_steering_step_is_the_pilots_glue_without_ray():
     assert "trainers wait 80%" in steering.state.reasons[-1]
     # the nodes asked join and the load falls to nothing: one node at a time goes back
     nodes = [(f"id-{i}", f"10.0.0.{i}") for i in range(1, decision.asked + 1)]
-    joined = steering.step(t + 5, steps, [], {ip: t + 5 for _, ip in nodes}, nodes)
+    t += 5.0
+    steps = [s for s in steps if s[0] >= t - SETTINGS.window_s] + [(t - 4 + i, 1.0, 0.8, 16) for i in range(4)]
+    joined = steering.step(t, steps, [], {ip: t for _, ip in nodes}, nodes)
     assert joined.joined_more and joined.point["delivering"] == len(nodes)
     for _ in range(60):
         t += 5.0

@@ -48,6 +48,7 @@ while pilot.joined() < settings.max_nodes and time.time() < deadline:
 seen["after_up"] = pilot.joined()
 time.sleep(settings.cooldown_s + 0.5)
 pilot.log = step_log.start_step_log(name=None)  # a fresh log: the starving steps are out of the window
+steps(0.3, 0.0, had)  # the trainers step on (seconds without a step and without a wait are a pause)
 pilot.tick()  # it sees the three up: its measures count from now (the count's steady flow)
 # ... and has Ray Data's coordinator recompute its reservations at once (not at its next
 # 20 s tick, which the joins above came well inside): the nodes that joined are in them
