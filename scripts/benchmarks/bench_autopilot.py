@@ -6,8 +6,10 @@ its own (`make run`), the values file changed only as the row says:
 
   fixed_min  the preprocess type held at min_workers (autopilot off)
   fixed_max  held at max_workers (autopilot off)
-  raydata    min..max workers, Ray Data's own cluster autoscaler (it scales on its
-             resource utilization), autopilot off
+  raydata    min..max workers, autopilot off: the job turns Ray Data's resource
+             reservation off, so Ray's autoscaler starts nodes for its queue of tasks
+             (up to max workers, before the first batch), beside Ray Data's own cluster
+             autoscaler (it scales on its resource utilization)
   autopilot  min..max workers, the kit's autopilot steering from the trainers' data wait
 
 The default job's appetite changes: light (one blur pass), heavy (--blur-count passes),

@@ -18,8 +18,9 @@ Fitted, from fixed_min and fixed_max only:
 - a node's start (local, measured on its own, not fitted): joins ~4 s after the ask, first
   batch 16-23 s later.
 
-Predicted: the raydata and autopilot rows (the autopilot is the checkout's own Steering,
-with local_autopilot's settings), and the autopilot's own asks. The checks
+Predicted: the raydata and autopilot rows (raydata: the kit's job with the autopilot off,
+Ray's autoscaler answering its queue of tasks and Ray Data's rule; the autopilot: the
+checkout's own Steering, with local_autopilot's settings), and the autopilot's own asks. The checks
 (../shared/research/simulator-design-2026-11-28.md, C3 and C5): (a) the ranking by $ per
 million images, of the rows measured more than RANK_GAP apart (closer, one run each, their
 order is the machine's noise); (b) each row's $ per million images and wall time within

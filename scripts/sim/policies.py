@@ -5,8 +5,15 @@ the preprocess nodes wanted, every `period_s`.
   planner               the count `make plan` picks (scripts/pricing/planner.py's
                         vcpus_to_feed) from the profile a user would have measured: the
                         trace's first training phase; held all run
-  raydata               Ray Data 2.60's own cluster autoscaler (RATE_BASED, the default),
-                        re-implemented and checked against Ray's class: every 10 s, while
+  raydata               the kit's job with the autopilot off (`make bench-autopilot`'s
+                        raydata row): the job turns Ray Data's resource reservation off
+                        there (jobs/vit_synthetic/pipeline.py), so the tasks it queues past
+                        the CPUs it holds reach Ray's autoscaler as demand, which launches
+                        max_workers from the dataset's first submission; and Ray Data's
+                        own rule beside it (raydata_rule)
+  raydata_rule          Ray Data 2.60's own cluster autoscaler alone (RATE_BASED, the
+                        default; a pipeline on Ray's defaults, reservation on), re-
+                        implemented and checked against Ray's class: every 10 s, while
                         its CPUs were at least 50% busy over 10 s, it asks for twice the
                         CPUs it holds; a node it holds leaves only by Ray's 10-minute idle
                         timeout, which backpressured map tasks never let run out
@@ -70,15 +77,29 @@ class RayData:
     node importing counts busy). The request is a floor
     for Ray's autoscaler: a node above it leaves only by the 10-minute idle timeout, which
     backpressured map tasks never let run out, so the nodes asked never fall.
-    tests/sim/test_simulator.py drives Ray's own class through its seams beside this one."""
+    tests/sim/test_simulator.py drives Ray's own class through its seams beside this one.
 
-    period_s = MIN_GAP_S = 10.0   # MIN_GAP_BETWEEN_AUTOSCALING_REQUESTS_S
+    queued: Ray Data's resource reservation is off (the kit's job without the autopilot),
+    so it submits tasks past the CPUs it holds (its concurrency cap is unbounded by
+    default: ConcurrencyCapBackpressurePolicy) and they wait for a CPU; Ray's autoscaler
+    (every 5 s) launches nodes for that demand. Every trace's queue outgrows max_workers'
+    CPUs, so from the dataset's first submission (the job's start, as world.py plays it)
+    it asks max_workers (measured on the local bench: its raydata rows' extra nodes joined
+    11-14 s into the job, before its first batch)."""
+
+    MIN_GAP_S = 10.0              # MIN_GAP_BETWEEN_AUTOSCALING_REQUESTS_S
     UTILIZATION = 0.5             # DEFAULT_CLUSTER_SCALING_UP_*_UTIL_THRESHOLD
     SCALING_UP_FACTOR = 2.0       # DEFAULT_CLUSTER_SCALING_UP_FACTOR
     MAX_CPU_DELTA = 256.0         # DEFAULT_CLUSTER_SCALING_UP_MAX_RESOURCE_DELTA's cpu
+    AUTOSCALER_S = 5.0            # Ray's autoscaler's update interval (AUTOSCALER_UPDATE_INTERVAL_S)
+
+    def __init__(self, queued: bool = False):
+        self.queued = queued
+        self.period_s = self.AUTOSCALER_S if queued else self.MIN_GAP_S
 
     def start(self, trace: Trace, mix: Mix) -> None:
         self.mix, self.asked, self.requested_cpus = mix, mix.min_nodes, 0.0
+        self.ruled_at = -math.inf
 
     def request(self, held_cpus: float, utilization: float, has_rate: bool) -> float:
         """The CPUs it requests now (the sum of its 1-CPU bundles)."""
@@ -88,23 +109,30 @@ class RayData:
         return self.requested_cpus
 
     def poll(self, obs: Observation) -> int:
-        held = obs.held_vcpus
-        cpus = self.request(held, obs.busy_vcpus / held if held else 0.0, obs.producing_since is not None)
-        self.asked = max(self.asked, min(math.ceil(cpus / self.mix.node_vcpus), self.mix.max_nodes))
+        if self.queued:
+            self.asked = self.mix.max_nodes  # the queue's demand: Ray's autoscaler launches for it
+        if obs.now - self.ruled_at >= self.MIN_GAP_S:
+            self.ruled_at, held = obs.now, obs.held_vcpus
+            cpus = self.request(held, obs.busy_vcpus / held if held else 0.0, obs.producing_since is not None)
+            self.asked = max(self.asked, min(math.ceil(cpus / self.mix.node_vcpus), self.mix.max_nodes))
         return self.asked
 
 
 class Autopilot:
     """load_signal: the steered nodes' CPUs in use reach the policy (each poll's sample,
-    as Pilot takes it); False plays the driver before it did (the runs measured so)."""
+    as Pilot takes it); False plays the driver before it did (the runs measured so).
+    join_timeout_s: the values file's, as docs/autopilot.md tells a user to set it (about
+    twice a node's start, the 600 s default at least); a number plays it as given."""
     period_s = 5.0  # its POLL_S
 
-    def __init__(self, cooldown_s: float = COOLDOWN_S, load_signal: bool = True):
-        self.cooldown_s, self.load_signal = cooldown_s, load_signal
+    def __init__(self, cooldown_s: float = COOLDOWN_S, load_signal: bool = True,
+                 join_timeout_s: float | None = None):
+        self.cooldown_s, self.load_signal, self.join_timeout_s = cooldown_s, load_signal, join_timeout_s
 
     def start(self, trace: Trace, mix: Mix) -> None:
+        timeout = self.join_timeout_s or max(Settings.join_timeout_s, 2 * mix.start_median_s)
         self.settings = Settings(target_wait_share=TARGET_WAIT_SHARE, min_nodes=mix.min_nodes,
-                                 max_nodes=mix.max_nodes, cooldown_s=self.cooldown_s,
+                                 max_nodes=mix.max_nodes, cooldown_s=self.cooldown_s, join_timeout_s=timeout,
                                  node_usd_per_hour=mix.node_usd_per_hour,
                                  base_usd_per_hour=mix.head_usd_per_hour)
         self.steering = Steering(self.settings, started=0.0)
@@ -151,4 +179,5 @@ class Oracle:
 
 
 POLICIES = {"fixed_min": lambda: Fixed("min"), "fixed_max": lambda: Fixed("max"), "planner": Planner,
-            "raydata": RayData, "autopilot": Autopilot, "oracle": Oracle}
+            "raydata": lambda: RayData(queued=True), "raydata_rule": RayData, "autopilot": Autopilot,
+            "oracle": Oracle}

@@ -5,7 +5,7 @@ Prints, per trace and policy, the medians over seeds (10-90% band of the $ per m
 images): $ per million images, its change against fixed_max, the trainers' mean wait,
 node-hours, count changes and the gap to the oracle; then (--map) the regime map: phase
 length against the nodes' start latency D, where the autopilot wins or loses against the
-best of the fixed choices (fixed_min, fixed_max, the planner's) and Ray Data's autoscaler,
+best of the fixed choices (fixed_min, fixed_max, the planner's), the kit's job without it and Ray Data's rule,
 saved as a PNG with the rows as JSON under build/sim/.
 
 The mix is cluster_templates/hetero.yaml's, built and priced as `make cost` prices it (a
@@ -44,7 +44,7 @@ from scripts.sim.world import Mix, run
 
 MAP_MINUTES = (1, 2, 5, 10, 20, 40, 80, 160)   # phase length L
 MAP_START_MINUTES = (0.5, 1, 2, 4, 8, 15)       # the nodes' start latency D, median
-RIVALS = ("fixed_min", "fixed_max", "planner", "raydata")
+RIVALS = ("fixed_min", "fixed_max", "planner", "raydata", "raydata_rule")
 
 
 def parser() -> OneLineParser:
@@ -115,11 +115,11 @@ def table(rows: list[dict], trace_name: str, about: str) -> list[str]:
     by = {p: [r for r in rows if r["trace"] == trace_name and r["policy"] == p] for p in POLICIES}
     median = {p: statistics.median(r["usd_per_million_images"] for r in rs) for p, rs in by.items()}
     lines = [f"trace {trace_name}: {about}",
-             f"  {'policy':<10} {'$/M images (10-90%)':>22} {'vs fixed_max':>12} {'mean wait':>9} "
+             f"  {'policy':<12} {'$/M images (10-90%)':>22} {'vs fixed_max':>12} {'mean wait':>9} "
              f"{'node-h':>7} {'wall h':>6} {'changes':>7} {'oracle gap':>10}"]
     for policy, rs in by.items():
         low, mid, high = band([r["usd_per_million_images"] for r in rs])
-        lines.append(f"  {policy:<10} {mid:>8.2f} ({low:>5.2f}-{high:>5.2f}) "
+        lines.append(f"  {policy:<12} {mid:>8.2f} ({low:>5.2f}-{high:>5.2f}) "
                      f"{mid / median['fixed_max'] - 1:>+12.0%} {statistics.median(r['mean_wait_share'] for r in rs):>9.1%} "
                      f"{statistics.median(r['node_hours'] for r in rs):>7.2f} "
                      f"{statistics.median(r['wall_hours'] for r in rs):>6.2f} "

@@ -38,25 +38,21 @@ def test_each_set_is_fitted_on_its_own_rows():
 
 OLD, OLD_DROP, NEW, NEW_DROP = ("2026-11-29 07:56", "2026-11-29 08:04, load dropping", "2026-11-29 08:16",
                                  "2026-11-29 08:21, load dropping")
-PASSING = [
-    # the fixed rows within 20% (the start, the trainer, the shared host and one node's
-    # supply, fitted, make both walls), every set
-    *[(s, f"(b) {row} {what}") for s in SETS for row in ("fixed_min", "fixed_max") for what in ("$/M images", "wall s")],
-    # Ray Data's rule's row (its requests from its tasks' CPUs, importing ones included);
-    # its wall where the load drops is missed (Ray's autoscaler also answered its queue)
-    *[(s, "(b) raydata $/M images") for s in SETS],
-    *[(s, "(b) raydata wall s") for s in ("2026-11-27", OLD, NEW)],
-    # the autopilot's row where its nodes' start did not stall the others past the model
-    *[(s, f"(b) autopilot {what}") for s in (OLD, OLD_DROP, NEW, NEW_DROP) for what in ("$/M images", "wall s")],
-    # the checkout's own Steering asks when it asked (a copy of the policy could match the
-    # rows and not this), gives back when it gave back (C5), and holds where it held
-    ("2026-11-27", "(c) the autopilot's change 1: 2 nodes"), (OLD, "(c) the autopilot's change 1: 2 nodes"),
-    (OLD_DROP, "(c) the autopilot's change 1: 3 nodes"), (OLD_DROP, "(c) the autopilot's change 2: 2 nodes"),
-    (NEW, "(c) the autopilot's change 1: 2 nodes"), (NEW_DROP, "(c) the autopilot's change 1: 3 nodes"),
-    *[(s, "(e) the autopilot gives back, or holds") for s in SETS],
-    (OLD, "(a) ranking by $/M images (4 pairs over 10% apart)"),
-    (NEW, "(a) ranking by $/M images (4 pairs over 10% apart)"),
-]
+# What it misses, each said in docs/autopilot.md with its cause as far as measured: the
+# 2026-11-27 autopilot row, whose nodes delivered half of fixed_min's one node's rate in
+# the heavy phase (so it asked a third node the model never needs)
+MISSED = {("2026-11-27", "(a) ranking by $/M images (5 pairs over 10% apart)"),
+          ("2026-11-27", "(b) autopilot $/M images"), ("2026-11-27", "(b) autopilot wall s"),
+          ("2026-11-27", "(c) the autopilot's change 2: 3 nodes")}
+# every other check passes: the fixed rows (fitted), Ray Data's (its rule and Ray's
+# autoscaler answering its queue), the autopilot's rows, its asks (the checkout's own
+# Steering asks when it asked: a copy of the policy could match the rows and not this),
+# its give-back or hold (C5), the rankings
+PASSING = sorted(set(CHECKS) - MISSED)
+
+
+def test_the_misses_are_the_ones_written_down():
+    assert {check for check, (ok, _) in CHECKS.items() if not ok} == MISSED
 
 
 def test_runs_measured_before_the_load_signal_are_played_without_it():

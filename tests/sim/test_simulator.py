@@ -75,14 +75,84 @@ def test_a_node_asked_delivers_after_its_start_latency_and_the_autoscaler_replac
 def test_ray_datas_rule_doubles_while_busy_and_never_asks_for_less():
     rule = policies.RayData()
     rule.start(steady(60, 100.0, 0.25), MIX)
+    clock = iter(range(10, 1000, 10))  # its polls, MIN_GAP_S apart
 
     def seen(busy: float, held: float = 15.0, produced: float | None = 1.0) -> Observation:
-        return Observation(0.0, [], [], {}, [], held, busy, 1, producing_since=produced)
+        return Observation(float(next(clock)), [], [], {}, [], held, busy, 1, producing_since=produced)
     assert rule.poll(seen(busy=15.0, produced=None)) == 1  # busy, but no task has finished: no rate yet
     assert rule.poll(seen(busy=5.0)) == 1  # a third busy: the previous request, unchanged
     assert rule.poll(seen(busy=10.0)) == 2  # two thirds: twice the CPUs it holds
     assert rule.poll(seen(busy=30.0, held=30.0)) == 4
     assert rule.poll(seen(busy=0.0, held=60.0)) == 4  # idle now: still never less
+
+
+def test_the_kits_job_without_the_autopilot_has_rays_autoscaler_launch_max_workers_for_its_queue(monkeypatch):
+    """The raydata row is the kit's job with the autopilot off: its pipeline turns Ray Data's
+    resource reservation off and sets its 1-CPU stage no concurrency, and Ray's own classes
+    then hold no task back (no allocator; a cap of infinity), so its tasks queue past the
+    CPUs it holds and Ray's autoscaler launches max_workers for them from its first poll.
+    Ray Data's rule alone, with the reservation on, waits for a finished task and doubles."""
+    import ray
+    from ray.data._internal.execution import create_resource_allocator
+    from ray.data._internal.execution.backpressure_policy.concurrency_cap_backpressure_policy import \
+        ConcurrencyCapBackpressurePolicy
+
+    sys.path[:0] = [str(REPO / "jobs" / "vit_synthetic"), str(REPO / "jobs")]
+    import pipeline
+    from raykit.autopilot import SETTINGS_ENV
+
+    staged = []
+
+    class Stage:  # an operator that sets no concurrency
+        def get_max_concurrency_limit(self):
+            return None
+
+    class Records:  # what ray.data.range returns, without starting Ray
+        def map_batches(self, fn, **options):
+            staged.append(options)
+
+    monkeypatch.setattr(ray.data, "range", lambda *_, **__: Records())
+    ctx = ray.data.DataContext.get_current().copy()  # the job's own, not this process's
+    monkeypatch.setattr(ray.data.DataContext, "get_current", staticmethod(lambda: ctx))
+    for steered in (False, True):
+        if steered:
+            monkeypatch.setenv(SETTINGS_ENV, "{}")
+        else:
+            monkeypatch.delenv(SETTINGS_ENV, raising=False)
+        pipeline.build_dataset(64, 16, 32, 1, 3)
+        assert ctx.op_resource_reservation_enabled is steered
+    assert all(o.get("num_cpus") == 1 and o.get("concurrency") is None for o in staged)
+    off = ctx.copy()
+    off.op_resource_reservation_enabled = False
+    assert create_resource_allocator(None, off) is None  # nothing budgets its tasks
+    stage = Stage()
+    assert ConcurrencyCapBackpressurePolicy(off, {stage: None}, None)._concurrency_caps[stage] == math.inf
+
+    trace = Trace("start", (Phase(26.0, 0.0, 0.01, kind="eval"), Phase(600.0, 100.0, 0.01)))
+    queued, rule_alone = policies.POLICIES["raydata"](), policies.POLICIES["raydata_rule"]()
+    assert (queued.period_s, rule_alone.period_s) == (5.0, 10.0)  # Ray's autoscaler's update; Ray Data's gap
+    for policy in (queued, rule_alone):
+        policy.start(trace, MIX)
+    first = Observation(5.0, [], [], {}, [("a", "a")], 15.0, 15.0, 1, producing_since=None)
+    assert queued.poll(first) == MIX.max_nodes and rule_alone.poll(first) == 1  # busy, but no rate yet
+    out = run(trace, MIX, queued, seed=1)
+    assert {p["asked"] for p in out.timeline} == {MIX.max_nodes} and out.changes == 1
+
+
+def test_the_autopilot_plays_the_join_timeout_a_user_sets_above_the_nodes_start():
+    """A node that starts in 15 minutes (a cold node group) outlasts the 10-minute default:
+    each one asked is given up before it joins, asked again an hour later, and the trainers
+    starve at twice the bill's nodes. Set as docs/autopilot.md says (about twice a node's
+    start), the nodes come and the wait falls to the target; the simulator plays that."""
+    slow = Mix(head_usd_per_hour=1.0, node_usd_per_hour=0.7, node_vcpus=15, min_nodes=1, max_nodes=4,
+               start_median_s=900.0)
+    heavy = steady(3 * 3600, 130.0, 2.5 * 15 * 0.95 / 130.0)  # 2.5 nodes feed the trainer
+    default, as_told = policies.Autopilot(join_timeout_s=600.0), policies.Autopilot()
+    given_up, joined = run(heavy, slow, default, seed=1), run(heavy, slow, as_told, seed=1)
+    assert as_told.settings.join_timeout_s == 1800.0 and default.settings.join_timeout_s == 600.0
+    assert default.steering.state.given_up or given_up.changes > 5  # asked, given up, asked again
+    assert given_up.mean_wait_share > 0.4 and joined.mean_wait_share < 0.1
+    assert joined.usd_per_million_images < 0.8 * given_up.usd_per_million_images
 
 
 def test_ray_data_counts_a_node_busy_while_its_first_task_imports():
