@@ -32,7 +32,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from scripts.sim import policies
+from scripts.sim import history, policies
 from scripts.sim.world import Mix, Phase, Trace, run
 
 BATCH = 16
@@ -43,6 +43,7 @@ JOIN_S, FIRST_BATCH_S = 4.0, 19.5    # ask -> join; join -> first batch (16-23 s
 TOLERANCE = 0.20
 ASK_TOLERANCE_S = 10.0
 RANK_GAP = 0.10                      # rows closer than this in $/M images are not ranked
+CHANGES_FACTOR = 2.0                 # a count of changes (times not kept) within this factor
 BOUNDS = {"fixed_min": (1, 1), "fixed_max": (3, 3), "raydata": (1, 3), "autopilot": (1, 3)}
 # the two jobs: the bench's default, and a load that drops (--blur-count 30 --image-size 96)
 LIGHT_HEAVY_LIGHT = (("light", 60), ("heavy", 120), ("light", 60))
@@ -67,6 +68,8 @@ class RunSet:
     rows: dict[str, Row]
     asks: tuple[tuple[float, int], ...]          # the autopilot's: (s from the job's start, nodes asked)
     load_signal: bool = False                    # its driver passed the nodes' CPUs in use (from 2026-11-29)
+    policy: str = ""                             # the commit whose autopilot ran ("": this checkout's Steering)
+    changes: int | None = None                   # the autopilot's changes, where their times were not kept
 
     @property
     def images(self) -> int:
@@ -81,6 +84,29 @@ def gave_back(asks) -> bool:
 
 
 SETS = (
+    # round 2 (2026-11-26): the autopilot of each commit, as its driver ran it; before
+    # cd0e52f a node it asked for got its first task at Ray Data's coordinator's next tick
+    RunSet("2026-11-26 c3d5807", "Round 2: share pricing, phases, the policy on price (2026-11-26, later)",
+           LIGHT_HEAVY_LIGHT,
+           {"fixed_min": Row(180, 27.9, 0.79, (0.77, 0.79, 0.80), 180, 13.47),
+            "fixed_max": Row(84, 82.4, 0.34, (0.23, 0.37, 0.34), 253, 6.45),
+            "raydata": Row(80, 74.2, 0.43, (0.61, 0.31, 0.37), 202, 6.06),
+            "autopilot": Row(218, 22.3, 0.82, (0.79, 0.87, 0.45), 387, 16.40)},
+           asks=(), policy="c3d5807", changes=16),
+    RunSet("2026-11-26 db3f21b", "Round 2: share pricing, phases, the policy on price (2026-11-26, later)",
+           LIGHT_HEAVY_LIGHT,
+           {"fixed_min": Row(163, 28.7, 0.80, (0.83, 0.80, 0.74), 164, 12.22),
+            "fixed_max": Row(79, 87.2, 0.28, (0.03, 0.36, 0.30), 236, 6.00),
+            "raydata": Row(85, 86.4, 0.35, (0.54, 0.20, 0.36), 217, 6.46),
+            "autopilot": Row(108, 52.7, 0.61, (0.73, 0.62, 0.04), 247, 8.16)},
+           asks=((35.0, 3),), policy="db3f21b"),
+    RunSet("2026-11-26 cd0e52f", "Round 2: share pricing, phases, the policy on price (2026-11-26, later)",
+           LIGHT_HEAVY_LIGHT,
+           {"fixed_min": Row(149, 31.9, 0.81, (0.79, 0.82, 0.78), 149, 11.17),
+            "fixed_max": Row(71, 99.1, 0.31, (0.02, 0.43, 0.26), 212, 5.39),
+            "raydata": Row(75, 76.9, 0.46, (0.72, 0.27, 0.22), 192, 5.70),
+            "autopilot": Row(98, 54.1, 0.58, (0.69, 0.63, 0.01), 231, 7.44)},
+           asks=((25.0, 2), (35.0, 3)), policy="cd0e52f"),
     RunSet("2026-11-27", "Counting a node from its first batch (2026-11-27)",
            LIGHT_HEAVY_LIGHT,
            {"fixed_min": Row(80, 71.3, 0.47, (0.40, 0.50, 0.47), 80, 5.99),
@@ -152,16 +178,25 @@ def trace_of(measured: RunSet, f: Fit) -> Trace:
     return Trace(f"bench_{measured.name}", tuple(phases), f"make bench-autopilot's job, as measured {measured.name}")
 
 
-def mix_for(row: str, f: Fit) -> Mix:
+BUDGET_TICK_S = 20.0                 # Ray Data's AutoscalingCoordinator's TICK_INTERVAL_S
+REFRESHED_AT_JOIN = "cd0e52f"        # from this commit the autopilot has it recompute at a join
+
+
+def mix_for(row: str, f: Fit, measured: RunSet | None = None) -> Mix:
     least, most = BOUNDS[row]
+    ticked = row == "autopilot" and measured is not None and measured.policy not in ("", REFRESHED_AT_JOIN)
     return Mix(head_usd_per_hour=HEAD_USD_PER_HOUR, node_usd_per_hour=NODE_USD_PER_HOUR, node_vcpus=1,
                min_nodes=least, max_nodes=most, start_median_s=JOIN_S + FIRST_BATCH_S, start_sigma=0.1,
                ec2_s=JOIN_S, first_task_s=FIRST_BATCH_S, removal_s=5.0, efficiency=1.0, min_billed_s=0.0,
-               buffer_images=4 * BATCH, shared_host_slowdown=f.slowdown_per_node)
+               buffer_images=4 * BATCH, shared_host_slowdown=f.slowdown_per_node,
+               budget_tick_s=BUDGET_TICK_S if ticked else 0.0)
 
 
 def policy_for(row: str, measured: RunSet):
-    """The row's policy as it ran: the autopilot with what its driver passed it then."""
+    """The row's policy as it ran: the autopilot of its commit, with what its driver passed
+    it then."""
+    if row == "autopilot" and measured.policy:
+        return history.JoinSettled(measured.policy, cooldown_s=COOLDOWN_S)
     if row == "autopilot":
         return policies.Autopilot(cooldown_s=COOLDOWN_S, load_signal=measured.load_signal)
     return policies.POLICIES[row]()
@@ -180,7 +215,7 @@ def predict(measured: RunSet, seeds: int = 10, f: Fit | None = None) -> dict[str
     f = f or fit(measured)
     trace, out = trace_of(measured, f), {}
     for row in measured.rows:
-        runs = [run(trace, mix_for(row, f), policy_for(row, measured), seed=seed) for seed in range(seeds)]
+        runs = [run(trace, mix_for(row, f, measured), policy_for(row, measured), seed=seed) for seed in range(seeds)]
         middle = sorted(runs, key=lambda o: o.usd_per_million_images)[len(runs) // 2]
         asks, last = [], BOUNDS[row][0]
         for point in middle.timeline:
@@ -221,6 +256,11 @@ def checks(measured: RunSet, predicted: dict[str, Predicted]) -> list[tuple[str,
         found.append((f"(c) the autopilot's change {i + 1}: {count} nodes", abs(when - at) <= ASK_TOLERANCE_S,
                       f"measured at {at:g} s, simulated " + (f"at {when:g} s" if when < math.inf else
                                                              f"not so ({', '.join(f'{n} at {t:g} s' for t, n in asks) or 'no change'})")))
+    if measured.changes is not None:  # their times not kept: how often it changed (C4's thrash)
+        found.append((f"(f) the autopilot's changes: {measured.changes}",
+                      measured.changes / CHANGES_FACTOR <= len(asks) <= measured.changes * CHANGES_FACTOR,
+                      f"measured {measured.changes}, simulated {len(asks)} (within a factor of {CHANGES_FACTOR:g})"))
+        return found
     said = lambda gave: "gave nodes back" if gave else "held what it asked for"  # noqa: E731
     found.append(("(e) the autopilot gives back, or holds", gave_back(asks) == gave_back(measured.asks),
                   f"measured: {said(gave_back(measured.asks))}; simulated: {said(gave_back(asks))}"))

@@ -87,6 +87,11 @@ class Mix:
     # processes and imports): 0 on a cloud, where a node is a machine of its own; on one
     # host (the local cluster) the nodes' cores are the trainer's neighbours
     shared_host_slowdown: float = 0.0
+    # Ray Data's AutoscalingCoordinator recomputes its reservations on a tick (its
+    # TICK_INTERVAL_S, 20 s); where nothing has it recompute at a join (the kit's autopilot
+    # before 2026-11-26's cd0e52f), a node that joins mid-run gets its first task at the
+    # next tick. 0: at once (the autopilot has it recompute now)
+    budget_tick_s: float = 0.0
 
 
 @dataclass
@@ -162,6 +167,7 @@ class World:
         self.phase, self.done = 0, 0.0  # the phase under way, and its work done
         self.outcome = Outcome()
         self.count = 0
+        self.tick_phase = self.rng.uniform(0.0, mix.budget_tick_s) if mix.budget_tick_s else 0.0
         for _ in range(mix.min_nodes):  # `make up` returned with min_workers joined
             self.nodes.append(Node(self._id(), -600.0, -600.0, -60.0, mix.first_task_s))
 
@@ -176,7 +182,11 @@ class World:
 
     def launch(self, t: float) -> None:
         m, d = self.mix, self.start_latency()
-        self.nodes.append(Node(self._id(), t, t + m.ec2_s, t + d - m.first_task_s, t + d))
+        joined, delivering = t + d - m.first_task_s, t + d
+        if m.budget_tick_s:  # its first task waits for the coordinator's next tick
+            ticks = math.ceil((joined - self.tick_phase) / m.budget_tick_s)
+            delivering = self.tick_phase + ticks * m.budget_tick_s + m.first_task_s
+        self.nodes.append(Node(self._id(), t, t + m.ec2_s, joined, delivering))
 
     def alive(self) -> list[Node]:
         return [n for n in self.nodes if n.leaving_at is None]

@@ -3,6 +3,7 @@ rule, the kit's own autopilot driven from this checkout, and the supply model ag
 runs docs/benchmark-log.md records (the first rung of the calibration the simulator still
 lacks: docs/autopilot.md, "The simulator")."""
 
+import dataclasses
 import math
 import statistics
 import sys
@@ -70,6 +71,22 @@ def test_a_node_asked_delivers_after_its_start_latency_and_the_autoscaler_replac
     new.leaving_at, new.gone_at = 10.0, 130.0  # a spot notice
     world.reconcile(10.0, 2)
     assert len(world.alive()) == 2 and world.nodes[-1].asked_at == 10.0
+
+
+def test_before_the_kit_refreshed_ray_datas_budget_a_node_got_its_first_task_at_the_coordinators_tick():
+    ticked = Mix(head_usd_per_hour=1.0, node_usd_per_hour=0.01, node_vcpus=1, min_nodes=1, max_nodes=3,
+                 ec2_s=4.0, first_task_s=20.0, start_median_s=30.0, start_sigma=0.0, budget_tick_s=20.0)
+    for seed in range(5):
+        world = World(steady(600, 100.0, 0.01), ticked, seed=seed)
+        world.reconcile(33.0, 2)
+        node = world.nodes[-1]
+        waited = node.delivering_at - ticked.first_task_s - node.joined_at  # for the tick after its join
+        assert node.joined_at == 43.0 and 0.0 <= waited < 20.0
+        ticks = (node.delivering_at - ticked.first_task_s - world.tick_phase) / 20.0
+        assert ticks == pytest.approx(round(ticks))  # on one of the coordinator's ticks
+    at_once = World(steady(600, 100.0, 0.01), dataclasses.replace(ticked, budget_tick_s=0.0), seed=0)
+    at_once.reconcile(33.0, 2)
+    assert at_once.nodes[-1].delivering_at == 63.0
 
 
 def test_ray_datas_rule_doubles_while_busy_and_never_asks_for_less():

@@ -1,0 +1,68 @@
+"""The autopilot as an earlier commit had it, for the calibration sets its driver ran then
+(docs/benchmark-log.md's round 2, 2026-11-26): its module read from this checkout's own
+git history (`git show COMMIT:jobs/raykit/autopilot.py`), never a copy, and driven by the
+glue its Pilot.tick had then (c3d5807 to cd0e52f: the same lines).
+
+That glue differs from today's Steering in what it waits for: a rise was judged once the
+nodes asked for had joined (not once they delivered), the first fill by its wait alone,
+and nothing else (no load signal, no pause, no lost node)."""
+
+import math
+import subprocess
+import sys
+import types
+from functools import cache
+
+from scripts.core.errors import KitError
+from scripts.core.paths import JOBS, REPO
+from scripts.sim.world import Mix, Observation, Trace
+
+POLICY_PATH = "jobs/raykit/autopilot.py"
+
+
+@cache
+def policy_module(commit: str) -> types.ModuleType:
+    """jobs/raykit/autopilot.py as `commit` had it, imported beside this checkout's raykit
+    (it imports raykit's stall and steps, used by its driver only)."""
+    shown = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:{POLICY_PATH}"],
+                           capture_output=True, text=True, check=False)
+    if shown.returncode != 0:
+        raise KitError(f"the autopilot of {commit} is not in this checkout's history (a git clone has it): "
+                       f"{shown.stderr.strip()[:200]}")
+    if str(JOBS) not in sys.path:
+        sys.path.insert(0, str(JOBS))
+    module = types.ModuleType(f"autopilot_{commit}")
+    module.__file__ = f"{commit}:{POLICY_PATH}"
+    exec(compile(shown.stdout, module.__file__, "exec"), module.__dict__)  # noqa: S102 (the repo's own history)
+    return module
+
+
+class JoinSettled:
+    """The autopilot of `commit` (c3d5807, db3f21b or cd0e52f), as its Pilot.tick drove it:
+    the settings a job got then, a measure from when the nodes asked for had joined."""
+    period_s = 5.0  # its POLL_S
+
+    def __init__(self, commit: str, cooldown_s: float, target_wait_share: float = 0.1):
+        self.commit, self.cooldown_s, self.target = commit, cooldown_s, target_wait_share
+
+    def start(self, trace: Trace, mix: Mix) -> None:
+        m = self.m = policy_module(self.commit)
+        self.settings = m.Settings(target_wait_share=self.target, min_nodes=mix.min_nodes, max_nodes=mix.max_nodes,
+                                   cooldown_s=self.cooldown_s, node_usd_per_hour=mix.node_usd_per_hour,
+                                   base_usd_per_hour=mix.head_usd_per_hour)
+        self.state = m.State(asked=mix.min_nodes)
+        self.first_step_end, self.settled_at, self.settled_for = None, 0.0, None
+
+    def poll(self, obs: Observation) -> int:
+        m, settings, state, now = self.m, self.settings, self.state, obs.now
+        steps, waiting, joined = obs.steps, obs.waiting, len(obs.nodes)
+        if self.first_step_end is None and steps:
+            self.first_step_end = min(s[0] for s in steps)  # the trainers' first step: the fill
+        if joined == state.asked and self.settled_for != state.changed_at:
+            self.settled_for, self.settled_at = state.changed_at, now  # the nodes asked are up
+        since = max(now - settings.window_s, self.settled_at, (self.first_step_end or math.inf) + 1e-6)
+        measured = m.steady_measure(steps, waiting, now, since)
+        blocked = [w for w in waiting if w < since]
+        if measured is None and blocked and (joined == 0 or now - since >= settings.window_s):
+            measured = (1.0, 0.0)  # a trainer blocked all along (no node, or none that delivers)
+        return m.decide(settings, state, now, measured, joined)
