@@ -1,4 +1,4 @@
-"""make bench-autopilot: the autopilot against fixed mixes and Ray Data's own autoscaler.
+"""make bench-autopilot: the autopilot against fixed mixes and the job without it (Ray's autoscalers).
 
 The same ViT job (ARGS) on CLUSTER (default local_autopilot: quarter-core preprocess
 nodes, so that each node adds throughput), one run after the other, each on a cluster of
@@ -143,7 +143,7 @@ def run(a) -> int:
         writer.writerows(rows)
     if reports.get("autopilot") and reports["autopilot"].get("timeline"):
         charts.autopilot_chart(reports["autopilot"], out / "autopilot.png")
-    print(f"\nthe autopilot against fixed mixes and Ray Data's autoscaler on '{cluster}', "
+    print(f"\nthe autopilot against fixed mixes and the autopilot off (Ray's and Ray Data's autoscalers) on '{cluster}', "
           f"ARGS=\"{a.args}\" (one run each, this machine, one after the other):")
     print("\n".join(table(rows)))
     print(f"saved in {out}")

@@ -143,6 +143,22 @@ SETS = (
             "raydata": Row(46.3, 83.5, 0.460, (0.550, 0.329), 115.6, 7.03),
             "autopilot": Row(65.2, 47.5, 0.701, (0.818, 0.020), 140.8, 9.86)},
            asks=((25.3, 3),), load_signal=True),
+    # the autopilot as it is now: the load signal, and the trainers away not read as slack
+    RunSet("2026-11-29 11:46", "The simulator's autopilot-off row, evaluations, the join timeout (2026-11-29, later)",
+           LIGHT_HEAVY_LIGHT,
+           {"fixed_min": Row(52.4, 121.2, 0.282, (0.028, 0.389, 0.235), 52.4, 3.92),
+            "fixed_max": Row(47.6, 168.9, 0.019, (0.020, 0.018, 0.019), 142.9, 3.63),
+            "raydata": Row(49.3, 144.1, 0.106, (0.261, 0.039, 0.019), 119.9, 3.74),
+            "autopilot": Row(58.4, 102.0, 0.412, (0.017, 0.572, 0.018), 85.6, 4.39)},
+           asks=((30.1, 2),), load_signal=True),
+    RunSet("2026-11-29 11:52, load dropping",
+           "The simulator's autopilot-off row, evaluations, the join timeout (2026-11-29, later)",
+           HEAVY_THEN_LIGHT,
+           {"fixed_min": Row(76.8, 36.5, 0.769, (0.802, 0.722), 76.8, 11.48),
+            "fixed_max": Row(43.9, 97.8, 0.356, (0.361, 0.351), 131.7, 6.70),
+            "raydata": Row(49.0, 75.6, 0.509, (0.572, 0.411), 120.8, 7.44),
+            "autopilot": Row(68.1, 46.4, 0.699, (0.814, 0.018), 140.1, 10.29)},
+           asks=((30.1, 3),), load_signal=True),
 )
 
 
