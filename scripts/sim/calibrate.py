@@ -283,10 +283,22 @@ def checks(measured: RunSet, predicted: dict[str, Predicted]) -> list[tuple[str,
     return found
 
 
+def playable(measured: RunSet) -> bool:
+    """Whether this checkout can play the set's autopilot: its own, or an earlier commit's
+    from its git history."""
+    return not measured.policy or history.source(measured.policy) is not None
+
+
 def report(seeds: int = 10) -> tuple[bool, list[str]]:
     """(every check of every set passed, the lines `make simulate` prints)."""
     lines, passed = [], True
     for measured in SETS:
+        if not playable(measured):
+            lines += [f"calibration on make bench-autopilot of {measured.name} (not played):",
+                      f"  MISS  played: the autopilot its rows measured ({measured.policy}) is not in this "
+                      "checkout's history (a full git clone has it)"]
+            passed = False
+            continue
         f = fit(measured)
         found = checks(measured, predict(measured, seeds, f))
         lines.append(f"calibration on make bench-autopilot of {measured.name} "

@@ -20,20 +20,29 @@ from scripts.sim.world import Mix, Observation, Trace
 POLICY_PATH = "jobs/raykit/autopilot.py"
 
 
+def source(commit: str) -> str | None:
+    """jobs/raykit/autopilot.py's text at `commit`; None where this checkout has no such
+    history (no git, a shallow clone, an archive)."""
+    try:
+        shown = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:{POLICY_PATH}"],
+                               capture_output=True, text=True, check=False, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return shown.stdout if shown.returncode == 0 else None
+
+
 @cache
 def policy_module(commit: str) -> types.ModuleType:
     """jobs/raykit/autopilot.py as `commit` had it, imported beside this checkout's raykit
     (it imports raykit's stall and steps, used by its driver only)."""
-    shown = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:{POLICY_PATH}"],
-                           capture_output=True, text=True, check=False)
-    if shown.returncode != 0:
-        raise KitError(f"the autopilot of {commit} is not in this checkout's history (a git clone has it): "
-                       f"{shown.stderr.strip()[:200]}")
+    text = source(commit)
+    if text is None:
+        raise KitError(f"the autopilot of {commit} is not in this checkout's history (a full git clone has it)")
     if str(JOBS) not in sys.path:
         sys.path.insert(0, str(JOBS))
     module = types.ModuleType(f"autopilot_{commit}")
     module.__file__ = f"{commit}:{POLICY_PATH}"
-    exec(compile(shown.stdout, module.__file__, "exec"), module.__dict__)  # noqa: S102 (the repo's own history)
+    exec(compile(text, module.__file__, "exec"), module.__dict__)  # noqa: S102 (the repo's own history)
     return module
 
 

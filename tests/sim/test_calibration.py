@@ -10,8 +10,12 @@ import pytest
 from scripts.sim import calibrate
 
 SETS = {s.name: s for s in calibrate.SETS}
-CHECKS = {(s.name, name): (ok, said) for s in calibrate.SETS
+# a checkout without its git history (a shallow clone) cannot play round 2's policies:
+# make simulate says so as a miss; here those sets are left out
+PLAYED = [s for s in calibrate.SETS if calibrate.playable(s)]
+CHECKS = {(s.name, name): (ok, said) for s in PLAYED
           for name, ok, said in calibrate.checks(s, calibrate.predict(s))}  # as make simulate plays them
+needs_history = pytest.mark.skipif(len(PLAYED) < len(SETS), reason="no git history: round 2's policies")
 
 
 def test_the_fit_reads_the_trainer_the_nodes_and_the_start_from_the_two_fixed_rows_only():
@@ -62,7 +66,8 @@ PASSING = sorted(set(CHECKS) - MISSED)
 
 
 def test_the_misses_are_the_ones_written_down():
-    assert {check for check, (ok, _) in CHECKS.items() if not ok} == MISSED
+    played = {s.name for s in PLAYED}
+    assert {check for check, (ok, _) in CHECKS.items() if not ok} == {m for m in MISSED if m[0] in played}
 
 
 def test_runs_measured_before_the_load_signal_are_played_without_it():
@@ -80,6 +85,7 @@ def test_what_the_simulator_reproduces_of_each_set(check):
     assert ok, f"{check}: {said}"
 
 
+@needs_history
 def test_round_twos_rows_are_played_with_the_autopilot_of_their_own_commit():
     """The autopilot each round-2 run had, read from this checkout's history (never a copy)
     and driven by the glue its driver had then (a rise judged once its nodes joined); before
@@ -100,13 +106,29 @@ def test_round_twos_rows_are_played_with_the_autopilot_of_their_own_commit():
         history.policy_module("0" * 40)
 
 
+def test_a_checkout_without_its_history_says_it_cannot_play_round_two(monkeypatch):
+    """A shallow clone or an archive has no earlier commit: make simulate reports those
+    sets as a miss in one line each (so no cloud table), never a traceback."""
+    from scripts.sim import history
+
+    monkeypatch.setattr(history, "source", lambda commit: None)
+    history.policy_module.cache_clear()
+    try:
+        passed, lines = calibrate.report(seeds=1)
+    finally:
+        history.policy_module.cache_clear()
+    unplayed = [line for line in lines if "not in this checkout's history" in line]
+    assert not passed and len(unplayed) == sum(1 for s in calibrate.SETS if s.policy) == 3
+    assert all(line.startswith("  MISS  played: the autopilot its rows measured (") for line in unplayed)
+
+
 def test_the_ranking_leaves_out_rows_closer_than_the_machines_noise():
     usd = {"a": 1.0, "b": 1.05, "c": 1.2}
     assert calibrate.ranked_pairs(usd) == [("a", "c"), ("b", "c")]
 
 
 def test_every_check_is_reported_with_both_figures():
-    for s in calibrate.SETS:
+    for s in PLAYED:
         names = [name for (set_name, name) in CHECKS if set_name == s.name]
         assert len(names) == 1 + 2 * len(s.rows) + len(s.asks) + 1  # (e), or (f) where only the changes were kept
     passed, lines = calibrate.report(seeds=2)
