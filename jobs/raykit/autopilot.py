@@ -53,6 +53,7 @@ import math
 import os
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -461,7 +462,7 @@ class Pilot(threading.Thread):
         self.started = time.time()
         self.steering = Steering(settings, self.started)
         self.timeline: list[dict] = []
-        self.errors: list[str] = []
+        self.errors: deque[str] = deque(maxlen=5)  # the last failed reads (a persistent one fails every poll)
         self.drained: list[str] = []  # node ids it drained (or why Ray refused)
         self._halt = threading.Event()
         from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
@@ -571,7 +572,7 @@ class Pilot(threading.Thread):
                 "mean_wait_share": sum(shares) / len(shares) if shares else None,
                 "changes": self.state.reasons, "given_up": self.state.given_up, "drained": self.drained,
                 "price_holds": self.state.price_holds,
-                "budget_refreshes": self.budget_refreshes, "timeline": self.timeline, "errors": self.errors[-5:]}
+                "budget_refreshes": self.budget_refreshes, "timeline": self.timeline, "errors": list(self.errors)}
 
 
 @dataclass
