@@ -39,7 +39,7 @@ from scripts.core.state import make_dir
 from scripts.pricing.cost import node_hour_prices
 from scripts.sim import calibrate
 from scripts.sim.policies import POLICIES
-from scripts.sim.traces import TRACES, square_wave
+from scripts.sim.traces import TRACES, from_spec, square_wave
 from scripts.sim.world import Mix, run
 
 MAP_MINUTES = (1, 2, 5, 10, 20, 40, 80, 160)   # phase length L
@@ -58,6 +58,9 @@ def parser() -> OneLineParser:
     p.add_argument("--min-nodes", type=int, default=1)
     p.add_argument("--max-nodes", type=int, default=4)
     p.add_argument("--traces", nargs="+", choices=sorted(TRACES), default=sorted(TRACES))
+    p.add_argument("--phases", metavar="MINUTES:LOAD,...",
+                   help="your job's own schedule instead of the traces: each phase's minutes and its CPU "
+                        "per image against a heavy phase's (1; 0.25 light; or eval), e.g. 540:1,180:0.25")
     p.add_argument("--map", action="store_true", help="also the regime map (phase length x D), 3 seeds a cell")
     p.add_argument("--uncalibrated", action="store_true",
                    help="print the cloud tables though the calibration misses: a ranking under the model, no forecast")
@@ -208,6 +211,10 @@ def simulate(a) -> int:
         raise KitError("ARGS: --hours must be from 0.1 to 48")
     mix, described = hetero_mix(a)
     spot_mix, spot_described = hetero_mix(a, spot=True)
+    try:
+        own = from_spec(a.phases, a.trainer, heavy_cpu_s(a, mix)) if a.phases is not None else None
+    except ValueError as e:
+        raise KitError(f"ARGS: --phases: {e}") from None
     calibrated, lines = calibrate.report()
     print("\n".join(lines))
     missed = sum(line.startswith("  MISS") for line in lines)
@@ -224,12 +231,12 @@ def simulate(a) -> int:
     print(f"simulated: {described}; the A10G "
           f"takes {a.trainer:g} images/s, a heavy phase needs {a.heavy_nodes:g} nodes; D ~ {a.start_minutes:g} min "
           f"(lognormal); {a.seeds} seeds.")
-    if any(TRACES[name](1, a.trainer, 1).spot_per_hour for name in a.traces):
+    if not own and any(TRACES[name](1, a.trainer, 1).spot_per_hour for name in a.traces):
         print(f"spot traces: {spot_described}")
     rows = []
     with ProcessPoolExecutor(max_workers=2) as pool:
-        for hours in a.hours:
-            traces = [TRACES[name](hours, a.trainer, heavy_cpu_s(a, mix)) for name in a.traces]
+        for hours in ([own.seconds / 3600] if own else a.hours):
+            traces = [own] if own else [TRACES[name](hours, a.trainer, heavy_cpu_s(a, mix)) for name in a.traces]
             jobs = [(trace, spot_mix if trace.spot_per_hour else mix, policy, seed)
                     for trace in traces for policy in POLICIES for seed in range(a.seeds)]
             found = list(pool.map(one, jobs, chunksize=4))
@@ -238,7 +245,7 @@ def simulate(a) -> int:
             rows += found
             for trace in traces:
                 print()
-                print("\n".join(table(found, trace.name, f"{trace.about} ({hours:g} h)")))
+                print("\n".join(table(found, trace.name, f"{trace.about} ({hours:.3g} h)")))
         cells = regime_map(a, mix, pool) if a.map else []
     make_dir(folder.parent)
     make_dir(folder)

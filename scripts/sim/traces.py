@@ -4,6 +4,7 @@ size (the A10G's is not measured yet: swept), `cpu_s` one vCPU's seconds per ima
 kit's heavy pipeline (10 blurs at 224 px: ~0.1-0.14 s on a c5 vCPU, estimated from the
 measured 9.9-12.8 images/s a host core, docs/benchmark-log.md)."""
 
+import math
 import random
 
 from scripts.sim.world import Phase, Trace
@@ -82,6 +83,35 @@ def square_wave(minutes: float, hours: float, trainer: float, cpu_s: float) -> T
         left -= minutes * 60.0
         heavy = not heavy
     return Trace(f"square_{minutes:g}min", tuple(phases), f"heavy/light every {minutes:g} min")
+
+
+MAX_PHASES = 200
+
+
+def from_spec(spec: str, trainer: float, cpu_s: float) -> Trace:
+    """A user's own schedule, `MINUTES:LOAD,...`: each phase's length with the trainer never
+    waiting, and its CPU cost per image against a heavy phase's (1: `cpu_s`; 0.25: about
+    one blur pass against ten), or `eval` (no training step; the pipeline idles). Raises
+    ValueError naming the first item that is not one."""
+    phases = []
+    items = spec.split(",")
+    if not spec.strip() or len(items) > MAX_PHASES:
+        raise ValueError(f"give 1 to {MAX_PHASES} phases as MINUTES:LOAD, comma-separated (e.g. 540:1,180:0.25)")
+    for item in items:
+        minutes, sep, load = item.strip().partition(":")
+        try:
+            length = float(minutes)
+            cost = None if load.strip() == "eval" else float(load)
+        except ValueError:
+            length, cost = math.nan, math.nan
+        if not sep or not 0 < length <= 48 * 60 or (cost is not None and not 0.01 <= cost <= 10):
+            raise ValueError(f"{item.strip()[:40]!r} is not MINUTES:LOAD (minutes over 0 up to 2880, a load "
+                             "from 0.01 to 10 times a heavy phase's CPU per image, or eval)")
+        phases.append(Phase(length * 60, 0.0, cpu_s, kind="eval") if cost is None
+                      else Phase(length * 60, trainer, cpu_s * cost))
+    if sum(p.seconds for p in phases) > 48 * HOUR:
+        raise ValueError("the phases add up to more than 48 hours")
+    return Trace("your_phases", tuple(phases), f"your phases ({spec.strip()[:60]})")
 
 
 TRACES = {f.__name__: f for f in (bench_stretched, heavy_first, progressive_resizing, curriculum,

@@ -329,6 +329,25 @@ def test_make_simulate_prints_a_table_per_trace_and_refuses_bad_flags(capsys, tm
     assert main(["--hours", "100"]) == 2 and "error: ARGS: --hours must be from 0.1 to 48" in capsys.readouterr().err
 
 
+def test_a_users_own_phases_are_played_and_bad_ones_refused_in_one_line(capsys, tmp_path, monkeypatch):
+    """`--phases MINUTES:LOAD,...`: a 12-hour schedule a user knows (9 h of heavy
+    augmentation, 3 h light) instead of the traces; an evaluation as `eval`. Whatever is
+    not one of those is one error line naming the item."""
+    from scripts.sim import simulate
+
+    own = traces.from_spec("540:1, 180:0.25,3:eval", 130.0, 0.1)
+    assert [(p.seconds, p.trainer_images_per_s, p.cpu_s_per_image, p.kind) for p in own.phases] == [
+        (32400.0, 130.0, 0.1, "train"), (10800.0, 130.0, 0.025, "train"), (180.0, 0.0, 0.1, "eval")]
+    monkeypatch.setattr(simulate, "BUILD", tmp_path)
+    assert main(["--uncalibrated", "--seeds", "2", "--phases", "60:1,60:0.25"]) == 0
+    out = capsys.readouterr().out
+    assert "trace your_phases: your phases (60:1,60:0.25) (2 h)" in out and "trace curriculum" not in out
+    for bad in ("60", "60:x", "0:1", "60:nan", "60:inf", "60:0", "3000:1", "60:1;rm -rf /", "", ",".join(["1:1"] * 201)):
+        assert main(["--uncalibrated", "--phases", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ARGS: --phases: ") and err.count("\n") == 1, (bad, err)
+
+
 def test_the_spot_trace_prices_its_workers_at_the_spot_prices_make_prices_read():
     import json
     from types import SimpleNamespace
