@@ -156,7 +156,7 @@ bench-wait: $(STAMP) ## the trainer's data wait with light preprocessing on CLUS
 bench-autopilot: $(STAMP) ## the autopilot vs fixed_min, fixed_max and the autopilot off (raydata) on CLUSTER (default local_autopilot)
 	@KIT_CLUSTER_ORIGIN="$(origin CLUSTER)" $(PY) -m scripts.benchmarks.bench_autopilot
 
-simulate: $(STAMP) ## the autopilot vs fixed mixes, the planner's, Ray Data's and an oracle at AWS prices and start times, simulated (ARGS=--help; --map)
+simulate: $(STAMP) ## the autopilot vs fixed mixes, the planner's, the autopilot off and an oracle at AWS prices and start times, simulated (ARGS=--help; --map; --phases)
 	@$(PY) -m scripts.sim.simulate
 
 clean: $(READY) ## remove build/, keeping records of clusters that may be running, job summaries and benches
