@@ -49,7 +49,7 @@ RIVALS = ("fixed_min", "fixed_max", "planner", "raydata", "raydata_rule")
 
 def parser() -> OneLineParser:
     p = OneLineParser(see="make simulate ARGS=--help", prog="make simulate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--hours", type=float, nargs="+", default=[4.0], help="each trace's length (default 4; the issue's 1 4 12)")
+    p.add_argument("--hours", type=float, nargs="+", default=[4.0], help="each trace's length (default 4; e.g. 1 4 12)")
     p.add_argument("--seeds", type=int, default=10, help="runs per trace and policy, with different noise and D draws")
     p.add_argument("--trainer", type=float, default=130.0, help="the A10G's images/s never waiting (estimate: 100-160)")
     p.add_argument("--heavy-nodes", type=float, default=2.5,
