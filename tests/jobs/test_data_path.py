@@ -198,7 +198,10 @@ def consume():  # the coordinator's CPU seconds while a slower trainer takes the
 context = ray.data.DataContext.get_current()
 plain_callbacks = list(context.custom_execution_callback_classes)
 out = []
-for attempt in range(3):  # until the plain loop was seen spinning (a timing of Ray Data's)
+# until the plain loop was seen spinning (a timing of Ray Data's: its nice-15 tasks must
+# keep ahead of the consumer, which any other load on the machine stops; the other lane's
+# pytest starting beside this, the lanes' first test, once did for three tries in a row)
+for attempt in range(8):
     out.append({})
     for name in ("plain", "paced"):
         context.custom_execution_callback_classes = list(plain_callbacks)
@@ -228,7 +231,7 @@ def test_the_coordinator_of_a_shard_spins_a_core_for_a_slower_trainer_and_paced_
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     out = json.loads(next(line[4:] for line in run.stdout.splitlines() if line.startswith("OUT ")))
     # measured: 62-77% of a core spinning, 5-6% paced; the spin needs every running task's
-    # output ready, a timing a loaded machine can miss (0.49 s in 3.3 s once): up to 3 tries
+    # output ready, a timing a loaded machine can miss (0.49 s in 3.3 s once): up to 8 tries
     plain = out[-1]["plain"]
     assert plain["cpu_s"] > 0.25 * plain["wall_s"], out
     for tried in out:
