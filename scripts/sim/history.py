@@ -20,9 +20,11 @@ from scripts.sim.world import Mix, Observation, Trace
 POLICY_PATH = "jobs/raykit/autopilot.py"
 
 
+@cache
 def source(commit: str) -> str | None:
     """jobs/raykit/autopilot.py's text at `commit`; None where this checkout has no such
-    history (no git, a shallow clone, an archive)."""
+    history (no git, a shallow clone, an archive). Asked once a commit: calibrate.playable
+    and policy_module both need it."""
     try:
         shown = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:{POLICY_PATH}"],
                                capture_output=True, text=True, check=False, timeout=30)

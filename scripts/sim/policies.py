@@ -109,8 +109,8 @@ class RayData:
         return self.requested_cpus
 
     def poll(self, obs: Observation) -> int:
-        if self.queued:
-            self.asked = self.mix.max_nodes  # the queue's demand: Ray's autoscaler launches for it
+        if self.queued:  # the queue's demand: Ray's autoscaler launches for it (the rule can ask no more)
+            return self.mix.max_nodes
         if obs.now - self.ruled_at >= self.MIN_GAP_S:
             self.ruled_at, held = obs.now, obs.held_vcpus
             cpus = self.request(held, obs.busy_vcpus / held if held else 0.0, obs.producing_since is not None)
