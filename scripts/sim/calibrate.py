@@ -19,13 +19,16 @@ Fitted, from fixed_min and fixed_max only:
   batch 16-23 s later.
 
 Predicted: the raydata and autopilot rows (raydata: the kit's job with the autopilot off,
-Ray's autoscaler answering its queue of tasks and Ray Data's rule; the autopilot: the
-checkout's own Steering, with local_autopilot's settings), and the autopilot's own asks. The checks
-(../shared/research/simulator-design-2026-11-28.md, C3 and C5): (a) the ranking by $ per
-million images, of the rows measured more than RANK_GAP apart (closer, one run each, their
-order is the machine's noise); (b) each row's $ per million images and wall time within
-20%; (c) the autopilot's asks within two polls (10 s); (e) whether the autopilot gave
-nodes back, as it did or did not in the measured run.
+Ray's autoscaler answering its queue of tasks and Ray Data's rule; the autopilot: the one
+that ran, with local_autopilot's settings: the checkout's own Steering, or an earlier
+commit's policy driven as its driver drove it, scripts/sim/history.py), and the
+autopilot's own asks. The checks: (a) the ranking by $ per million images, of the rows
+measured more than RANK_GAP apart (closer, one run each, their order is the machine's
+noise); (b) each row's $ per million images and wall time within 20%; (c) the
+autopilot's asks within two polls (10 s); (e) whether the autopilot gave nodes back, as
+it did or did not in the measured run; (f) where only their number was kept, how often
+it changed. An earlier policy's sets include runs of it again, later, from its own
+commit: whether a miss is the model's or that hour's.
 """
 
 import math
@@ -113,7 +116,7 @@ SETS = (
             "fixed_max": Row(67, 110.5, 0.02, (0.02, 0.02, 0.02), 202, 5.13),
             "raydata": Row(65, 103.0, 0.16, (0.41, 0.02, 0.01), 165, 4.95),
             "autopilot": Row(103, 50.8, 0.58, (0.01, 0.59, 0.71), 198, 7.76)},
-           asks=((35.0, 2), (71.0, 3))),
+           asks=((35.0, 2), (71.0, 3)), policy="567898f"),
     RunSet("2026-11-29 07:56", "Calibration sets (2026-11-29)",
            LIGHT_HEAVY_LIGHT,
            {"fixed_min": Row(60.0, 118.8, 0.29, (0.32, 0.27, 0.30), 60.1, 4.49),
@@ -159,6 +162,41 @@ SETS = (
             "raydata": Row(49.0, 75.6, 0.509, (0.572, 0.411), 120.8, 7.44),
             "autopilot": Row(68.1, 46.4, 0.699, (0.814, 0.018), 140.1, 10.29)},
            asks=((30.1, 3),), load_signal=True),
+    # the 2026-11-27 set's and round 2's autopilots run again, each from its own commit, in a
+    # quicker hour (one node 96-152 images/s, against 24-81 then); 41836e4 has 567898f's
+    # policy, its timeline counting the nodes delivering
+    RunSet("2026-11-29 14:00, 2026-11-27's policy again",
+           "Earlier policies run again (2026-11-29, later)",
+           LIGHT_HEAVY_LIGHT,
+           {"fixed_min": Row(56.8, 115.4, 0.302, (0.272, 0.280, 0.370), 56.8, 4.25),
+            "fixed_max": Row(48.1, 157.1, 0.020, (0.023, 0.020, 0.017), 144.3, 3.67),
+            "raydata": Row(46.3, 147.9, 0.141, (0.368, 0.019, 0.017), 115.6, 3.51),
+            "autopilot": Row(60.3, 97.5, 0.396, (0.016, 0.558, 0.018), 88.5, 4.53)},
+           asks=((30.6, 2),), policy="567898f"),
+    RunSet("2026-11-29 14:12, db3f21b's policy again",
+           "Earlier policies run again (2026-11-29, later)",
+           LIGHT_HEAVY_LIGHT,
+           {"fixed_min": Row(54.4, 114.3, 0.268, (0.028, 0.350, 0.272), 54.4, 4.07),
+            "fixed_max": Row(49.2, 150.6, 0.028, (0.048, 0.021, 0.015), 147.7, 3.75),
+            "raydata": Row(55.4, 141.4, 0.061, (0.149, 0.019, 0.016), 138.5, 4.21),
+            "autopilot": Row(71.3, 80.4, 0.480, (0.020, 0.554, 0.527), 129.4, 5.37)},
+           asks=((30.6, 2), (50.6, 3)), policy="db3f21b"),
+    RunSet("2026-11-29 14:18, cd0e52f's policy again",
+           "Earlier policies run again (2026-11-29, later)",
+           LIGHT_HEAVY_LIGHT,
+           {"fixed_min": Row(58.6, 119.0, 0.243, (0.424, 0.140, 0.210), 58.6, 4.38),
+            "fixed_max": Row(49.0, 149.7, 0.021, (0.025, 0.021, 0.017), 146.9, 3.74),
+            "raydata": Row(49.5, 136.5, 0.114, (0.313, 0.018, 0.016), 121.6, 3.76),
+            "autopilot": Row(57.9, 98.1, 0.372, (0.017, 0.524, 0.020), 109.0, 4.37)},
+           asks=((25.5, 2), (35.5, 3)), policy="cd0e52f"),
+    RunSet("2026-11-29 14:24, c3d5807's policy again",
+           "Earlier policies run again (2026-11-29, later)",
+           LIGHT_HEAVY_LIGHT,
+           {"fixed_min": Row(66.2, 105.2, 0.370, (0.425, 0.405, 0.196), 66.2, 4.95),
+            "fixed_max": Row(46.2, 154.0, 0.021, (0.036, 0.016, 0.016), 138.5, 3.53),
+            "raydata": Row(50.8, 134.9, 0.095, (0.181, 0.080, 0.015), 123.9, 3.85),
+            "autopilot": Row(69.3, 88.7, 0.442, (0.017, 0.606, 0.013), 86.6, 5.19)},
+           asks=((35.9, 2), (50.9, 1)), policy="c3d5807"),
 )
 
 
@@ -195,12 +233,12 @@ def trace_of(measured: RunSet, f: Fit) -> Trace:
 
 
 BUDGET_TICK_S = 20.0                 # Ray Data's AutoscalingCoordinator's TICK_INTERVAL_S
-REFRESHED_AT_JOIN = "cd0e52f"        # from this commit the autopilot has it recompute at a join
+TICKED = ("c3d5807", "db3f21b")      # before cd0e52f the autopilot left a join to that tick
 
 
 def mix_for(row: str, f: Fit, measured: RunSet | None = None) -> Mix:
     least, most = BOUNDS[row]
-    ticked = row == "autopilot" and measured is not None and measured.policy not in ("", REFRESHED_AT_JOIN)
+    ticked = row == "autopilot" and measured is not None and measured.policy in TICKED
     return Mix(head_usd_per_hour=HEAD_USD_PER_HOUR, node_usd_per_hour=NODE_USD_PER_HOUR, node_vcpus=1,
                min_nodes=least, max_nodes=most, start_median_s=JOIN_S + FIRST_BATCH_S, start_sigma=0.1,
                ec2_s=JOIN_S, first_task_s=FIRST_BATCH_S, removal_s=5.0, efficiency=1.0, min_billed_s=0.0,
@@ -212,7 +250,7 @@ def policy_for(row: str, measured: RunSet):
     """The row's policy as it ran: the autopilot of its commit, with what its driver passed
     it then."""
     if row == "autopilot" and measured.policy:
-        return history.JoinSettled(measured.policy, cooldown_s=COOLDOWN_S)
+        return history.GLUE[measured.policy](measured.policy, cooldown_s=COOLDOWN_S)
     if row == "autopilot":
         return policies.Autopilot(cooldown_s=COOLDOWN_S, load_signal=measured.load_signal)
     return policies.POLICIES[row]()

@@ -1,11 +1,16 @@
 """The autopilot as an earlier commit had it, for the calibration sets its driver ran then
-(docs/benchmark-log.md's round 2, 2026-11-26): its module read from this checkout's own
-git history (`git show COMMIT:jobs/raykit/autopilot.py`), never a copy, and driven by the
-glue its Pilot.tick had then (c3d5807 to cd0e52f: the same lines).
+(docs/benchmark-log.md's round 2, 2026-11-26, and 2026-11-27): its module read from this
+checkout's own git history (`git show COMMIT:jobs/raykit/autopilot.py`), never a copy, and
+driven by the glue its Pilot.tick had then:
 
-That glue differs from today's Steering in what it waits for: a rise was judged once the
-nodes asked for had joined (not once they delivered), the first fill by its wait alone,
-and nothing else (no load signal, no pause, no lost node)."""
+- JoinSettled (c3d5807 to cd0e52f: the same lines): a rise judged once the nodes asked
+  for had joined;
+- FirstBatchSettled (567898f, the 2026-11-27 set's): judged once every node up had fed a
+  trainer a batch since it joined (or DELIVERY_GRACE_S passed), nothing measured after a
+  rise until then.
+
+Both differ from today's Steering in what else they read: the first fill by its wait
+alone, and no load signal, no pause, no lost node."""
 
 import math
 import subprocess
@@ -77,3 +82,33 @@ class JoinSettled:
         if measured is None and blocked and (joined == 0 or now - since >= settings.window_s):
             measured = (1.0, 0.0)  # a trainer blocked all along (no node, or none that delivers)
         return m.decide(settings, state, now, measured, joined)
+
+
+class FirstBatchSettled(JoinSettled):
+    """The autopilot of `commit` (567898f) as its Pilot.tick drove it: the last change
+    settles once the nodes asked are up and each has fed a trainer since it joined; a
+    rise is not measured until it settles."""
+
+    def start(self, trace: Trace, mix: Mix) -> None:
+        super().start(trace, mix)
+        self.seen: dict[str, float] = {}  # node id -> when a poll first saw it up
+
+    def poll(self, obs: Observation) -> int:
+        m, settings, state, now = self.m, self.settings, self.state, obs.now
+        steps, waiting, joined = obs.steps, obs.waiting, len(obs.nodes)
+        up = {address: self.seen.setdefault(node_id, now) for node_id, address in obs.nodes}
+        if self.first_step_end is None and steps:
+            self.first_step_end = min(s[0] for s in steps)  # the trainers' first step: the fill
+        settling = self.settled_for != state.changed_at  # the last change's nodes not all at work
+        if settling and joined == state.asked and m.delivering(up, obs.delivered, now):
+            self.settled_for, self.settled_at, settling = state.changed_at, now, False
+        since = max(now - settings.window_s, self.settled_at, (self.first_step_end or math.inf) + 1e-6)
+        rising = settling and state.last_move == 1
+        measured = None if rising else m.steady_measure(steps, waiting, now, since)
+        blocked = [w for w in waiting if w < since]
+        if measured is None and not rising and blocked and (joined == 0 or now - since >= settings.window_s):
+            measured = (1.0, 0.0)  # a trainer blocked all along (no node, or none that delivers)
+        return m.decide(settings, state, now, measured, joined)
+
+
+GLUE = {"c3d5807": JoinSettled, "db3f21b": JoinSettled, "cd0e52f": JoinSettled, "567898f": FirstBatchSettled}
