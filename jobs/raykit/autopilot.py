@@ -94,7 +94,7 @@ class Settings:  # noqa: D101 (documented by its fields)
     # trainers outside their loop this long (no step ends, none waits: an evaluation, a
     # save) and a node goes back each cooldown: they hold nodes that feed nobody. 10 min:
     # about where giving a node back pays on AWS when one takes ~4 min to come back
-    # (1.4 x (4 min + detection) + removal, ../shared/research/simulator-design-2026-11-28.md, 7)
+    # (a light phase must outlast ~1.4 x (the start + its detection) + the removal)
     pause_give_back_s: float = 600.0
 
     @property

@@ -281,8 +281,8 @@ AWS = Settings(target_wait_share=0.1, min_nodes=1, max_nodes=4, cooldown_s=60,
 ])
 def test_the_price_gate_prices_the_count_it_would_ask_and_one_more(nodes, share, asked):
     """At AWS prices a preprocess node is 68% of the head: the gate (Pecan's rule) priced
-    the unclamped jump ceil(n / (1 - w)) and never tried n + 1 (the simulator design's
-    table, docs: ../shared/research/simulator-design-2026-11-28.md, 1.4)."""
+    the unclamped jump ceil(n / (1 - w)) and never tried n + 1 (docs/autopilot.md: at 2
+    nodes and a 35% wait it held 2 where 3 paid)."""
     assert decide(AWS, State(asked=nodes, changed_at=0), 1000.0, (share, 100.0), nodes) == asked
 
 
