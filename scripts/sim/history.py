@@ -56,7 +56,8 @@ def policy_module(commit: str) -> types.ModuleType:
 class JoinSettled:
     """The autopilot of `commit` (c3d5807, db3f21b or cd0e52f), as its Pilot.tick drove it:
     the settings a job got then, a measure from when the nodes asked for had joined."""
-    period_s = 5.0  # its POLL_S
+    period_s = 5.0      # its POLL_S
+    rise_waits = False  # whether a rise goes unmeasured until it settles (567898f's did)
 
     def __init__(self, commit: str, cooldown_s: float, target_wait_share: float = 0.1):
         self.commit, self.cooldown_s, self.target = commit, cooldown_s, target_wait_share
@@ -74,41 +75,39 @@ class JoinSettled:
         steps, waiting, joined = obs.steps, obs.waiting, len(obs.nodes)
         if self.first_step_end is None and steps:
             self.first_step_end = min(s[0] for s in steps)  # the trainers' first step: the fill
-        if joined == state.asked and self.settled_for != state.changed_at:
-            self.settled_for, self.settled_at = state.changed_at, now  # the nodes asked are up
+        settling = self.settled_for != state.changed_at  # the last change's nodes not all at work
+        if settling and self.settled(obs):
+            self.settled_for, self.settled_at, settling = state.changed_at, now, False
         since = max(now - settings.window_s, self.settled_at, (self.first_step_end or math.inf) + 1e-6)
-        measured = m.steady_measure(steps, waiting, now, since)
+        rising = self.rise_waits and settling and state.last_move == 1
+        measured = None if rising else m.steady_measure(steps, waiting, now, since)
         blocked = [w for w in waiting if w < since]
-        if measured is None and blocked and (joined == 0 or now - since >= settings.window_s):
+        if measured is None and not rising and blocked and (joined == 0 or now - since >= settings.window_s):
             measured = (1.0, 0.0)  # a trainer blocked all along (no node, or none that delivers)
         return m.decide(settings, state, now, measured, joined)
+
+    def settled(self, obs: Observation) -> bool:
+        """Whether the last change has settled: the nodes asked are up."""
+        return len(obs.nodes) == self.state.asked
 
 
 class FirstBatchSettled(JoinSettled):
     """The autopilot of `commit` (567898f) as its Pilot.tick drove it: the last change
     settles once the nodes asked are up and each has fed a trainer since it joined; a
     rise is not measured until it settles."""
+    rise_waits = True
 
     def start(self, trace: Trace, mix: Mix) -> None:
         super().start(trace, mix)
         self.seen: dict[str, float] = {}  # node id -> when a poll first saw it up
 
     def poll(self, obs: Observation) -> int:
-        m, settings, state, now = self.m, self.settings, self.state, obs.now
-        steps, waiting, joined = obs.steps, obs.waiting, len(obs.nodes)
-        up = {address: self.seen.setdefault(node_id, now) for node_id, address in obs.nodes}
-        if self.first_step_end is None and steps:
-            self.first_step_end = min(s[0] for s in steps)  # the trainers' first step: the fill
-        settling = self.settled_for != state.changed_at  # the last change's nodes not all at work
-        if settling and joined == state.asked and m.delivering(up, obs.delivered, now):
-            self.settled_for, self.settled_at, settling = state.changed_at, now, False
-        since = max(now - settings.window_s, self.settled_at, (self.first_step_end or math.inf) + 1e-6)
-        rising = settling and state.last_move == 1
-        measured = None if rising else m.steady_measure(steps, waiting, now, since)
-        blocked = [w for w in waiting if w < since]
-        if measured is None and not rising and blocked and (joined == 0 or now - since >= settings.window_s):
-            measured = (1.0, 0.0)  # a trainer blocked all along (no node, or none that delivers)
-        return m.decide(settings, state, now, measured, joined)
+        # every poll, as its Pilot.tick did: each node's first sight, settling or not
+        self.up = {address: self.seen.setdefault(node_id, obs.now) for node_id, address in obs.nodes}
+        return super().poll(obs)
+
+    def settled(self, obs: Observation) -> bool:
+        return super().settled(obs) and self.m.delivering(self.up, obs.delivered, obs.now)
 
 
 GLUE = {"c3d5807": JoinSettled, "db3f21b": JoinSettled, "cd0e52f": JoinSettled, "567898f": FirstBatchSettled}
