@@ -29,13 +29,16 @@ autopilot's asks within two polls (10 s); (e) whether the autopilot gave nodes b
 it did or did not in the measured run; (f) where only their number was kept, how often
 it changed. An earlier policy's sets include runs of it again, later, from its own
 commit: whether a miss is the model's or that hour's.
+
+A run's start (its first step and ramp: start.py, fitted on an H100 row of its own) is
+checked beside them: the simulator is calibrated when both pass.
 """
 
 import math
 import statistics
 from dataclasses import dataclass
 
-from scripts.sim import history, policies
+from scripts.sim import history, policies, start
 from scripts.sim.world import Mix, Phase, Trace, run
 
 BATCH = 16
@@ -328,7 +331,8 @@ def playable(measured: RunSet) -> bool:
 
 
 def report(seeds: int = 10) -> tuple[bool, list[str]]:
-    """(every check of every set passed, the lines `make simulate` prints)."""
+    """(every check of every set passed, the lines `make simulate` prints): the bench-autopilot
+    sets', then a run's start (start.py)."""
     lines, passed = [], True
     for measured in SETS:
         if not playable(measured):
@@ -346,4 +350,5 @@ def report(seeds: int = 10) -> tuple[bool, list[str]]:
                      f"{', '.join(f'{r:.1f}' for r in f.node_images_per_s)} images/s by phase, start {f.start_s:.0f} s):")
         lines += [f"  {'pass' if ok else 'MISS'}  {name}: {said}" for name, ok, said in found]
         passed = passed and all(ok for _, ok, _ in found)
-    return passed, lines
+    started, start_lines = start.report()
+    return passed and started, lines + start_lines
