@@ -153,7 +153,7 @@ bench-data: $(STAMP) ## preprocessing throughput: Ray Data vs its limit vs DataL
 bench-wait: $(STAMP) ## the trainer's data wait with light preprocessing on CLUSTER (< 5%, no stalls)
 	@$(PY) -m scripts.benchmarks.bench_wait
 
-bench-autopilot: $(STAMP) ## the autopilot vs fixed_min, fixed_max and the autopilot off (raydata) on CLUSTER (default local_autopilot)
+bench-autopilot: $(STAMP) ## the autopilot vs fixed_min, fixed_max, the autopilot off (raydata) and held at min on CLUSTER (default local_autopilot)
 	@KIT_CLUSTER_ORIGIN="$(origin CLUSTER)" $(PY) -m scripts.benchmarks.bench_autopilot
 
 simulate: $(STAMP) ## the autopilot vs fixed mixes, the planner's, the autopilot off and an oracle at AWS prices and start times, simulated (ARGS=--help; --map; --phases)

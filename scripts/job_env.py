@@ -44,6 +44,24 @@ RAY_DATA_AUTOSCALER_OFF = {f"RAY_DATA_DEFAULT_CLUSTER_SCALING_UP_{kind}_UTIL_THR
                            for kind in ("CPU", "GPU", "MEMORY", "OBJECT_STORE_MEMORY")}
 
 
+def base_usd_per_hour(values: dict, prices: dict[str, float], kind: str) -> float:
+    """The cluster's $/h but for the steered type `kind`: the head and every other type at
+    its min_workers."""
+    return prices["head"] + sum(prices.get(name, 0.0) * w["min_workers"]
+                                for name, w in values["workers"].items() if name != kind)
+
+
+def usd_per_hour_at_min(built: Built) -> float | None:
+    """The mix's $/h with every type at min_workers (None: a mix without prices): the
+    autopilot's ceiling that holds it at min_workers."""
+    priced = node_hour_prices(built, mix_prices(built))
+    if not priced:
+        return None
+    (kind,) = roles.preprocess_types(built.values)
+    least = built.values["workers"][kind]["min_workers"]
+    return base_usd_per_hour(built.values, priced[0], kind) + priced[0].get(kind, 0.0) * least
+
+
 def autopilot_env(built: Built, priced: tuple[dict[str, float], str] | None) -> dict[str, str]:
     """The job's environment entries for the values' autopilot ({} when it is off): the
     preprocess worker type it steers, its bounds and one node's CPUs and $/h, the rest of
@@ -57,10 +75,7 @@ def autopilot_env(built: Built, priced: tuple[dict[str, float], str] | None) -> 
     worker = values["workers"][kind]
     node_usd = base_usd = None
     if priced:
-        prices = priced[0]
-        node_usd = prices.get(kind)
-        base_usd = prices["head"] + sum(prices.get(name, 0.0) * w["min_workers"]
-                                        for name, w in values["workers"].items() if name != kind)
+        node_usd, base_usd = priced[0].get(kind), base_usd_per_hour(values, priced[0], kind)
     ceiling = pilot["max_usd_per_hour"]
     if ceiling is not None:
         where = f"{values_shown(built.cluster)}: autopilot.max_usd_per_hour"

@@ -285,21 +285,29 @@ def test_bench_of_adaptdl_stops_the_cluster_it_started_when_a_run_fails(tmp_path
 
 # --- make bench-autopilot's rows (its runs are a benchmark: docs/benchmarks.md) ------
 
-def test_bench_autopilots_rows_change_only_the_bounds_and_the_switch():
+def test_bench_autopilots_rows_change_only_the_bounds_the_switch_and_the_held_rows_ceiling():
     from scripts.benchmarks import bench_autopilot
+    from scripts.job_env import usd_per_hour_at_min
 
-    values = build("local_autopilot").values
-    rows = {row: bench_autopilot.variant(values, row) for row in bench_autopilot.ROWS}
+    base = build("local_autopilot")
+    values = base.values
+    held_at = usd_per_hour_at_min(base)  # hetero's head and one quarter-vCPU node
+    assert held_at == pytest.approx(1.0224 + 0.691 / 16 * 0.25, rel=0.01)
+    rows = {row: bench_autopilot.variant(values, row, held_at) for row in bench_autopilot.ROWS}
     bounds = {row: (v["workers"]["cpu_worker"]["min_workers"], v["workers"]["cpu_worker"]["max_workers"],
-                    v["autopilot"]["enabled"]) for row, v in rows.items()}
-    assert bounds == {"fixed_min": (1, 1, False), "fixed_max": (3, 3, False),
-                      "raydata": (1, 3, False), "autopilot": (1, 3, True)}
+                    v["autopilot"]["enabled"], v["autopilot"]["max_usd_per_hour"]) for row, v in rows.items()}
+    assert bounds == {"fixed_min": (1, 1, False, None), "fixed_max": (3, 3, False, None),
+                      "raydata": (1, 3, False, None), "held": (1, 3, True, held_at), "autopilot": (1, 3, True, None)}
     for v in rows.values():  # nothing else moved
         v["workers"]["cpu_worker"] |= values["workers"]["cpu_worker"]
         assert v | {"autopilot": values["autopilot"]} == values
     for row, v in rows.items():  # each variant is a values file the kit accepts
         built = build_text("local_autopilot", yaml.safe_dump(v).encode())
-        assert (cost_env_has_autopilot(built)) == (row == "autopilot")
+        assert (cost_env_has_autopilot(built)) == (row in ("held", "autopilot"))
+        if row == "held":  # the ceiling the job gets is the mix's $/h at min_workers, to the cent's fraction
+            settings = json.loads(job_env(built)[contract.AUTOPILOT_ENV])
+            least = settings["base_usd_per_hour"] + settings["node_usd_per_hour"] * settings["min_nodes"]
+            assert settings["max_usd_per_hour"] == least
 
 
 def cost_env_has_autopilot(built) -> bool:

@@ -10,6 +10,12 @@ its own (`make run`), the values file changed only as the row says:
              reservation off, so Ray's autoscaler starts nodes for its queue of tasks
              (up to max workers, before the first batch), beside Ray Data's own cluster
              autoscaler (it scales on its resource utilization)
+  held       the autopilot on, held at min_workers by a $/h ceiling at what the mix costs
+             there: the job as the autopilot runs it (Ray Data's resource reservation on),
+             without its decisions. On a node whose rate is set by Ray Data's per-task
+             latency, not its CPU (this bench's), the reservation moves the phases' rates
+             (docs/benchmark-log.md, 2026-11-29): the simulator's calibration fits the
+             autopilot row on this one
   autopilot  min..max workers, the kit's autopilot steering from the trainers' data wait
 
 The default job's appetite changes: light (one blur pass), heavy (--blur-count passes),
@@ -46,16 +52,17 @@ from scripts.core.results import summary_of
 from scripts.kit import raise_keyboard_interrupt
 from scripts.pricing.bench_table import new_run_dir
 from scripts.core.tables import cell, text_table
+from scripts.job_env import usd_per_hour_at_min
 
 DEFAULT_ARGS = "--phases light:60,heavy:120,light:60 --blur-count 6 --image-size 96 --log-every 30"
-ROWS = ("fixed_min", "fixed_max", "raydata", "autopilot")
+ROWS = ("fixed_min", "fixed_max", "raydata", "held", "autopilot")
 FIELDS = ["row", "preprocess_nodes", "wall_s", "images_per_s", "data_wait_fraction",
           "phase_wait_shares", "mean_wait_share", "preprocess_node_s", "usd", "usd_per_million_images"]
 
 
-def variant(values: dict, row: str) -> dict:
-    """The values file as `row` runs it: only the preprocess type's bounds and the
-    autopilot's switch change."""
+def variant(values: dict, row: str, held_at_usd_per_hour: float | None = None) -> dict:
+    """The values file as `row` runs it: only the preprocess type's bounds, the autopilot's
+    switch and, for `held`, its $/h ceiling (the mix's at min_workers) change."""
     values = copy.deepcopy(values)
     (kind,) = roles.preprocess_types(values)
     worker = values["workers"][kind]
@@ -63,7 +70,9 @@ def variant(values: dict, row: str) -> dict:
         worker["max_workers"] = worker["min_workers"]
     if row == "fixed_max":
         worker["min_workers"] = worker["max_workers"]
-    values["autopilot"]["enabled"] = row == "autopilot"
+    values["autopilot"]["enabled"] = row in ("held", "autopilot")
+    if row == "held":
+        values["autopilot"]["max_usd_per_hour"] = held_at_usd_per_hour
     return values
 
 
@@ -120,12 +129,16 @@ def run(a) -> int:
         raise KitError(f"CLUSTER={cluster}: bench-autopilot needs one preprocess worker type with "
                        "min_workers < max_workers (local_autopilot.yaml is one)")
     (kind,) = kinds
+    held_at = usd_per_hour_at_min(base)
+    if held_at is None:
+        raise KitError(f"CLUSTER={cluster}: bench-autopilot prices its rows, and holds one at min_workers by "
+                       "the autopilot's $/h ceiling: this mix has no prices (set prices_as, as local_autopilot.yaml does)")
     # every variant built (and so checked) before the first cluster starts
-    runs = {row: build_text(cluster, yaml.safe_dump(variant(base.values, row)).encode()) for row in ROWS}
+    runs = {row: build_text(cluster, yaml.safe_dump(variant(base.values, row, held_at)).encode()) for row in ROWS}
     rows, reports = [], {}
     for i, (row, built) in enumerate(runs.items(), 1):
         w = built.values["workers"][kind]
-        bounds = f"{w['min_workers']}" if w["min_workers"] == w["max_workers"] else \
+        bounds = f"{w['min_workers']}" if w["min_workers"] == w["max_workers"] or row == "held" else \
             f"{w['min_workers']}-{w['max_workers']}"
         print(f"\n== bench-autopilot {i}/{len(runs)}: {row} ({kind} {bounds})", flush=True)
         code, summary = run_once(built, "vit_synthetic", split_args(a.args), None)

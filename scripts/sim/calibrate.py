@@ -9,11 +9,14 @@ local_autopilot (a 2-core head that trains; 1-3 preprocess nodes of a quarter co
 priced as hetero (the head as a g5.xlarge, a node as a quarter of one of a c5.4xlarge's
 vCPUs).
 
-Fitted, from fixed_min and fixed_max only:
+Fitted, from fixed_min and fixed_max only (and held, where a set has it):
 - the trainer's images/s never waiting, and what each node at work beside it on the one
   host takes from it: a line through both rows' images/s over one less their wait;
 - one node's images/s in each phase: fixed_min's per phase (one node, the trainer's rate
-  times one minus the phase's wait);
+  times one minus the phase's wait); for the autopilot's row, held's where the set has it
+  (make bench-autopilot's row of the job as the autopilot runs it, held at one node: Ray
+  Data's resource reservation on moves a latency-bound node's phase rates, light faster
+  and heavy slower, docs/benchmark-log.md), else fixed_min's;
 - the start before the first step: each fixed row's wall time less its steps' time (mean);
 - a node's start (local, measured on its own, not fitted): joins ~4 s after the ask, first
   batch 16-23 s later.
@@ -50,7 +53,10 @@ TOLERANCE = 0.20
 ASK_TOLERANCE_S = 10.0
 RANK_GAP = 0.10                      # rows closer than this in $/M images are not ranked
 CHANGES_FACTOR = 2.0                 # a count of changes (times not kept) within this factor
-BOUNDS = {"fixed_min": (1, 1), "fixed_max": (3, 3), "raydata": (1, 3), "autopilot": (1, 3)}
+BOUNDS = {"fixed_min": (1, 1), "fixed_max": (3, 3), "raydata": (1, 3), "held": (1, 1), "autopilot": (1, 3)}
+# the rows that run the job as the autopilot runs it, Ray Data's resource reservation on
+# (make bench-autopilot's held, from 2026-11-29 17:00): one node's rates differ there
+RESERVED = ("held", "autopilot")
 # the two jobs: the bench's default, and a load that drops (--blur-count 30 --image-size 96)
 LIGHT_HEAVY_LIGHT = (("light", 60), ("heavy", 120), ("light", 60))
 HEAVY_THEN_LIGHT = (("heavy", 60), ("light", 60))
@@ -200,6 +206,24 @@ SETS = (
             "raydata": Row(50.8, 134.9, 0.095, (0.181, 0.080, 0.015), 123.9, 3.85),
             "autopilot": Row(69.3, 88.7, 0.442, (0.017, 0.606, 0.013), 86.6, 5.19)},
            asks=((35.9, 2), (50.9, 1)), policy="c3d5807"),
+    # with the held row: the autopilot's job held at one node, which its row is fitted on
+    RunSet("2026-11-29 17:05", "One node, the autopilot's job and the job without it (2026-11-29, 16:40)",
+           LIGHT_HEAVY_LIGHT,
+           {"fixed_min": Row(52.7, 123.9, 0.294, (0.204, 0.406, 0.047), 52.7, 3.94),
+            "fixed_max": Row(44.6, 179.9, 0.026, (0.050, 0.016, 0.017), 133.7, 3.40),
+            "raydata": Row(46.4, 157.8, 0.104, (0.286, 0.014, 0.016), 116.2, 3.52),
+            "held": Row(49.9, 124.7, 0.316, (0.035, 0.481, 0.017), 49.9, 3.73),
+            "autopilot": Row(53.9, 108.6, 0.376, (0.028, 0.527, 0.016), 81.3, 4.05)},
+           asks=((25.1, 2),), load_signal=True),
+    RunSet("2026-11-29 17:14, load dropping",
+           "One node, the autopilot's job and the job without it (2026-11-29, 16:40)",
+           HEAVY_THEN_LIGHT,
+           {"fixed_min": Row(76.5, 36.1, 0.772, (0.825, 0.677), 76.6, 11.45),
+            "fixed_max": Row(40.5, 115.8, 0.251, (0.399, 0.027), 121.5, 6.18),
+            "raydata": Row(48.0, 82.3, 0.457, (0.557, 0.289), 116.8, 7.28),
+            "held": Row(74.8, 37.5, 0.785, (0.878, 0.015), 74.8, 11.18),
+            "autopilot": Row(64.8, 50.4, 0.699, (0.813, 0.015), 140.7, 9.81)},
+           asks=((25.2, 3),), load_signal=True),
 )
 
 
@@ -209,6 +233,14 @@ class Fit:
     slowdown_per_node: float                        # of that, lost to each node at work (one host)
     node_images_per_s: tuple[float, ...]            # one node's, per phase
     start_s: float                                  # the job's start to its first step
+    # one node's per phase as the autopilot's job runs (held's); None: a set without that row
+    held_node_images_per_s: tuple[float, ...] | None = None
+
+    def node_rates(self, row: str) -> tuple[float, ...]:
+        """One node's images/s per phase in `row`'s job: held's where the row reserves and
+        the set has it, else fixed_min's."""
+        return self.held_node_images_per_s if row in RESERVED and self.held_node_images_per_s else \
+            self.node_images_per_s
 
 
 def fit(measured: RunSet) -> Fit:
@@ -222,15 +254,21 @@ def fit(measured: RunSet) -> Fit:
     trainer = t_low / (1 - k * n_low)
     per_node = tuple(t_low * (1 - w) for w in low.phase_waits)
     start = statistics.mean(r.wall_s - measured.images / r.images_per_s for r in (low, high))
-    return Fit(trainer, k, per_node, start)
+    held = measured.rows.get("held")
+    per_held = None
+    if held is not None:  # the same node in the autopilot's job: its own trainer's rate beside it
+        per_held = tuple(held.images_per_s / (1 - held.wait) * (1 - w) for w in held.phase_waits)
+    return Fit(trainer, k, per_node, start, per_held)
 
 
-def trace_of(measured: RunSet, f: Fit) -> Trace:
-    """The set's job as phases of work: the start (no step: Ray Train's workers and the
-    feed start), then its phases at the trainer's rate, each phase's CPU cost per image
-    the one that makes a node deliver what fixed_min's did."""
-    phases = [Phase(f.start_s, 0.0, 1.0 / f.node_images_per_s[0], kind="eval")]
-    for (_, steps), node_rate in zip(measured.phases, f.node_images_per_s):
+def trace_of(measured: RunSet, f: Fit, row: str = "fixed_min") -> Trace:
+    """The set's job as `row` runs it, as phases of work: the start (no step: Ray Train's
+    workers and the feed start), then its phases at the trainer's rate, each phase's CPU
+    cost per image the one that makes a node deliver what one node did in that job
+    (fixed_min's, or held's: Fit.node_rates)."""
+    rates = f.node_rates(row)
+    phases = [Phase(f.start_s, 0.0, 1.0 / rates[0], kind="eval")]
+    for (_, steps), node_rate in zip(measured.phases, rates):
         phases.append(Phase(steps * BATCH / f.trainer_images_per_s, f.trainer_images_per_s, 1.0 / node_rate))
     return Trace(f"bench_{measured.name}", tuple(phases), f"make bench-autopilot's job, as measured {measured.name}")
 
@@ -256,6 +294,8 @@ def policy_for(row: str, measured: RunSet):
         return history.GLUE[measured.policy](measured.policy, cooldown_s=COOLDOWN_S)
     if row == "autopilot":
         return policies.Autopilot(cooldown_s=COOLDOWN_S, load_signal=measured.load_signal)
+    if row == "held":
+        return policies.Fixed("min")
     return policies.POLICIES[row]()
 
 
@@ -270,8 +310,9 @@ class Predicted:
 
 def predict(measured: RunSet, seeds: int = 10, f: Fit | None = None) -> dict[str, Predicted]:
     f = f or fit(measured)
-    trace, out = trace_of(measured, f), {}
+    out = {}
     for row in measured.rows:
+        trace = trace_of(measured, f, row)
         runs = [run(trace, mix_for(row, f, measured), policy_for(row, measured), seed=seed) for seed in range(seeds)]
         middle = sorted(runs, key=lambda o: o.usd_per_million_images)[len(runs) // 2]
         asks, last = [], BOUNDS[row][0]
@@ -347,7 +388,9 @@ def report(seeds: int = 10) -> tuple[bool, list[str]]:
                      f"({', '.join(f'{load} {steps}' for load, steps in measured.phases)} steps; fitted on fixed_min "
                      f"and fixed_max: trainer {f.trainer_images_per_s:.1f} images/s, {-f.slowdown_per_node:+.1%} "
                      f"a node at work beside it on the shared host, one node "
-                     f"{', '.join(f'{r:.1f}' for r in f.node_images_per_s)} images/s by phase, start {f.start_s:.0f} s):")
+                     f"{', '.join(f'{r:.1f}' for r in f.node_images_per_s)} images/s by phase"
+                     + (f" ({', '.join(f'{r:.1f}' for r in f.held_node_images_per_s)} in the autopilot's job, held)"
+                        if f.held_node_images_per_s else "") + f", start {f.start_s:.0f} s):")
         lines += [f"  {'pass' if ok else 'MISS'}  {name}: {said}" for name, ok, said in found]
         passed = passed and all(ok for _, ok, _ in found)
     started, start_lines = start.report()

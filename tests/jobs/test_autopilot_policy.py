@@ -133,6 +133,16 @@ def test_the_usd_ceiling_bounds_the_nodes():
     assert any("the $/h ceiling" in reason for reason in state.reasons)
 
 
+def test_a_ceiling_at_the_mixs_usd_per_hour_at_min_workers_holds_it_there_however_starved():
+    """make bench-autopilot's held row: the job as the autopilot runs it, never moving."""
+    base, node = 1.0224, 0.691 / 16 * 0.25
+    held = Settings(target_wait_share=0.10, min_nodes=1, max_nodes=3, cooldown_s=10,
+                    node_usd_per_hour=node, base_usd_per_hour=base, max_usd_per_hour=base + node * 1)
+    assert held.affordable() == 1
+    out, state = replay(held, starving)
+    assert {asked for _, asked, _ in out} == {1}
+
+
 def test_where_more_nodes_buy_nothing_the_cheapest_count_is_held_not_max_workers():
     """A trainer starved whatever the nodes (the data source, not the CPUs): the rise is
     tried once, measured, undone, and tried again ever more rarely."""

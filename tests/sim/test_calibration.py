@@ -40,6 +40,28 @@ def test_each_set_is_fitted_on_its_own_rows():
     assert dropping.node_images_per_s[0] < dropping.node_images_per_s[1] / 2
 
 
+def test_the_autopilots_row_is_fitted_on_the_held_row_where_a_set_has_one():
+    """make bench-autopilot's held row is the job as the autopilot runs it (Ray Data's
+    resource reservation on), held at one node: there one node feeds the light phases at the
+    trainer's pace and the heavy one slower than fixed_min's (docs/benchmark-log.md), so the
+    autopilot's row takes its node rates from it; the rows without the reservation keep
+    fixed_min's, and a set without a held row plays the autopilot on fixed_min's."""
+    measured = SETS["2026-11-29 17:05"]
+    f = calibrate.fit(measured)
+    held = measured.rows["held"]
+    beside_one = held.images_per_s / (1 - held.wait)
+    assert f.held_node_images_per_s == pytest.approx(tuple(beside_one * (1 - w) for w in held.phase_waits))
+    assert f.node_rates("autopilot") == f.node_rates("held") == f.held_node_images_per_s
+    assert f.node_rates("raydata") == f.node_rates("fixed_max") == f.node_images_per_s
+    assert f.held_node_images_per_s[1] < f.node_images_per_s[1]  # heavy: slower in the autopilot's job
+    played = calibrate.trace_of(measured, f, "autopilot").phases[1:]
+    assert [round(1 / p.cpu_s_per_image, 6) for p in played] == [round(r, 6) for r in f.held_node_images_per_s]
+    older = calibrate.fit(SETS["2026-11-29 07:56"])
+    assert older.held_node_images_per_s is None and older.node_rates("autopilot") == older.node_images_per_s
+    other = calibrate.Row(1, 1, 0.9, (0.9, 0.9, 0.9), 1, 1)
+    assert calibrate.fit(dataclasses.replace(measured, rows=dict(measured.rows, autopilot=other))) == f
+
+
 OLD, OLD_DROP, NEW, NEW_DROP = ("2026-11-29 07:56", "2026-11-29 08:04, load dropping", "2026-11-29 08:16",
                                  "2026-11-29 08:21, load dropping")
 R2A, R2B, R2C = "2026-11-26 c3d5807", "2026-11-26 db3f21b", "2026-11-26 cd0e52f"
