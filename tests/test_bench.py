@@ -310,6 +310,14 @@ def test_bench_autopilots_rows_change_only_the_bounds_the_switch_and_the_held_ro
             assert settings["max_usd_per_hour"] == least
 
 
+def test_a_held_row_that_moved_is_told_apart():
+    from scripts.benchmarks import bench_autopilot
+
+    held = [{"t": 5.0, "asked": 1}, {"t": 10.0, "asked": 1}, {"t": 15.0}]
+    assert bench_autopilot.moved_from(held, 1) is None and bench_autopilot.moved_from([], 1) is None
+    assert bench_autopilot.moved_from(held + [{"t": 20.0, "asked": 2}, {"t": 25.0, "asked": 3}], 1) == 2
+
+
 def cost_env_has_autopilot(built) -> bool:
     return contract.AUTOPILOT_ENV in job_env(built)
 

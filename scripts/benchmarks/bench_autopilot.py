@@ -76,6 +76,12 @@ def variant(values: dict, row: str, held_at_usd_per_hour: float | None = None) -
     return values
 
 
+def moved_from(timeline: list[dict], count: int) -> int | None:
+    """The first count other than `count` the autopilot asked for in its timeline (None:
+    it held)."""
+    return next((p["asked"] for p in timeline if p.get("asked") not in (None, count)), None)
+
+
 def whole_run_wait_share(summary: RunSummary) -> float | None:
     """The trainers' wait over the whole run, ramp included: the first step (the pipeline's
     fill, which the summary's means leave out) counted as waiting."""
@@ -147,6 +153,11 @@ def run(a) -> int:
         summary = summary_of(summary, f"the {row} run's summary")
         rows.append(measured(row, summary, kind, bounds))
         reports[row] = summary.autopilot
+        if row == "held" and (moved := moved_from(rows[-1]["timeline"], w["min_workers"])):
+            # its row is no longer the autopilot's job without its decisions: said, and marked
+            rows[-1]["preprocess_nodes"] = f"{bounds}, moved"
+            print(f"note: the held row's autopilot asked for {moved} node(s) where its ceiling holds it at "
+                  f"{w['min_workers']}: that row is not the job without the autopilot's decisions", flush=True)
     out = new_run_dir(BENCH, "-autopilot")
     (out / "rows.json").write_text(json_text({"cluster": cluster, "args": a.args, "rows": rows,
                                               "autopilot": reports.get("autopilot")}) + "\n")
