@@ -360,7 +360,8 @@ def checks(measured: RunSet, predicted: dict[str, Predicted]) -> list[tuple[str,
     asks = predicted["autopilot"].asks
     for i, (at, count) in enumerate(measured.asks):  # its i-th change, to the same count
         when = asks[i][0] if i < len(asks) and asks[i][1] == count else math.inf
-        found.append((f"(c) the autopilot's change {i + 1}: {count} nodes", abs(when - at) <= ASK_TOLERANCE_S,
+        nodes = f"{count} node{'' if count == 1 else 's'}"
+        found.append((f"(c) the autopilot's change {i + 1}: {nodes}", abs(when - at) <= ASK_TOLERANCE_S,
                       f"measured at {at:g} s, simulated " + (f"at {when:g} s" if when < math.inf else
                                                              f"not so ({', '.join(f'{n} at {t:g} s' for t, n in asks) or 'no change'})")))
     if measured.changes is not None:  # their times not kept: how often it changed (C4's thrash)

@@ -90,7 +90,7 @@ MISSED = {("2026-11-27", "(a) ranking by $/M images (5 pairs over 10% apart)"),
           (R2C, "(a) ranking by $/M images (5 pairs over 10% apart)"), (R2C, "(b) autopilot $/M images"),
           (R2C, "(b) autopilot wall s"), (R2C, "(c) the autopilot's change 1: 2 nodes"),
           (R2C, "(c) the autopilot's change 2: 3 nodes"), (R2C, "(e) the autopilot gives back, or holds"),
-          (AGAIN_A, "(c) the autopilot's change 2: 1 nodes"),
+          (AGAIN_A, "(c) the autopilot's change 2: 1 node"),
           (AGAIN_B, "(a) ranking by $/M images (4 pairs over 10% apart)"), (AGAIN_B, "(b) autopilot $/M images"),
           (CPU_BOUND, "(c) the autopilot's change 2: 3 nodes")}
 # every other check passes: the fixed rows (fitted), Ray Data's (its rule and Ray's
