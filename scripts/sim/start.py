@@ -15,7 +15,8 @@ The model (docs/autopilot.md, "Calibration"):
   why a run ramps.
 - Ray Data hands a made batch over at its executor's next 0.1 s tick; the trainer takes
   the batches in the order they come, waits when none is there, and computes each step in
-  COMPUTE_S.
+  COMPUTE_S. It is ready before the first batch (its model is built while the pipeline
+  fills), so the first step is the first batch's: a data-bound run's, as on the H100.
 
 Fitted on one row (a machine's `local_gpu_single`): the first wave's extra seconds and
 the later tasks' spread from its task table, the pipeline's opening from its first step.

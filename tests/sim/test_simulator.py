@@ -315,6 +315,7 @@ def test_make_simulate_prints_a_table_per_trace_and_refuses_bad_flags(capsys, tm
     assert main(["--hours", "1", "--seeds", "2", "--traces", "curriculum"]) == 2
     out, err = capsys.readouterr()
     assert "calibration on make bench-autopilot of 2026-11-27" in out and "  MISS  " in out
+    assert "calibration on make bench's start" in out and "B local_gpu_single ramp: measured 7.6 s" in out
     assert "error: NOT CALIBRATED: the simulator misses " in err and "ARGS=--uncalibrated" in err
     assert "trace curriculum" not in out and not list(tmp_path.glob("sim/*/rows.json"))
     assert main(["--hours", "1", "--seeds", "2", "--traces", "curriculum", "--uncalibrated"]) == 0
