@@ -310,6 +310,30 @@ def test_bench_autopilots_rows_change_only_the_bounds_the_switch_and_the_held_ro
             assert settings["max_usd_per_hour"] == least
 
 
+def test_a_mix_without_prices_runs_the_bench_without_its_held_row(monkeypatch, capsys):
+    """The held row needs the autopilot's $/h ceiling, so a mix without prices skips it and
+    says so; the runs are stood in (the first fails: the bench stops there, in one line)."""
+    from scripts.benchmarks import bench_autopilot
+
+    built_rows = []
+    real_build = bench_autopilot.build_text
+    monkeypatch.setattr(bench_autopilot, "usd_per_hour_at_min", lambda built: None)
+    monkeypatch.setattr(bench_autopilot, "build_text",
+                        lambda cluster, text: built_rows.append(yaml.safe_load(text)) or real_build(cluster, text))
+    monkeypatch.setattr(bench_autopilot, "run_once", lambda built, job, args, timeout: (1, None))
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert bench_autopilot.main(["--cluster", "local_autopilot"]) == 2
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    out, err = capsys.readouterr()
+    assert "note: no held row: it holds the autopilot at min_workers by a $/h ceiling" in out
+    assert len(built_rows) == 4 and not any(v["autopilot"]["max_usd_per_hour"] for v in built_rows)
+    assert err.startswith("error: bench-autopilot: the fixed_min run failed (exit 1)") and len(err.splitlines()) == 1
+
+
 def test_a_held_row_that_moved_is_told_apart():
     from scripts.benchmarks import bench_autopilot
 
