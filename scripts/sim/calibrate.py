@@ -261,13 +261,16 @@ def fit(measured: RunSet) -> Fit:
     t_low, t_high = low.images_per_s / (1 - low.wait), high.images_per_s / (1 - high.wait)
     k = (t_low - t_high) / (n_high * t_low - n_low * t_high)
     trainer = t_low / (1 - k * n_low)
-    per_node = tuple(t_low * (1 - w) for w in low.phase_waits)
     start = statistics.mean(r.wall_s - measured.images / r.images_per_s for r in (low, high))
-    held = measured.rows.get("held")
-    per_held = None
-    if held is not None:  # the same node in the autopilot's job: its own trainer's rate beside it
-        per_held = tuple(held.images_per_s / (1 - held.wait) * (1 - w) for w in held.phase_waits)
-    return Fit(trainer, k, per_node, start, per_held)
+    held = measured.rows.get("held")  # the same node in the autopilot's job
+    return Fit(trainer, k, one_node_rates(low), start, one_node_rates(held) if held is not None else None)
+
+
+def one_node_rates(row: Row) -> tuple[float, ...]:
+    """One node's images/s in each phase of a row run on one node: its trainer's rate beside
+    the node (images/s over one less the wait) times one less the phase's wait."""
+    beside_one = row.images_per_s / (1 - row.wait)
+    return tuple(beside_one * (1 - w) for w in row.phase_waits)
 
 
 def trace_of(measured: RunSet, f: Fit, row: str = "fixed_min") -> Trace:
