@@ -51,15 +51,11 @@ def base_usd_per_hour(values: dict, prices: dict[str, float], kind: str) -> floa
                                 for name, w in values["workers"].items() if name != kind)
 
 
-def usd_per_hour_at_min(built: Built) -> float | None:
-    """The mix's $/h with every type at min_workers (None: a mix without prices): the
-    autopilot's ceiling that holds it at min_workers."""
-    priced = node_hour_prices(built, mix_prices(built))
-    if not priced:
-        return None
-    (kind,) = roles.preprocess_types(built.values)
-    least = built.values["workers"][kind]["min_workers"]
-    return base_usd_per_hour(built.values, priced[0], kind) + priced[0].get(kind, 0.0) * least
+def usd_per_hour_at_min(values: dict, prices: dict[str, float]) -> float:
+    """The mix's $/h with every type at min_workers: the least the autopilot's ceiling may
+    be, and the ceiling that holds it there (make bench-autopilot's held row)."""
+    (kind,) = roles.preprocess_types(values)
+    return base_usd_per_hour(values, prices, kind) + prices.get(kind, 0.0) * values["workers"][kind]["min_workers"]
 
 
 def autopilot_env(built: Built, priced: tuple[dict[str, float], str] | None) -> dict[str, str]:
@@ -82,7 +78,7 @@ def autopilot_env(built: Built, priced: tuple[dict[str, float], str] | None) -> 
         if node_usd is None:
             raise KitError(f"{where}: this mix has no prices to hold under a ceiling (a local mix needs "
                            "prices_as); set max_usd_per_hour: null")
-        least = base_usd + node_usd * worker["min_workers"]
+        least = usd_per_hour_at_min(values, priced[0])
         if ceiling < least:
             raise KitError(f"{where}: ${ceiling:g}/h is below what the mix costs at min_workers "
                            f"(${least:.2f}/h); raise it or lower min_workers")

@@ -288,10 +288,11 @@ def test_bench_of_adaptdl_stops_the_cluster_it_started_when_a_run_fails(tmp_path
 def test_bench_autopilots_rows_change_only_the_bounds_the_switch_and_the_held_rows_ceiling():
     from scripts.benchmarks import bench_autopilot
     from scripts.job_env import usd_per_hour_at_min
+    from scripts.pricing.cost import mix_prices, node_hour_prices
 
     base = build("local_autopilot")
     values = base.values
-    held_at = usd_per_hour_at_min(base)  # hetero's head and one quarter-vCPU node
+    held_at = usd_per_hour_at_min(values, node_hour_prices(base, mix_prices(base))[0])  # hetero's head, one node
     assert held_at == pytest.approx(1.0224 + 0.691 / 16 * 0.25, rel=0.01)
     rows = {row: bench_autopilot.variant(values, row, held_at) for row in bench_autopilot.ROWS}
     bounds = {row: (v["workers"]["cpu_worker"]["min_workers"], v["workers"]["cpu_worker"]["max_workers"],
@@ -317,7 +318,7 @@ def test_a_mix_without_prices_runs_the_bench_without_its_held_row(monkeypatch, c
 
     built_rows = []
     real_build = bench_autopilot.build_text
-    monkeypatch.setattr(bench_autopilot, "usd_per_hour_at_min", lambda built: None)
+    monkeypatch.setattr(bench_autopilot, "node_hour_prices", lambda built, mix: None)
     monkeypatch.setattr(bench_autopilot, "build_text",
                         lambda cluster, text: built_rows.append(yaml.safe_load(text)) or real_build(cluster, text))
     monkeypatch.setattr(bench_autopilot, "run_once", lambda built, job, args, timeout: (1, None))

@@ -53,6 +53,7 @@ from scripts.kit import raise_keyboard_interrupt
 from scripts.pricing.bench_table import new_run_dir
 from scripts.core.tables import cell, text_table
 from scripts.job_env import usd_per_hour_at_min
+from scripts.pricing.cost import mix_prices, node_hour_prices
 
 DEFAULT_ARGS = "--phases light:60,heavy:120,light:60 --blur-count 6 --image-size 96 --log-every 30"
 ROWS = ("fixed_min", "fixed_max", "raydata", "held", "autopilot")
@@ -135,7 +136,8 @@ def run(a) -> int:
         raise KitError(f"CLUSTER={cluster}: bench-autopilot needs one preprocess worker type with "
                        "min_workers < max_workers (local_autopilot.yaml is one)")
     (kind,) = kinds
-    held_at = usd_per_hour_at_min(base)
+    priced = node_hour_prices(base, mix_prices(base))
+    held_at = usd_per_hour_at_min(base.values, priced[0]) if priced else None
     rows_run = ROWS if held_at is not None else tuple(r for r in ROWS if r != "held")
     if held_at is None:
         print(f"note: no held row: it holds the autopilot at min_workers by a $/h ceiling, and '{cluster}' "
