@@ -13,7 +13,8 @@ wait share w needs about n / (1 - w) nodes where n run now). Below a third of th
 (the hysteresis band between keeps it from flapping) the trainers are compute-bound with
 slack: give one node back, if the others could carry its work (the steered nodes' CPUs in
 use, from Ray's resource view over the window, would stay under CARRY_SHARE with one
-fewer; a load between two counts no longer flaps between them). Where giving one back
+fewer; a load between two counts no longer flaps between them), or if one fewer makes an
+image cheaper even so (priced as a rise is: no flap back). Where giving one back
 made them starve (a mix on the edge of
 the target), the next one goes back only after twice the wait (up to MAX_DOWN_BACKOFF
 cooldowns): such a mix flaps ever more slowly, not every cooldown. The first decision
@@ -72,6 +73,7 @@ GIVE_BACK_DEADLINE_S = 300         # a node given back: its running work's time 
 DELIVERY_GRACE_S = 60.0            # a node that joined and fed no trainer counts after this anyway
 GIVE_UP_LAPSE_S = 3600.0           # nodes given up (never joined) are asked for again after this
 CARRY_SHARE = 0.85                 # a node goes back only if the others would stay under this busy
+SAME_LOAD = 0.1                    # two measures whose trainers would take this close images/s: one load
 # no step for this long (and for three of their usual steps), none waiting for a batch:
 # the trainers are outside their loop (an evaluation, a save). The window's steps are then
 # from before, and the nodes idle (backpressure): read as slack, an evaluation gave nodes
@@ -211,7 +213,8 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
 
     Up where the trainers wait more than the target, by the nodes that would feed them, but
     only while a node pays for itself (Pecan's rule): its predicted images/s, priced at the
-    whole cluster's $/h, must cost less per image than now. After a rise, the new count is
+    whole cluster's $/h, must cost less per image than now, and of the counts up to that
+    many, the cheapest image's is asked. After a rise, the new count is
     judged on what it measured: less than MIN_GAIN more images/s than the count before, or
     a dearer image, and it goes back there, and no higher until that memory lapses
     (MEMORY_WINDOWS): where the target is out of reach, the cheapest count is held, not
@@ -219,7 +222,8 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
     have taken no batch for pause_give_back_s (`paused_s`: outside their loop, neither
     stepping nor waiting: an evaluation, a save), one node each cooldown. busy_share: the
     steered nodes' CPUs running preprocessing over the window (None: unknown): a node goes
-    back for slack only where the others could carry what they all do now."""
+    back for slack only where the others could carry what they all do now, or where one
+    fewer, the others at CARRY_SHARE, makes an image cheaper even so."""
     low = settings.min_nodes
     if state.given_up and now - (state.given_up_at or now) >= GIVE_UP_LAPSE_S:
         state.given_up = 0  # capacity comes back (a spot pool, a quota raised): asked again
@@ -265,6 +269,13 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
     return state.asked
 
 
+def same_load(rate_a: float, share_a: float, rate_b: float, share_b: float) -> bool:
+    """Whether two measures (images/s, wait share) saw the same load: what the trainers
+    would take never waiting (images/s over one less the wait) within SAME_LOAD."""
+    fed_a, fed_b = rate_a / max(1 - share_a, 0.05), rate_b / max(1 - share_b, 0.05)
+    return abs(fed_a - fed_b) <= SAME_LOAD * max(fed_a, fed_b)
+
+
 def judged(settings: Settings, state: State, now: float, share: float, rate: float,
            joined: int, high: int | None = None, busy_share: float | None = None) -> tuple[int, str]:
     """decide()'s judgement of a settled measure at `joined` nodes: (nodes, why). high:
@@ -293,17 +304,25 @@ def judged(settings: Settings, state: State, now: float, share: float, rate: flo
         up = max(state.asked + 1, math.ceil(max(joined, 1) / max(1 - share, 0.05)))
         fed = rate / max(1 - share, 0.05)  # what the trainers would take, never waiting
 
-        def pays(count: int) -> bool:  # Pecan's rule: the image costs less with `count` nodes
-            predicted = min(fed, rate * count / max(joined, 1))
-            return rate <= 0 or settings.usd_per_image(count, predicted) < settings.usd_per_image(joined, rate)
-        # priced on the count that would be asked (the jump clamped to `high`), then one more
-        # node: the unclamped jump once vetoed a rise to max_workers that paid, and a jump
-        # that did not pay held a count where one node more would have (the gate was not
-        # monotone in the wait share)
-        for count in dict.fromkeys((min(up, high), min(state.asked + 1, high))):
-            if count > state.asked and pays(count):
-                held = f"; held to {count} (max_workers or the $/h ceiling)" if count < up and count == high else ""
-                return count, f"trainers wait {share:.0%} of each step (target {settings.target_wait_share:.0%}){held}"
+        def cost(count: int) -> float:  # an image's price with `count` nodes feeding what they can
+            return settings.usd_per_image(count, min(fed, rate * count / max(joined, 1)))
+        # Pecan's rule, node by node: of the counts up to the jump (clamped to `high`), the
+        # one whose image is cheapest, if cheaper than now. Priced on the jump alone, the
+        # unclamped jump once vetoed a rise to max_workers that paid, a jump that did not pay
+        # held a count where one node more would have, and one that paid took nodes that
+        # each made the image dearer (4 where 3 fed a cheaper image, waiting more)
+        counts = range(state.asked + 1, min(up, high) + 1)
+        if rate <= 0 and counts:  # nothing delivered: no price to compare, the jump
+            count = counts[-1]
+        else:
+            count = min(counts, key=cost, default=state.asked)
+        if count > state.asked and (rate <= 0 or cost(count) < settings.usd_per_image(joined, rate)):
+            held = f"; held to {count} (max_workers or the $/h ceiling)" if count < up and count == high else ""
+            dearer = f"; {count}, not {min(up, high)}: a node more would make an image dearer" \
+                if count < min(up, high) else ""
+            if dearer:
+                state.price_holds += 1
+            return count, f"trainers wait {share:.0%} of each step (target {settings.target_wait_share:.0%}){held}{dearer}"
         state.price_holds += 1
         return state.asked, ""  # the time they would save is worth less than they cost
     if share < settings.slack_share and now - (state.changed_at or -math.inf) >= settings.cooldown_s * state.down_backoff:
@@ -313,7 +332,20 @@ def judged(settings: Settings, state: State, now: float, share: float, rate: flo
         if busy_share is not None and joined > 1 and busy_share * joined / (joined - 1) > CARRY_SHARE:
             # the others would run past CARRY_SHARE of their CPUs to carry this node's work:
             # giving it back would starve the trainers, and asking for it again bills its
-            # start (without this, a load between two counts flapped 2, 3, 2, ... all run)
+            # start (without this, a load between two counts flapped 2, 3, 2, ... all run).
+            # Unless one fewer makes the image cheaper even so: the others fed up to
+            # CARRY_SHARE of their CPUs (the same margin), the trainers waiting for the rest;
+            # the rise back is priced the same way and does not pay (no flap). Without it a
+            # node that cost more than the time it saved stayed all phase
+            fewer_rate = min(rate, rate * CARRY_SHARE * (joined - 1) / (busy_share * joined))
+            if fewer and same_load(fewer[0], fewer[1], rate, share):
+                # one fewer measured at this load: its rate, not the prediction (the CPUs in
+                # use under-read what a node makes at 100%: predicted 108 images/s, two
+                # nodes made 100, and the count went 2, 3, 2, ... each rise a node's start)
+                fewer_rate = fewer[0]
+            if settings.usd_per_image(joined - 1, fewer_rate) < settings.usd_per_image(joined, rate):
+                return state.asked - 1, (f"trainers wait only {share:.0%}, and {joined - 1} node(s) would feed "
+                                         f"~{fewer_rate:.0f} images/s for a cheaper image")
             return joined, ""
         return state.asked - 1, f"trainers wait only {share:.0%}: compute-bound with slack"
     return state.asked, ""

@@ -296,6 +296,48 @@ def test_the_price_gate_prices_the_count_it_would_ask_and_one_more(nodes, share,
     assert decide(AWS, State(asked=nodes, changed_at=0), 1000.0, (share, 100.0), nodes) == asked
 
 
+def test_a_rise_asks_the_count_with_the_cheapest_image_not_the_whole_jump():
+    """One node feeds 28% of an appetite of 3.6 nodes: the jump to 4 makes the image
+    cheaper than 1 does, but 3 (the trainers waiting 17%) cheaper still: each node must pay
+    for itself, the fourth does not (it asked for 4)."""
+    state = State(asked=1, changed_at=0)
+    assert decide(AWS, state, 1000.0, (0.72, 52.0), 1) == 3
+    assert "3, not 4: a node more would make an image dearer" in state.reasons[-1] and state.price_holds == 1
+    # then, measured at 3 and waiting 17%: the fourth still does not pay, nothing moves
+    assert decide(AWS, state, 2000.0, (0.17, 155.0), 3) == 3
+
+
+def test_a_node_that_costs_more_than_the_time_it_saves_goes_back_though_the_others_run_past_carry_share():
+    """A load of 2.8 nodes' work on 4 at AWS prices: 3 would run at 93% of their CPUs, past
+    CARRY_SHARE, so the fourth stayed all phase (the wait and load rules alone). Three at
+    CARRY_SHARE feed 91% of the appetite for a cheaper image: it goes back; two would
+    not (at 2 the image is dearer), and the rise back to 4 does not pay: 3 is held."""
+    load = lambda t, joined: max(0.0, 1 - joined / 2.8)  # noqa: E731
+    busy = lambda t, joined: min(1.0, 2.8 / max(joined, 1))  # noqa: E731
+    out, state = replay(AWS, load, start=4, busy=busy)
+    assert [a for _, a, _ in out][-1] == 3 and {a for _, a, _ in out} == {4, 3}, state.reasons
+    assert "for a cheaper image" in state.reasons[0]
+    # unpriced (only the rate counts), the same load keeps its 4: CARRY_SHARE as before
+    out, state = replay(Settings(target_wait_share=0.1, min_nodes=1, max_nodes=4, cooldown_s=60), load, start=4,
+                        busy=busy)
+    assert {a for _, a, _ in out} == {4}, state.reasons
+
+
+def test_a_node_goes_back_on_price_by_what_one_fewer_measured_at_the_same_load():
+    """The CPUs in use under-read what a node makes at 100%: from 3 nodes busy 68% the
+    prediction for 2 is 108 images/s (a cheaper image), but 2 measured 100 at this load
+    (the trainers would take 130 either way), a dearer image: the third stays, where the
+    prediction alone went 2, 3, 2, ... each rise a node's start. A measure at another load
+    (a heavier phase before) says nothing: the prediction decides."""
+    def at_three(fewer):
+        state = State(asked=3, changed_at=0, rates={2: fewer})
+        return decide(AWS, state, 2000.0, (0.0, 130.0), 3, busy_share=0.68), state
+    kept, state = at_three((100.0, 0.23, 1000.0))  # 100 / (1 - 0.23) = 130: this load
+    assert kept == 3 and state.reasons == []
+    given, state = at_three((150.0, 0.2, 1000.0))  # 187 a second: a heavier load
+    assert given == 2 and "108 images/s for a cheaper image" in state.reasons[-1]
+
+
 def test_the_price_gate_is_monotone_in_the_wait_share():
     """More waiting never asks for fewer nodes, from any count."""
     shares = [0.12, 0.15, 0.2, 0.25, 0.28, 0.3, 0.35, 0.4, 0.5, 0.65, 0.8, 0.95]

@@ -163,7 +163,7 @@ def test_the_autopilot_plays_the_join_timeout_a_user_sets_above_the_nodes_start(
     start), the nodes come and the wait falls to the target; the simulator plays that."""
     slow = Mix(head_usd_per_hour=1.0, node_usd_per_hour=0.7, node_vcpus=15, min_nodes=1, max_nodes=4,
                start_median_s=900.0)
-    heavy = steady(3 * 3600, 130.0, 2.5 * 15 * 0.95 / 130.0)  # 2.5 nodes feed the trainer
+    heavy = steady(3 * 3600, 130.0, 2.9 * 15 * 0.95 / 130.0)  # 2.9 nodes feed the trainer: 3 pay
     default, as_told = policies.Autopilot(join_timeout_s=600.0), policies.Autopilot()
     given_up, joined = run(heavy, slow, default, seed=1), run(heavy, slow, as_told, seed=1)
     assert as_told.settings.join_timeout_s == 1800.0 and default.settings.join_timeout_s == 600.0
