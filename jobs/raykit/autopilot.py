@@ -323,7 +323,8 @@ def judged(settings: Settings, state: State, now: float, share: float, rate: flo
             if dearer:
                 state.price_holds += 1
             return count, f"trainers wait {share:.0%} of each step (target {settings.target_wait_share:.0%}){held}{dearer}"
-        state.price_holds += 1
+        if counts:  # (at max_workers or the ceiling there is no count to price)
+            state.price_holds += 1
         return state.asked, ""  # the time they would save is worth less than they cost
     if share < settings.slack_share and now - (state.changed_at or -math.inf) >= settings.cooldown_s * state.down_backoff:
         fewer = state.rates.get(joined - 1)

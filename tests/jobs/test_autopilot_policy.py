@@ -307,6 +307,15 @@ def test_a_rise_asks_the_count_with_the_cheapest_image_not_the_whole_jump():
     assert decide(AWS, state, 2000.0, (0.17, 155.0), 3) == 3
 
 
+def test_a_wait_held_by_max_workers_is_not_counted_as_the_price_gates():
+    """At max_workers there is no node more to price: the summary's "one node more would
+    not have made an image cheaper" must not be said of a count that max_workers holds."""
+    state = State(asked=4, changed_at=0)
+    assert decide(AWS, state, 1000.0, (0.5, 100.0), 4) == 4 and state.price_holds == 0
+    state = State(asked=3, changed_at=0)  # at 3 of 4, a 12% wait: the fourth would not pay
+    assert decide(AWS, state, 1000.0, (0.12, 100.0), 3) == 3 and state.price_holds == 1
+
+
 def test_a_node_that_costs_more_than_the_time_it_saves_goes_back_though_the_others_run_past_carry_share():
     """A load of 2.8 nodes' work on 4 at AWS prices: 3 would run at 93% of their CPUs, past
     CARRY_SHARE, so the fourth stayed all phase (the wait and load rules alone). Three at
