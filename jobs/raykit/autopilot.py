@@ -269,10 +269,16 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
     return state.asked
 
 
+def fed_rate(rate: float, share: float) -> float:
+    """What the trainers would take never waiting: a measure's images/s over one less its
+    wait share (while data-bound, images/s grows with the nodes)."""
+    return rate / max(1 - share, 0.05)
+
+
 def same_load(rate_a: float, share_a: float, rate_b: float, share_b: float) -> bool:
     """Whether two measures (images/s, wait share) saw the same load: what the trainers
-    would take never waiting (images/s over one less the wait) within SAME_LOAD."""
-    fed_a, fed_b = rate_a / max(1 - share_a, 0.05), rate_b / max(1 - share_b, 0.05)
+    would take never waiting within SAME_LOAD."""
+    fed_a, fed_b = fed_rate(rate_a, share_a), fed_rate(rate_b, share_b)
     return abs(fed_a - fed_b) <= SAME_LOAD * max(fed_a, fed_b)
 
 
@@ -302,7 +308,7 @@ def judged(settings: Settings, state: State, now: float, share: float, rate: flo
             return state.asked, ""
         # while data-bound, images/s grows with the nodes: n / (1 - w) would feed the trainers
         up = max(state.asked + 1, math.ceil(max(joined, 1) / max(1 - share, 0.05)))
-        fed = rate / max(1 - share, 0.05)  # what the trainers would take, never waiting
+        fed = fed_rate(rate, share)
 
         def cost(count: int) -> float:  # an image's price with `count` nodes feeding what they can
             return settings.usd_per_image(count, min(fed, rate * count / max(joined, 1)))
