@@ -335,7 +335,7 @@ def judged(settings: Settings, state: State, now: float, share: float, rate: flo
     if share < settings.slack_share and now - (state.changed_at or -math.inf) >= settings.cooldown_s * state.down_backoff:
         fewer = state.rates.get(joined - 1)
         if fewer and now - fewer[2] < MEMORY_WINDOWS * settings.window_s and fewer[1] > settings.target_wait_share:
-            return joined, ""  # one fewer starved them a moment ago: these are the nodes that feed them
+            return state.asked, ""  # one fewer starved them a moment ago: these are the nodes that feed them
         if busy_share is not None and joined > 1 and busy_share * joined / (joined - 1) > CARRY_SHARE:
             # the others would run past CARRY_SHARE of their CPUs to carry this node's work:
             # giving it back would starve the trainers, and asking for it again bills its
@@ -353,7 +353,7 @@ def judged(settings: Settings, state: State, now: float, share: float, rate: flo
             if settings.usd_per_image(joined - 1, fewer_rate) < settings.usd_per_image(joined, rate):
                 return state.asked - 1, (f"trainers wait only {share:.0%}, and {joined - 1} node(s) would feed "
                                          f"~{fewer_rate:.0f} images/s for a cheaper image")
-            return joined, ""
+            return state.asked, ""  # a hold keeps the count asked, never the nodes up (one may be more)
         return state.asked - 1, f"trainers wait only {share:.0%}: compute-bound with slack"
     return state.asked, ""
 
@@ -517,12 +517,19 @@ class Pilot(threading.Thread):
         return self.steering.state
 
     def steered_nodes(self) -> list[dict]:
-        """The steered type's nodes up now, from Ray's node table (by their label)."""
+        """The steered type's nodes up now and not leaving, from Ray's node table (by their
+        label). A node being drained (given back, or a spot notice) stays Alive until its
+        raylet exits once idle, its tasks done and its blocks freed: 54 s after the drain on
+        the bench's job (docs/benchmark-log.md). Counted, a poll after the give-back saw one
+        node more than it asked for and asked for it again, and the next give-back drained
+        the same node again, leaving the one it should have drained up to the job's end."""
         import ray
 
         from raykit.placement import NODE_TYPE
 
-        return [n for n in ray.nodes() if n["Alive"] and (n.get("Labels") or {}).get(NODE_TYPE) == self.node_type]
+        leaving = ray_state.draining_nodes()
+        return [n for n in ray.nodes() if n["Alive"] and n["NodeID"] not in leaving
+                and (n.get("Labels") or {}).get(NODE_TYPE) == self.node_type]
 
     def joined(self) -> int:
         return len(self.steered_nodes())

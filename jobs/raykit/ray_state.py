@@ -143,13 +143,21 @@ def preprocessing_produced(job_id: str) -> bool:
     return any(is_preprocessing(task.name) for task in tasks)
 
 
+def draining_nodes() -> set[str]:
+    """The ids of the nodes being drained (given back, or a spot notice): still Alive in
+    ray.nodes() until their raylet exits, but taking no new task."""
+    from ray._private.state import state  # DeveloperAPI: the GCS's view
+
+    return set(state.get_draining_nodes())
+
+
 def cpus_in_use(nodes: list[dict]) -> tuple[float, float]:
     """(CPUs held by running tasks, CPUs) on `nodes` (ray.nodes() entries), from the GCS's
     resource view (Ray's own: what its scheduler grants from), leaving out nodes being
     drained: they take no new task, and their idle CPUs say nothing of the load."""
-    from ray._private.state import available_resources_per_node, state  # DeveloperAPI: the GCS's view
+    from ray._private.state import available_resources_per_node  # DeveloperAPI: the GCS's view
 
-    draining = state.get_draining_nodes()
+    draining = draining_nodes()
     free = available_resources_per_node()
     busy = total = 0.0
     for node in nodes:
