@@ -10,7 +10,8 @@ driven by the glue its Pilot.tick had then:
   rise until then.
 
 Both differ from today's Steering in what else they read: the first fill by its wait
-alone, and no load signal, no pause, no lost node."""
+alone, and no load signal, no pause, no lost node; and both counted a node being drained
+among the nodes up, as Ray's node table lists it (today's leaves it out)."""
 
 import math
 import subprocess
@@ -53,6 +54,13 @@ def policy_module(commit: str) -> types.ModuleType:
     return module
 
 
+def up_in_ray(obs: Observation) -> list[tuple[str, str]]:
+    """The nodes those Pilots counted: every one Alive in Ray's node table, those being
+    drained included, until their raylet exits (the cause of round 2's first thrash: a
+    node given back, still draining, was asked for again)."""
+    return obs.nodes + obs.draining
+
+
 class JoinSettled:
     """The autopilot of `commit` (c3d5807, db3f21b or cd0e52f), as its Pilot.tick drove it:
     the settings a job got then, a measure from when the nodes asked for had joined."""
@@ -72,7 +80,7 @@ class JoinSettled:
 
     def poll(self, obs: Observation) -> int:
         m, settings, state, now = self.m, self.settings, self.state, obs.now
-        steps, waiting, joined = obs.steps, obs.waiting, len(obs.nodes)
+        steps, waiting, joined = obs.steps, obs.waiting, len(up_in_ray(obs))
         if self.first_step_end is None and steps:
             self.first_step_end = min(s[0] for s in steps)  # the trainers' first step: the fill
         settling = self.settled_for != state.changed_at  # the last change's nodes not all at work
@@ -88,7 +96,7 @@ class JoinSettled:
 
     def settled(self, obs: Observation) -> bool:
         """Whether the last change has settled: the nodes asked are up."""
-        return len(obs.nodes) == self.state.asked
+        return len(up_in_ray(obs)) == self.state.asked
 
 
 class FirstBatchSettled(JoinSettled):
@@ -103,7 +111,7 @@ class FirstBatchSettled(JoinSettled):
 
     def poll(self, obs: Observation) -> int:
         # every poll, as its Pilot.tick did: each node's first sight, settling or not
-        self.up = {address: self.seen.setdefault(node_id, obs.now) for node_id, address in obs.nodes}
+        self.up = {address: self.seen.setdefault(node_id, obs.now) for node_id, address in up_in_ray(obs)}
         return super().poll(obs)
 
     def settled(self, obs: Observation) -> bool:

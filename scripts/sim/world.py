@@ -132,6 +132,9 @@ class Observation:
     busy_vcpus: float                               # of which running a task, last 10 s mean (its usage)
     target: int                                     # the count asked now
     producing_since: float | None = None            # a node's first batch made (its imports done)
+    # given back (or noticed) and still up in Ray's node table until `removal_s` passes:
+    # today's Pilot leaves them out of its count; the earlier ones counted them (history.py)
+    draining: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -218,6 +221,8 @@ class World:
         return Observation(now=t, steps=[r for r in self.records if r[0] >= t - 30.0],
                            waiting=[self.blocked_since] if self.blocked_since is not None else [],
                            delivered=dict(self.delivered), nodes=[(n.id, n.id) for n in joined],
+                           draining=[(n.id, n.id) for n in self.nodes if n.leaving_at is not None
+                                     and t >= n.joined_at and t < n.gone_at],
                            held_vcpus=held, busy_vcpus=sum(recent) / len(recent) if recent else 0.0,
                            target=self.target,
                            producing_since=min((n.delivering_at for n in self.nodes if n.delivering_at <= t),

@@ -73,6 +73,23 @@ def test_a_node_asked_delivers_after_its_start_latency_and_the_autoscaler_replac
     assert len(world.alive()) == 2 and world.nodes[-1].asked_at == 10.0
 
 
+def test_a_node_given_back_is_listed_as_draining_until_its_raylet_exits_and_only_earlier_pilots_count_it():
+    """Ray's node table lists a drained node Alive until its raylet exits (54 s measured on
+    the bench's job): today's Pilot leaves it out of the nodes up, round 2's counted it,
+    and asked for it again (its first run's thrash)."""
+    from scripts.sim import history
+
+    world = World(steady(3600, 100.0, 0.25), dataclasses.replace(MIX, removal_s=54.0), seed=1)
+    world.reconcile(0.0, 2)
+    given = world.nodes[-1]
+    world.reconcile(given.delivering_at + 10, 1)
+    draining = world.observe(given.delivering_at + 60)
+    assert (given.id, given.id) in draining.draining and (given.id, given.id) not in draining.nodes
+    assert len(draining.nodes) == 1 and len(history.up_in_ray(draining)) == 2
+    gone = world.observe(given.delivering_at + 65)
+    assert gone.draining == [] and len(history.up_in_ray(gone)) == 1
+
+
 def test_before_the_kit_refreshed_ray_datas_budget_a_node_got_its_first_task_at_the_coordinators_tick():
     ticked = Mix(head_usd_per_hour=1.0, node_usd_per_hour=0.01, node_vcpus=1, min_nodes=1, max_nodes=3,
                  ec2_s=4.0, first_task_s=20.0, start_median_s=30.0, start_sigma=0.0, budget_tick_s=20.0)
