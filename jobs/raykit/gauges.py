@@ -8,7 +8,7 @@ begins raykit_; each is tagged with the job's name (RAYKIT_JOB).
   raykit_cluster_usd_per_hour     the nodes up now at the run's prices (RAYKIT_NODE_PRICES)
   raykit_usd_per_million_images   that rate over the images/s: what an image costs now
   raykit_autopilot_nodes_asked    the autopilot's preprocess nodes asked for
-  raykit_autopilot_nodes_up       its preprocess nodes up
+  raykit_autopilot_nodes_up       its preprocess nodes up (those being drained left out)
 
 The step figures are set by the job's step log (steps.StepLog, on the head: every rank's
 steps reach it), at most once a second; the autopilot's by the autopilot (the driver).
@@ -34,7 +34,7 @@ DESCRIPTIONS = {
     "raykit_cluster_usd_per_hour": "The nodes up now at the run's prices, USD per hour",
     "raykit_usd_per_million_images": "USD per million images at the current rate and nodes",
     "raykit_autopilot_nodes_asked": "Preprocess nodes the autopilot asked for",
-    "raykit_autopilot_nodes_up": "Preprocess nodes of the autopilot's type up",
+    "raykit_autopilot_nodes_up": "Preprocess nodes of the autopilot's type up, not draining",
 }
 
 _gauges: dict = {}
