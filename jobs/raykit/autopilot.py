@@ -519,7 +519,7 @@ class Pilot(threading.Thread):
     def steered_nodes(self) -> list[dict]:
         """The steered type's nodes up now and not leaving, from Ray's node table (by their
         label). A node being drained (given back, or a spot notice) stays Alive until its
-        raylet exits once idle, its tasks done and its blocks freed: 54 s after the drain on
+        raylet exits once idle, its tasks done and its blocks freed: 44-78 s after the drain on
         the bench's job (docs/benchmark-log.md). Counted, a poll after the give-back saw one
         node more than it asked for and asked for it again, and the next give-back drained
         the same node again, leaving the one it should have drained up to the job's end."""

@@ -73,7 +73,7 @@ seen["delivering_after"] = pilot.timeline[-1]["delivering"]
 time.sleep(0.1)
 # the node a give-back drains (the last listed) holds a block in its object store, as a node
 # Ray Data feeds does: drained, it stays Alive in Ray's node table until the block is freed
-# (the bench's job: 54 s after the drain)
+# (the bench's job: 44-78 s after the drain)
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 last = pilot.steered_nodes()[-1]["NodeID"]
 block = ray.remote(lambda: b"x" * (4 << 20)).options(

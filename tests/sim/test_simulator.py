@@ -74,7 +74,7 @@ def test_a_node_asked_delivers_after_its_start_latency_and_the_autoscaler_replac
 
 
 def test_a_node_given_back_is_listed_as_draining_until_its_raylet_exits_and_only_earlier_pilots_count_it():
-    """Ray's node table lists a drained node Alive until its raylet exits (54 s measured on
+    """Ray's node table lists a drained node Alive until its raylet exits (44-78 s measured on
     the bench's job): today's Pilot leaves it out of the nodes up, round 2's counted it,
     and asked for it again (its first run's thrash)."""
     from scripts.sim import history
