@@ -100,6 +100,7 @@ def main(argv) -> int:
             return 1
     finally:
         job_id = adaptdl_job_id(controller)
+        stop_replicas(controller)
         # Killing the controller ends the replicas it owns; nothing of the job outlives it.
         ray.kill(controller)
         if job_id:
@@ -224,6 +225,27 @@ def adaptdl_job_id(controller) -> str | None:
         return ray.get(controller.__ray_call__.remote(lambda self: self._job.job_id), timeout=30)
     except Exception:  # noqa: BLE001 (the controller died, or never created the job)
         return None
+
+
+def stop_replicas(controller, timeout_s: float = 1.5) -> None:
+    """Kill the job's replicas at once, and wait (up to timeout_s: a stopped job has 3 s in
+    all) until they are gone, before their dirs are removed. Ended by the controller's
+    death instead, a replica got SIGTERM, which adaptdl answers by saving a checkpoint into
+    its dir (/tmp/checkpoint-<id>-<rank>/checkpoint-0): where that came after the removal,
+    a stopped job left the dir behind."""
+    def stop(self) -> list:  # in the controller, which owns the replicas' tasks
+        if self._job is None:
+            return []
+        tasks = list(self._job._worker_tasks.values())
+        self._job._stop_workers()  # adaptdl-ray's own: ray.cancel(force=True), a SIGKILL each
+        return tasks
+
+    try:
+        tasks = ray.get(controller.__ray_call__.remote(stop), timeout=timeout_s)
+        if tasks:
+            ray.wait(tasks, num_returns=len(tasks), timeout=timeout_s)
+    except Exception:  # noqa: BLE001 (the controller died, or never started a replica)
+        pass
 
 
 def remove_replica_dirs(job_id: str) -> None:
