@@ -153,15 +153,15 @@ def draining_nodes() -> set[str]:
 
 def cpus_in_use(nodes: list[dict]) -> tuple[float, float]:
     """(CPUs held by running tasks, CPUs) on `nodes` (ray.nodes() entries), from the GCS's
-    resource view (Ray's own: what its scheduler grants from), leaving out nodes being
-    drained: they take no new task, and their idle CPUs say nothing of the load."""
+    resource view (Ray's own: what its scheduler grants from). The autopilot passes its
+    steered nodes, those being drained already left out (Pilot.steered_nodes): they take
+    no new task, and their idle CPUs say nothing of the load."""
     from ray._private.state import available_resources_per_node  # DeveloperAPI: the GCS's view
 
-    draining = draining_nodes()
     free = available_resources_per_node()
     busy = total = 0.0
     for node in nodes:
-        if node["NodeID"] in draining or node["NodeID"] not in free:
+        if node["NodeID"] not in free:
             continue
         cpus = float(node["Resources"].get("CPU", 0.0))
         busy += max(0.0, cpus - float(free[node["NodeID"]].get("CPU", 0.0)))
