@@ -240,10 +240,11 @@ def stop_replicas(controller, timeout_s: float = 1.5) -> None:
         self._job._stop_workers()  # adaptdl-ray's own: ray.cancel(force=True), a SIGKILL each
         return tasks
 
+    deadline = time.monotonic() + timeout_s  # one for both: the removal needs the rest of the 3 s
     try:
         tasks = ray.get(controller.__ray_call__.remote(stop), timeout=timeout_s)
         if tasks:
-            ray.wait(tasks, num_returns=len(tasks), timeout=timeout_s)
+            ray.wait(tasks, num_returns=len(tasks), timeout=max(0.0, deadline - time.monotonic()))
     except Exception:  # noqa: BLE001 (the controller died, or never started a replica)
         pass
 
