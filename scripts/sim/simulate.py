@@ -40,7 +40,7 @@ from scripts.pricing.cost import node_hour_prices
 from scripts.sim import calibrate
 from scripts.sim.policies import POLICIES
 from scripts.sim.traces import TRACES, from_spec, square_wave
-from scripts.sim.world import Mix, run
+from scripts.sim.world import Mix, band_index, run
 
 MAP_MINUTES = (1, 2, 5, 10, 20, 40, 80, 160)   # phase length L
 MAP_START_MINUTES = (0.5, 1, 2, 4, 8, 15)       # the nodes' start latency D, median
@@ -110,8 +110,7 @@ def one(job: tuple) -> dict:
 def band(values: list[float]) -> tuple[float, float, float]:
     """(10th percentile, median, 90th percentile)."""
     ordered = sorted(values)
-    at = lambda q: ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]  # noqa: E731
-    return at(0.1), statistics.median(ordered), at(0.9)
+    return ordered[band_index(len(ordered), 0.1)], statistics.median(ordered), ordered[band_index(len(ordered), 0.9)]
 
 
 def table(rows: list[dict], trace_name: str, about: str) -> list[str]:

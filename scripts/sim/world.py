@@ -318,3 +318,10 @@ def run(trace: Trace, mix: Mix, policy, seed: int = 0, poll_s: float = 5.0) -> O
     world.bill(t)
     world.outcome.wall_s = t
     return world.outcome
+
+
+def band_index(count: int, quantile: float) -> int:
+    """The index, in `count` outcomes sorted, of the one at `quantile` (nearest rank): the
+    10-90% band over seeds runs from band_index(n, 0.1) to band_index(n, 0.9), so 10 seeds'
+    band leaves out the cheapest and the dearest."""
+    return min(count - 1, max(0, round(quantile * (count - 1))))
