@@ -70,6 +70,7 @@ MIN_GAIN = 0.07                    # a node added must raise images/s by more th
 MEMORY_WINDOWS = 4                 # a count's measured rate is trusted this many windows
 LOAD_CHANGE_SHARE = 0.1           # a wait share this much above a count's own: the load grew, not the nodes
 GIVE_BACK_DEADLINE_S = 300         # a node given back: its running work's time to finish
+ASK_LANDS_S = 10.0                 # the most a give-back waits for its lower request to reach Ray
 DELIVERY_GRACE_S = 60.0            # a node that joined and fed no trainer counts after this anyway
 GIVE_UP_LAPSE_S = 3600.0           # nodes given up (never joined) are asked for again after this
 CARRY_SHARE = 0.85                 # a node goes back only if the others would stay under this busy
@@ -558,6 +559,25 @@ class Pilot(threading.Thread):
             resources=[dict(self.bundle) for _ in range(nodes)], expire_after_s=REQUEST_EXPIRES_S,
             label_selectors=[{NODE_TYPE: self.node_type}] * nodes)
 
+    def await_ask(self) -> None:
+        """Return once the coordinator has sent Ray the request asked before (up to
+        ASK_LANDS_S): it runs one caller's calls in order, so its answer to a later one
+        means the request is in the GCS. Ray's autoscaler (v2, `ray up`'s and KubeRay's)
+        leaves a draining node out of its count at once (RAY_STOPPING is not schedulable:
+        ray/autoscaler/v2/scheduler.py), so a drain that reached Ray before the lower
+        request had it launch a node to replace the one given back. The ask is fire and
+        forget; a busy coordinator held it behind the drain."""
+        import ray
+        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+            get_or_create_autoscaling_coordinator,
+        )
+
+        try:
+            ray.get(get_or_create_autoscaling_coordinator().get_reserved_resources.remote(REQUESTER),
+                    timeout=ASK_LANDS_S)
+        except Exception as e:  # noqa: BLE001 (drained anyway: a node kept busy never goes back)
+            self.errors.append(f"the lower request not confirmed before the drain: {type(e).__name__}: {str(e)[:120]}")
+
     def refresh_budget(self, now: float) -> None:
         """Have Ray Data's AutoscalingCoordinator recompute every reservation now: a node
         that joined enters Ray Data's budget only at the coordinator's next tick, up to 20 s
@@ -590,7 +610,8 @@ class Pilot(threading.Thread):
         if decision.joined_more:
             self.refresh_budget(now)
         self.ask(decision.asked)
-        if decision.give_back:  # this poll gave nodes back: drain them
+        if decision.give_back:  # this poll gave nodes back: drain them, once Ray has the lower request
+            self.await_ask()
             self.give_back(decision.give_back)
         gauges.publish_autopilot(decision.asked, len(nodes))
         self.timeline.append(decision.point)

@@ -4,11 +4,12 @@ the kit's RAYKIT_AUTOPILOT settings and bundle) feeds the autopilot steps that s
 preprocess type from min_workers to max_workers, as Ray's node table shows; then steps
 with no wait, fed by the node of the start alone (nothing moves: the nodes added have not
 delivered), then by all three, and after its cooldown it asks for one node fewer and
-drains it. That node holds a block in its object store, so it stays Alive in Ray's node
-table while it drains (as a node Ray Data feeds does): the autopilot no longer counts it,
-never asks for it again, never drains it twice, and it leaves Ray's node table once the
-block is freed. The
-policy's other cases are replayed on traces (jobs/test_autopilot_policy.py)."""
+drains it, once its lower request has reached Ray (the coordinator that carries it held
+busy: Ray's autoscaler v2 would replace a node drained first). That node holds a block
+in its object store, so it stays Alive in Ray's node table while it drains (as a node
+Ray Data feeds does): the autopilot no longer counts it, never asks for it again, never
+drains it twice, and it leaves Ray's node table once the block is freed. The policy's
+other cases are replayed on traces (jobs/test_autopilot_policy.py)."""
 
 import json
 import shutil
@@ -79,10 +80,31 @@ last = pilot.steered_nodes()[-1]["NodeID"]
 block = ray.remote(lambda: b"x" * (4 << 20)).options(
     num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(last, soft=False)).remote()
 ray.wait([block], timeout=60)  # made there (a worker process starts on a quarter core)
+# Ray's autoscaler v2 leaves a draining node out of its count at once: a drain that reached
+# Ray before the lower request would have it launch a replacement. The coordinator, busy
+# (as when it recomputes its reservations), holds the lower request; the drain must wait
+from ray.autoscaler.v2.utils import is_autoscaler_v2
+def requested():  # the steered type's bundles in the request the cluster's autoscaler reads now
+    key = next(iter(bundle))
+    if is_autoscaler_v2():  # the GCS's cluster resource constraint
+        from ray.autoscaler.v2.sdk import get_cluster_resource_state
+        state = get_cluster_resource_state(ray._private.worker.global_worker.gcs_client)
+        return sum(r.count for c in state.cluster_resource_constraints for r in c.resource_requests
+                   if r.request.resources_bundle.get(key))
+    from ray.autoscaler._private.constants import AUTOSCALER_RESOURCE_REQUEST_CHANNEL
+    from ray.experimental.internal_kv import _internal_kv_get
+    return sum(1 for b in json.loads(_internal_kv_get(AUTOSCALER_RESOURCE_REQUEST_CHANNEL) or b"[]") if b.get(key))
+drain = pilot.give_back
+def give_back(nodes):
+    seen["requested_at_drain"] = requested()
+    drain(nodes)
+pilot.give_back = give_back
+seen["requested_before"] = requested()
 everyone_ids = {n["NodeID"] for n in pilot.steered_nodes()}
 alive = lambda: sum(1 for n in ray.nodes() if n["Alive"] and n["NodeID"] in everyone_ids)  # noqa: E731
 time.sleep(0.1)
 steps(0.3, 0.0, everyone)  # fed, with slack, at three times the rate: the rise paid, and one node can go
+get_or_create_autoscaling_coordinator().__ray_call__.remote(lambda actor: time.sleep(2))  # busy for 2 s
 pilot.tick()
 seen["asked_down"] = pilot.state.asked
 seen["drained_first"], seen["busy_node"] = list(pilot.drained), last
@@ -127,6 +149,8 @@ def test_the_autopilots_request_alone_scales_the_preprocess_type_up_then_asks_fo
     assert (seen["delivering_before"], seen["delivering_after"]) == (1, 3), seen  # the timeline's count
     assert seen["asked_down"] == 2 and "slack" in seen["reasons"][-1], seen
     assert seen["drained_first"] == [seen["busy_node"]], seen  # the last listed, holding its block
+    # the lower request was in the GCS before the drain (before: 3 there, the coordinator busy)
+    assert (seen["requested_before"], seen["requested_at_drain"]) == (3, 2), seen
     # drained but still busy: up in Ray's node table, and not counted (counted, the next poll
     # asked for it again, or drained it again and left another up to the end)
     assert (seen["alive_draining"], seen["joined_draining"]) == (3, 2), json.dumps(seen)
