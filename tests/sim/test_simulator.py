@@ -74,41 +74,47 @@ def test_a_node_asked_delivers_after_its_start_latency_and_the_autoscaler_replac
 
 
 def test_rays_autoscaler_v2_replaces_a_draining_node_at_once_as_the_world_does_at_a_spot_notice():
-    """Ray's own v2 scheduler (`ray up`'s and KubeRay's autoscaler), asked for three nodes of
-    a type with three up: none launched; one of them draining (a spot notice, or a node
-    given back), a replacement launched at once, at max_workers too: a draining node
-    (RAY_STOPPING) is not schedulable there. So the world launches at the notice, not at
-    the node's end; and the autopilot's lower request must reach Ray before its drain
-    (Pilot.await_ask; the cluster steering test)."""
-    from ray.autoscaler.v2.instance_manager.config import NodeTypeConfig
+    """Ray's own v2 scheduler (`ray up`'s and KubeRay's autoscaler) on the hetero mix's
+    rendered config, its preprocess type at max_workers 3, asked (as the autopilot asks)
+    for three of its bundles with three up: none launched; one of them draining (a spot
+    notice, or a node given back), a replacement launched at once, at max_workers too: a
+    draining node (RAY_STOPPING) is not schedulable there. So the world launches at the
+    notice, not at the node's end; and the autopilot's lower request must reach Ray before
+    its drain (Pilot.await_ask; the cluster steering test)."""
+    from ray.autoscaler.v2.instance_manager.config import AutoscalingConfig
     from ray.autoscaler.v2.scheduler import ResourceDemandScheduler, SchedulingRequest
     from ray.autoscaler.v2.schema import AutoscalerInstance
     from ray.core.generated.autoscaler_pb2 import (ClusterResourceConstraint, NodeState, NodeStatus,
                                                    ResourceRequest, ResourceRequestByCount)
     from ray.core.generated.instance_manager_pb2 import Instance, NodeKind
 
-    resources = {"CPU": 16.0, "raykit-node-cpu_worker": 1.0}
-    types = {"cpu_worker": NodeTypeConfig(name="cpu_worker", min_worker_nodes=0, max_worker_nodes=3,
-                                          resources=resources, launch_config_hash="h")}
+    from scripts.build import build
+
+    config = build("hetero").config
+    config["available_node_types"]["cpu_worker"].update(min_workers=0, max_workers=3)
+    types = AutoscalingConfig(config, skip_content_hash=True).get_node_type_configs()
+    resources = types["cpu_worker"].resources
+    bundle = {"raykit-node-cpu_worker": 1.0}
+    assert resources["raykit-node-cpu_worker"] == 1  # the autopilot's bundle: one a node
 
     def node(i: int, draining: bool) -> AutoscalerInstance:
         return AutoscalerInstance(
             cloud_instance_id=f"i-{i}",
             im_instance=Instance(instance_id=f"im-{i}", instance_type="cpu_worker", cloud_instance_id=f"i-{i}",
                                  status=Instance.RAY_STOPPING if draining else Instance.RAY_RUNNING,
-                                 node_id=f"{i:02x}" * 28, node_kind=NodeKind.WORKER, launch_config_hash="h"),
+                                 node_id=f"{i:02x}" * 28, node_kind=NodeKind.WORKER),
             ray_node=NodeState(node_id=bytes([i]) * 28, instance_id=f"i-{i}", total_resources=resources,
                                available_resources=resources,
                                status=NodeStatus.DRAINING if draining else NodeStatus.RUNNING))
 
     def launched(asked: int, draining: bool) -> int:
         wanted = ClusterResourceConstraint(resource_requests=[ResourceRequestByCount(
-            request=ResourceRequest(resources_bundle={"raykit-node-cpu_worker": 1.0}), count=asked)])
+            request=ResourceRequest(resources_bundle=bundle), count=asked)])
         reply = ResourceDemandScheduler().schedule(SchedulingRequest(
-            disable_launch_config_check=False, node_type_configs=types, max_num_nodes=10,
-            cluster_resource_constraints=[wanted], current_instances=[node(1, False), node(2, False),
-                                                                      node(3, draining)]))
-        return sum(launch.count for launch in reply.to_launch)
+            disable_launch_config_check=True, node_type_configs=types, max_num_nodes=10,
+            cluster_resource_constraints=[wanted],
+            current_instances=[node(1, False), node(2, False), node(3, draining)]))
+        return sum(launch.count for launch in reply.to_launch if launch.instance_type == "cpu_worker")
 
     assert launched(3, draining=False) == 0
     assert launched(3, draining=True) == 1  # the drain before the lower request: a replacement
