@@ -228,6 +228,14 @@ def decide(settings: Settings, state: State, now: float, measured: tuple[float, 
     low = settings.min_nodes
     if state.given_up and now - (state.given_up_at or now) >= GIVE_UP_LAPSE_S:
         state.given_up = 0  # capacity comes back (a spot pool, a quota raised): asked again
+    if state.given_up and joined > state.asked:
+        # nodes given up joined after all: Ray's autoscaler v2 never cancels a launch in
+        # flight for not being needed, so a node slower than the join timeout still comes;
+        # held as a rise (drained as above the ask, its start was paid for nothing)
+        back = min(joined - state.asked, state.given_up)
+        state.given_up -= back
+        state.from_count, state.asked, state.changed_at, state.last_move = state.asked, state.asked + back, now, 1
+        state.reasons.append(f"{now:.0f}: {state.asked} node(s): {back} given up joined after all: held")
     high = min(settings.max_nodes, settings.affordable(), settings.max_nodes - state.given_up)
     high = max(low, high)
     want, why = state.asked, ""
@@ -420,6 +428,17 @@ class Steering:
         self.away = False  # the trainers outside their loop now (AWAY_S)
         self.resumed_at: float | None = None  # back in it: measures wait a window from then
         self.replacing = False  # a node of a settled count lost (a spot reclaim): its replacement not at work yet
+        self.polled = False  # a step has run (the first adopts the nodes already up)
+
+    def adopt(self, now: float, joined: int) -> None:
+        """Nodes of the steered type already up at the first poll (an earlier job's, not
+        idle long enough for Ray's autoscaler to remove them): held as the starting count,
+        up to max_workers and the $/h ceiling, not drained and started again; the policy
+        judges them as any other count."""
+        state = self.state
+        state.asked = max(state.asked, min(joined, self.settings.max_nodes, self.settings.affordable()))
+        state.reasons.append(f"{now - self.started:.0f}: {state.asked} node(s): up at the start "
+                             "(left by an earlier job): held, not started again")
 
     def step(self, now: float, steps: list[tuple[float, float, float, int]], waiting: list[float],
              delivered: dict[str, float], nodes: list[tuple[str, str]],
@@ -432,7 +451,10 @@ class Steering:
         preprocessing tasks over the window (None: unknown). Times are epoch seconds."""
         settings, state = self.settings, self.state
         share = wait_share([s[:3] for s in steps], now, settings.window_s, waiting)
-        before, joined = state.asked, len(nodes)
+        joined = len(nodes)
+        if not self.polled and joined > state.asked:
+            self.adopt(now, joined)
+        self.polled = True
         up = {address: self.seen.setdefault(node_id, now) for node_id, address in nodes}
         joined_more = joined > self.last_joined
         self.last_joined = joined
@@ -480,7 +502,11 @@ class Steering:
             measured = (1.0, 0.0)
         asked = decide(settings, state, now - self.started, measured, joined, paused_s,  # run-relative times
                        busy_share)
-        give_back = min(before - asked, joined - asked) if asked < before and joined > asked else 0
+        # every node up above the ask goes back, not only those of this poll's change: a node
+        # asked for, then no longer wanted before it joined (the ask fell meanwhile: a pause,
+        # a give-up) runs on to its join (Ray's autoscaler v2 never cancels a pending node
+        # for that), and Ray Data's tasks then keep it busy to the job's end, billing
+        give_back = max(0, joined - asked)
         rate = images_per_s(steps)
         point = {"t": round(now - self.started, 1), "preprocess_nodes": joined,
                  # of those up, the nodes that have fed a trainer since they joined
@@ -550,7 +576,9 @@ class Pilot(threading.Thread):
             accepted, why = gcs.drain_node(
                 node["NodeID"], autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
                 "the raykit autopilot gives this node back", deadline_ms)
-            self.drained.append(node["NodeID"] if accepted else f"refused: {why}")
+            said = node["NodeID"] if accepted else f"refused: {why}"
+            if accepted or said not in self.drained[-1:]:  # a refusal retried each poll is said once
+                self.drained.append(said)
 
     def ask(self, nodes: int) -> None:
         from raykit.placement import NODE_TYPE

@@ -21,7 +21,9 @@ The model, and what it leaves out (docs/autopilot.md, "The simulator"):
 - A node asked for: EC2 (billing from `running`, per second, 60 s minimum), then the
   launcher's setup and `ray start` (join), then its first task's import (delivering):
   start latency D = ask -> first batch, lognormal around its median. Given back: it stops
-  delivering at once (drained) and is gone `removal_s` later; billed to then.
+  delivering at once (drained) and is gone `removal_s` later; billed to then. A node no
+  longer wanted before it joined runs on to its join, billing, and is drained then (Ray's
+  autoscaler v2 never cancels a pending node for not being needed).
 - On one host (the local cluster; `shared_host_slowdown`), each node at work takes a share
   of the trainer's rate: its cores are the trainer's neighbours. 0 on a cloud.
 - Spot: each node is interrupted at `spot_per_hour` (a Poisson rate), with EC2's
@@ -197,24 +199,28 @@ class World:
         return [n for n in self.nodes if n.leaving_at is None]
 
     def give_back(self, t: float, count: int) -> None:
-        """Drain the newest nodes first: not-yet-running ones (free), then the rest."""
-        leaving = sorted(self.alive(), key=lambda n: n.asked_at, reverse=True)[:count]
-        for node in leaving:
-            node.leaving_at = t
-            node.gone_at = t if t < node.running_at else t + self.mix.removal_s
+        """Drain `count` of the joined nodes, the newest first."""
+        up = sorted((n for n in self.alive() if n.joined(t)), key=lambda n: n.asked_at, reverse=True)
+        for node in up[:count]:
+            node.leaving_at, node.gone_at = t, t + self.mix.removal_s
 
     def reconcile(self, t: float, target: int) -> None:
-        """Ray's autoscaler: launch up to the target, drain down to it."""
+        """Ray's autoscaler: launch up to the target (the nodes starting count); the joined
+        nodes above it drained (the kit's Pilot drains every node up above its ask). A
+        node still starting runs on to its join: Ray's autoscaler v2 never cancels a
+        pending node for not being needed (RAY_AUTOSCALER_PENDING_NODE_IDLE_TIMEOUT_S: -1),
+        and Ray's node table lists a node only once it joined."""
         target = min(max(target, self.mix.min_nodes), self.mix.max_nodes)
         if target != self.target:
             self.outcome.changes += 1
             self.target = target
-        alive = len(self.alive())
-        if alive < target:
-            for _ in range(target - alive):
+        alive = self.alive()
+        if len(alive) < target:
+            for _ in range(target - len(alive)):
                 self.launch(t)
-        elif alive > target:
-            self.give_back(t, alive - target)
+        up = sum(1 for n in alive if n.joined(t))
+        if up > target:
+            self.give_back(t, up - target)
 
     def observe(self, t: float) -> Observation:
         joined = [n for n in self.nodes if n.joined(t)]

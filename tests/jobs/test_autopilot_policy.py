@@ -124,6 +124,20 @@ def test_a_node_that_never_joins_is_given_up_not_asked_for_forever():
     assert asked == joined
 
 
+def test_a_node_given_up_that_joins_after_all_is_held_as_a_rise():
+    """Given up after the join timeout, a node that was only slow still joins (Ray's
+    autoscaler v2 never cancels a launch in flight): held, as a rise judged like any
+    other, not drained as a node above the ask."""
+    settings = Settings(target_wait_share=0.1, min_nodes=1, max_nodes=3, cooldown_s=20, join_timeout_s=60)
+    state = State(asked=3, changed_at=0.0, last_move=1)
+    for t in range(5, 70, 5):  # two of three joined; the third, 60 s after the loss was seen, given up
+        decide(settings, state, float(t), None, 2)
+    assert (state.asked, state.given_up) == (2, 1)
+    assert decide(settings, state, 90.0, None, 3) == 3
+    assert (state.given_up, state.changed_at, state.from_count) == (0, 90.0, 2)
+    assert state.reasons[-1] == "90: 3 node(s): 1 given up joined after all: held"
+
+
 def test_the_usd_ceiling_bounds_the_nodes():
     capped = Settings(target_wait_share=0.10, min_nodes=1, max_nodes=6, cooldown_s=20,
                       node_usd_per_hour=0.68, base_usd_per_hour=1.0, max_usd_per_hour=3.1)
@@ -482,6 +496,52 @@ def test_the_steering_step_is_the_pilots_glue_without_ray():
         if decision.give_back:
             break
     assert decision.give_back == 1 and decision.asked == len(nodes) - 1
+
+
+def test_nodes_that_join_above_the_ask_go_back_when_they_join():
+    """Three nodes asked, one up; the trainers then evaluate for 5 minutes and one node goes
+    back (the pause rule) while the other two are still starting. Ray's autoscaler v2 never
+    cancels a pending node for not being needed, so both join: the one above the ask is
+    drained as it joins (it was drained only on the poll of a change, so it stayed, and
+    Ray Data's tasks kept it busy and billing to the job's end)."""
+    from raykit.autopilot import Steering
+
+    settings = Settings(target_wait_share=0.1, min_nodes=1, max_nodes=4, cooldown_s=60, join_timeout_s=3600,
+                        pause_give_back_s=300)
+    steering = Steering(settings, started=0.0)
+    first = [("id-1", "10.0.0.1")]
+    steering.step(5.0, [], [], {}, first)
+    steering.state.asked, steering.state.changed_at = 3, 5.0  # asked for three: two start
+    steps = [(t + 0.5, 0.5, 0.0, 16) for t in range(100, 130)]  # training until 130 s, then an evaluation
+    steering.step(130.0, steps, [], {"10.0.0.1": 130.0}, first)
+    t = 130.0
+    while steering.state.asked == 3:
+        t += 5.0
+        assert steering.step(t, [], [], {"10.0.0.1": 130.0}, first).give_back == 0
+    assert steering.state.asked == 2 and "no batch" in steering.state.reasons[-1]
+    three = first + [("id-2", "10.0.0.2"), ("id-3", "10.0.0.3")]
+    joined = steering.step(t + 5.0, [], [], {"10.0.0.1": 130.0}, three)  # the two started join
+    assert (joined.asked, joined.give_back) == (2, 1)
+    assert steering.step(t + 10.0, [], [], {"10.0.0.1": 130.0}, three[:2]).give_back == 0  # drained: gone
+
+
+@pytest.mark.parametrize("max_nodes,asked,give_back", [(4, 3, 0), (2, 2, 1)])
+def test_nodes_up_at_the_start_are_held_not_drained_and_started_again(max_nodes, asked, give_back):
+    """A job started while an earlier job's nodes are still up (Ray's autoscaler removes
+    them only once idle): the first poll holds them as its count, up to max_workers, and the
+    policy judges them from there (they were held uncounted: the policy asked min_workers,
+    never gave them back, and Ray Data kept them busy to the end)."""
+    from raykit.autopilot import Steering
+
+    settings = Settings(target_wait_share=0.1, min_nodes=1, max_nodes=max_nodes, cooldown_s=60)
+    steering = Steering(settings, started=0.0)
+    three = [(f"id-{i}", f"10.0.0.{i}") for i in (1, 2, 3)]
+    first = steering.step(5.0, [], [1.0], {}, three)
+    assert (first.asked, first.give_back) == (asked, give_back)
+    assert steering.state.reasons == [f"5: {asked} node(s): up at the start (left by an earlier job): held, "
+                                      "not started again"]
+    later = steering.step(10.0, [], [1.0], {}, three + [("id-4", "10.0.0.4")])  # only the first poll adopts
+    assert (later.asked, later.give_back) == (asked, 4 - asked)
 
 
 def test_the_wait_while_a_lost_nodes_replacement_starts_asks_for_no_node_more():
