@@ -205,7 +205,7 @@ class World:
             node.leaving_at, node.gone_at = t, t + self.mix.removal_s
 
     def reconcile(self, t: float, target: int) -> None:
-        """Ray's autoscaler: launch up to the target (the nodes starting count); the joined
+        """Ray's autoscaler: launch up to the target (the nodes still starting count); the joined
         nodes above it drained (the kit's Pilot drains every node up above its ask). A
         node still starting runs on to its join: Ray's autoscaler v2 never cancels a
         pending node for not being needed (RAY_AUTOSCALER_PENDING_NODE_IDLE_TIMEOUT_S: -1),
