@@ -406,11 +406,12 @@ def played_as(measured: RunSet, predicted: Predicted) -> tuple[Play, list[tuple[
     passes them all; else the play inside the seeds' 10-90% band that passes most (C4: a
     measured row is one run, and where the policy's course forks, as where a rise is judged
     before or after its nodes deliver, the seeds play each course). A course played by
-    one seed alone, the cheapest or the dearest, lies outside the band."""
+    one seed alone, the cheapest or the dearest, lies outside the band (the median play
+    never does)."""
     middle = predicted.middle
-    judged = [(p, row_checks(measured, predicted.row, p)) for p in [middle] + predicted.band]
-    passes = lambda pair: sum(ok for _, ok, _ in pair[1])  # noqa: E731
-    return max(judged, key=passes)  # the first of the most: the median play on a tie
+    judged = [(p, row_checks(measured, predicted.row, p)) for p in predicted.band]
+    # the most checks passed; on a tie the median play, else the cheapest
+    return max(judged, key=lambda pair: (sum(ok for _, ok, _ in pair[1]), pair[0] is middle))
 
 
 def checks(measured: RunSet, predicted: dict[str, Predicted]) -> list[tuple[str, bool, str]]:
